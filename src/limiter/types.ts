@@ -1,0 +1,100 @@
+/**
+ * Contracts of the in-RAM limiter. No HTTP, Redis or fastify types here:
+ * the gateway composes these, the limiter knows nothing of it.
+ */
+
+/** Algorithm of a `requests` or `tokens` limit. */
+export type Algorithm = 'token_bucket' | 'sliding_window';
+
+/**
+ * A `requests` or `tokens` limit: at most `limit` units per `windowMs`.
+ * - `token_bucket`: capacity `limit`, continuous refill at `limit / windowMs` units per ms
+ *   (the model OpenAI documents for its own rate limits).
+ * - `sliding_window`: the sum of costs admitted in any window of `windowMs` ending now is
+ *   at most `limit` (an exact log of timestamped entries).
+ */
+export interface RateLimitSpec {
+  /** Stable name used in results, errors and headers, e.g. `tokens/1m`. */
+  readonly name: string;
+  readonly kind: 'requests' | 'tokens';
+  /** Units (requests or tokens) per window; a positive integer. */
+  readonly limit: number;
+  /** Window length in ms, 1_000 ..= 86_400_000. */
+  readonly windowMs: number;
+  readonly algorithm: Algorithm;
+  /** When set, the limit only applies to requests for this model. */
+  readonly model?: string;
+}
+
+/** At most `limit` requests in flight; each slot is a lease that expires after `leaseTtlMs`. */
+export interface ConcurrencyLimitSpec {
+  readonly name: string;
+  readonly kind: 'concurrent';
+  /** Slots; a positive integer. */
+  readonly limit: number;
+  /** A slot not released or renewed within this many ms frees itself. */
+  readonly leaseTtlMs: number;
+  readonly model?: string;
+}
+
+export type LimitSpec = RateLimitSpec | ConcurrencyLimitSpec;
+
+/** A tenant's limits; an acquire is all-or-nothing across every limit that applies. */
+export interface Policy {
+  readonly limits: readonly LimitSpec[];
+}
+
+/** What one request asks for. */
+export interface AcquireRequest {
+  /** Unique per request; settle/release/renew use it. */
+  readonly id: string;
+  /** Tokens to reserve: prompt estimate + reserved output. A non-negative integer. */
+  readonly tokens: number;
+  /** Requests to count. @default 1 */
+  readonly requests?: number;
+  /** Model of the request, to select model-scoped limits. */
+  readonly model?: string;
+}
+
+/** State of one limit as seen right after a decision (or a peek). */
+export interface LimitState {
+  readonly name: string;
+  readonly kind: 'requests' | 'tokens' | 'concurrent';
+  /** Configured limit (units per window, or slots). */
+  readonly limit: number;
+  /** Units (or slots) available now, floored to an integer, never below 0. */
+  readonly remaining: number;
+  /** Ms until the limit is back to its initial state (bucket full / window empty / no slot held). */
+  readonly resetMs: number;
+}
+
+/** Result of an acquire. "Limited" is a result, not an exception. */
+export type AcquireResult =
+  | {
+      readonly ok: true;
+      readonly limits: readonly LimitState[];
+    }
+  | {
+      readonly ok: false;
+      /**
+       * `limited`: retry after `retryAfterMs`.
+       * `too_large`: the request exceeds the named limit's capacity and can never be admitted.
+       * `duplicate`: a reservation with this id is already open.
+       */
+      readonly reason: 'limited' | 'too_large' | 'duplicate';
+      /** Name of the (first) limit that refused. */
+      readonly limit: string;
+      /** Kind of the limit that refused. */
+      readonly kind: 'requests' | 'tokens' | 'concurrent';
+      /** Exact ms until every limit could admit this request (0 for too_large/duplicate). */
+      readonly retryAfterMs: number;
+      readonly limits: readonly LimitState[];
+    };
+
+/** Result of settle(). */
+export interface SettleResult {
+  /** False when the id was unknown, expired or already settled (then nothing changed). */
+  readonly settled: boolean;
+  /** actual − reserved tokens: negative is a refund, positive a debit. 0 when not settled. */
+  readonly deltaTokens: number;
+}
