@@ -1,0 +1,134 @@
+/**
+ * Loads a YAML config file, validates it against {@link ConfigSchema}, resolves secrets from the
+ * environment and builds the frozen runtime view the gateway uses.
+ */
+import { readFileSync } from 'node:fs';
+import { parseDocument } from 'yaml';
+import type { z } from 'zod';
+import type { Policy } from '../limiter/types.ts';
+import { policyFromLimits } from './policy.ts';
+import { ConfigSchema } from './schema.ts';
+import type { Config, DeploymentConfig, ModelConfig, TenantConfig } from './schema.ts';
+
+/** A config that cannot be used; the message names the file and the key path of every problem. */
+export class ConfigError extends Error {
+  override readonly name = 'ConfigError';
+  /** One line per problem: `<file>: <path>: <message>`. */
+  readonly problems: readonly string[];
+
+  constructor(problems: readonly string[]) {
+    super(`invalid config:\n  ${problems.join('\n  ')}`);
+    this.problems = problems;
+  }
+}
+
+/** A deployment with its provider key resolved from the environment (never logged). */
+export interface ResolvedDeployment extends DeploymentConfig {
+  /** Provider key, or undefined when `api_key_env` is not set. */
+  readonly apiKey: string | undefined;
+}
+
+/** The validated config plus the lookups the gateway needs per request. Frozen. */
+export interface LoadedConfig {
+  readonly file: string;
+  readonly config: Config;
+  /** API key → tenant. */
+  readonly tenantByKey: ReadonlyMap<string, TenantConfig>;
+  /** Tenant id → limiter policy. */
+  readonly policies: ReadonlyMap<string, Policy>;
+  /** Model name → model. */
+  readonly models: ReadonlyMap<string, ModelConfig>;
+  /** Deployment name → deployment with its key. */
+  readonly deployments: ReadonlyMap<string, ResolvedDeployment>;
+}
+
+function formatPath(path: readonly PropertyKey[]): string {
+  let out = '';
+  for (const part of path) {
+    out += typeof part === 'number' ? `[${part}]` : `${out === '' ? '' : '.'}${String(part)}`;
+  }
+  return out === '' ? '(root)' : out;
+}
+
+function zodProblems(file: string, error: z.ZodError): string[] {
+  return error.issues.map((issue) => {
+    if (issue.code === 'unrecognized_keys') {
+      return `${file}: ${formatPath(issue.path)}: unknown key${issue.keys.length > 1 ? 's' : ''} ${issue.keys.map((k) => `"${k}"`).join(', ')}`;
+    }
+    return `${file}: ${formatPath(issue.path)}: ${issue.message}`;
+  });
+}
+
+/**
+ * Validates a parsed config object and builds the runtime view.
+ * @param file name used in error messages.
+ * @param env where `{env: NAME}` keys and `api_key_env` are read. @default process.env
+ * @throws ConfigError naming the file and the key path of every problem; values are never echoed.
+ */
+export function buildConfig(raw: unknown, file: string, env: NodeJS.ProcessEnv = process.env): LoadedConfig {
+  const parsed = ConfigSchema.safeParse(raw);
+  if (!parsed.success) throw new ConfigError(zodProblems(file, parsed.error));
+  const config = parsed.data;
+  const problems: string[] = [];
+
+  const tenantByKey = new Map<string, TenantConfig>();
+  config.tenants.forEach((tenant, i) => {
+    tenant.keys.forEach((key, j) => {
+      const value = typeof key === 'string' ? key : env[key.env];
+      if (value === undefined || value.length === 0) {
+        problems.push(`${file}: tenants[${i}].keys[${j}].env: environment variable is not set`);
+        return;
+      }
+      if (tenantByKey.has(value)) {
+        problems.push(`${file}: tenants[${i}].keys[${j}]: this key is already given to tenant "${tenantByKey.get(value)?.id}"`);
+        return;
+      }
+      tenantByKey.set(value, tenant);
+    });
+  });
+
+  const deployments = new Map<string, ResolvedDeployment>();
+  config.deployments.forEach((d, i) => {
+    const apiKey = d.api_key_env === undefined ? undefined : env[d.api_key_env];
+    if (d.api_key_env !== undefined && (apiKey === undefined || apiKey.length === 0)) {
+      problems.push(`${file}: deployments[${i}].api_key_env: environment variable ${d.api_key_env} is not set`);
+    }
+    deployments.set(d.name, Object.freeze({ ...d, apiKey }));
+  });
+  if (problems.length > 0) throw new ConfigError(problems);
+
+  return Object.freeze({
+    file,
+    config: deepFreeze(config),
+    tenantByKey,
+    policies: new Map(config.tenants.map((t) => [t.id, policyFromLimits(t.limits)])),
+    models: new Map(config.models.map((m) => [m.name, m])),
+    deployments,
+  });
+}
+
+/**
+ * Reads and validates a YAML config file.
+ * @throws ConfigError when the file cannot be read, is not YAML, or fails validation.
+ */
+export function loadConfig(file: string, env: NodeJS.ProcessEnv = process.env): LoadedConfig {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    throw new ConfigError([`${file}: cannot read: ${(err as NodeJS.ErrnoException).code ?? String(err)}`]);
+  }
+  const doc = parseDocument(text, { uniqueKeys: true });
+  if (doc.errors.length > 0) {
+    throw new ConfigError(doc.errors.map((e) => `${file}: line ${e.linePos?.[0]?.line ?? '?'}: ${e.code}: ${e.message.split('\n')[0]}`));
+  }
+  return buildConfig(doc.toJS(), file, env);
+}
+
+function deepFreeze<T>(value: T): T {
+  if (value !== null && typeof value === 'object' && !Object.isFrozen(value)) {
+    Object.freeze(value);
+    for (const child of Object.values(value)) deepFreeze(child);
+  }
+  return value;
+}

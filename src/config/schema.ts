@@ -1,0 +1,190 @@
+/**
+ * The one config schema: it validates the YAML and gives the TypeScript types (`z.output`).
+ * Unknown keys are refused everywhere (strict objects); defaults sit beside each field.
+ */
+import { z } from 'zod';
+import { parseDuration } from './duration.ts';
+
+/** A duration: ms as a number, or a string like `1m`, `500ms`, `1h30m`. Output: ms. */
+const duration = z.union([z.number().nonnegative(), z.string()]).transform((value, ctx) => {
+  if (typeof value === 'number') return value;
+  const ms = parseDuration(value);
+  if (ms === undefined) {
+    ctx.addIssue({ code: 'custom', message: `"${value}" is not a duration (use e.g. 500ms, 1s, 1m, 1h, 1d)` });
+    return z.NEVER;
+  }
+  return ms;
+});
+
+const positiveInt = z.number().int().positive();
+
+/** Byte sizes: a number, or `512kb`, `1mb`. Output: bytes. */
+const byteSize = z.union([z.number().int().positive(), z.string()]).transform((value, ctx) => {
+  if (typeof value === 'number') return value;
+  const m = /^(\d+)\s*(b|kb|mb)$/i.exec(value);
+  if (m === null) {
+    ctx.addIssue({ code: 'custom', message: `"${value}" is not a size (use e.g. 1048576, 512kb, 1mb)` });
+    return z.NEVER;
+  }
+  const unit = (m[2] ?? 'b').toLowerCase();
+  return Number(m[1]) * (unit === 'mb' ? 1_048_576 : unit === 'kb' ? 1_024 : 1);
+});
+
+export const ALGORITHMS = ['token_bucket', 'sliding_window'] as const;
+export const ENCODINGS = ['o200k_base', 'cl100k_base', 'none'] as const;
+export const ESTIMATORS = ['estimate', 'exact'] as const;
+
+/**
+ * One limit. Exactly one of `requests`, `tokens` or `concurrent`:
+ * `{requests: 600, window: 1m}`, `{tokens: 200000, window: 1m, algorithm: sliding_window}`,
+ * `{concurrent: 20, lease_ttl: 10m}`; `model` scopes it to one model.
+ */
+export const LimitSchema = z
+  .strictObject({
+    requests: positiveInt.optional(),
+    tokens: positiveInt.optional(),
+    concurrent: positiveInt.optional(),
+    /** Window of a requests/tokens limit, 1s ..= 1d. */
+    window: duration.optional(),
+    /** @default token_bucket */
+    algorithm: z.enum(ALGORITHMS).optional(),
+    /** TTL of a concurrency slot that is neither released nor renewed. @default 10m */
+    lease_ttl: duration.optional(),
+    model: z.string().min(1).optional(),
+  })
+  .superRefine((limit, ctx) => {
+    const kinds = (['requests', 'tokens', 'concurrent'] as const).filter((k) => limit[k] !== undefined);
+    if (kinds.length !== 1) {
+      ctx.addIssue({ code: 'custom', message: 'a limit sets exactly one of requests, tokens or concurrent' });
+      return;
+    }
+    if (kinds[0] === 'concurrent') {
+      if (limit.window !== undefined || limit.algorithm !== undefined) {
+        ctx.addIssue({ code: 'custom', message: 'a concurrent limit takes no window or algorithm' });
+      }
+      return;
+    }
+    if (limit.lease_ttl !== undefined) {
+      ctx.addIssue({ code: 'custom', path: ['lease_ttl'], message: 'lease_ttl applies to concurrent limits only' });
+    }
+    if (limit.window === undefined) {
+      ctx.addIssue({ code: 'custom', path: ['window'], message: 'a requests or tokens limit needs a window (1s to 1d)' });
+    } else if (limit.window < 1_000 || limit.window > 86_400_000 || !Number.isInteger(limit.window)) {
+      ctx.addIssue({ code: 'custom', path: ['window'], message: 'window must be a whole number of ms from 1s to 1d' });
+    }
+  });
+
+/** A tenant key: the literal key, or `{env: NAME}` to read it from the environment at start. */
+const ApiKeySchema = z.union([z.string().min(8), z.strictObject({ env: z.string().min(1) })]);
+
+export const TenantSchema = z.strictObject({
+  id: z.string().regex(/^[A-Za-z0-9._-]{1,64}$/, 'tenant id: 1-64 of A-Z a-z 0-9 . _ -'),
+  keys: z.array(ApiKeySchema).min(1),
+  limits: z.array(LimitSchema).default([]),
+  /** @default interactive */
+  priority: z.string().min(1).default('interactive'),
+  /** Overrides the model's estimator for this tenant's requests. */
+  estimator: z.enum(ESTIMATORS).optional(),
+});
+
+export const ModelSchema = z.strictObject({
+  name: z.string().min(1),
+  /** Tokenizer of the model; `none` = no public tokenizer (character estimate only). */
+  encoding: z.enum(ENCODINGS),
+  /** Prompt counting at admission. @default estimate */
+  estimator: z.enum(ESTIMATORS).default('estimate'),
+  /** Output reserved when a request sets no max_tokens, in tokens. @default 4096 */
+  default_max_output: positiveInt.default(4096),
+  /** Deployment names, in order of preference. */
+  deployments: z.array(z.string().min(1)).min(1),
+});
+
+export const DeploymentSchema = z.strictObject({
+  name: z.string().min(1),
+  provider: z.enum(['openai', 'anthropic']),
+  /** Base URL without the `/v1` path, e.g. `https://api.openai.com`. */
+  base_url: z.url({ protocol: /^https?$/ }),
+  /** Environment variable holding the provider key (never written in config). */
+  api_key_env: z.string().regex(/^[A-Z_][A-Z0-9_]*$/, 'an environment variable name').optional(),
+  /** Model name to send upstream when it differs from the public one. */
+  upstream_model: z.string().min(1).optional(),
+  /** Provider quota (enforced cluster-wide by the global cap; see issue 4). */
+  quota: z.strictObject({ rpm: positiveInt.optional(), tpm: positiveInt.optional() }).default({}),
+  /** Fraction of the quota to use. @default 0.9 */
+  headroom: z.number().gt(0).lte(1).default(0.9),
+  /** Timeout for the upstream's response headers (a non-stream reply comes whole). @default 120s */
+  headers_timeout: duration.default(120_000),
+  /** Timeout between two body chunks from upstream. @default 60s */
+  body_timeout: duration.default(60_000),
+  /** Client request headers passed to this deployment (lower case), e.g. the simulator's `x-sim-output-tokens`. @default [] */
+  forward_headers: z.array(z.string().regex(/^[a-z0-9-]+$/, 'a lower-case header name')).default([]),
+  /** Keep-alive connections per deployment. @default 128 */
+  connections: positiveInt.default(128),
+});
+
+export const ServerSchema = z.strictObject({
+  /** @default 127.0.0.1 */
+  host: z.string().default('127.0.0.1'),
+  /** @default 8080 */
+  port: z.number().int().min(0).max(65535).default(8080),
+  /** Largest request body accepted. @default 4mb */
+  body_limit: byteSize.default(4 * 1_048_576),
+  /** Period of the idle-tenant sweep. @default 10s */
+  sweep_interval: duration.default(10_000),
+  /** Logging level. @default info */
+  log_level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+});
+
+export const TokensSchema = z.strictObject({
+  /** Worker threads for exact counting of large prompts. @default 2 */
+  pool_size: positiveInt.default(2),
+  /** Prompts longer than this (chars) are counted exactly in the worker pool. @default 32768 */
+  worker_threshold_chars: positiveInt.default(32_768),
+  /** Per-message counts kept in the exact-count cache. @default 50000 */
+  cache_entries: positiveInt.default(50_000),
+});
+
+export const ConfigSchema = z
+  .strictObject({
+    server: ServerSchema.prefault({}),
+    tokens: TokensSchema.prefault({}),
+    tenants: z.array(TenantSchema).min(1),
+    models: z.array(ModelSchema).min(1),
+    deployments: z.array(DeploymentSchema).min(1),
+  })
+  .superRefine((config, ctx) => {
+    const unique = (items: readonly { name?: string; id?: string }[], field: 'tenants' | 'models' | 'deployments') => {
+      const seen = new Set<string>();
+      items.forEach((item, i) => {
+        const name = item.name ?? item.id ?? '';
+        if (seen.has(name)) ctx.addIssue({ code: 'custom', path: [field, i], message: `duplicate name "${name}"` });
+        seen.add(name);
+      });
+    };
+    unique(config.tenants, 'tenants');
+    unique(config.models, 'models');
+    unique(config.deployments, 'deployments');
+    const deployments = new Set(config.deployments.map((d) => d.name));
+    config.models.forEach((model, i) => {
+      model.deployments.forEach((name, j) => {
+        if (!deployments.has(name)) {
+          ctx.addIssue({ code: 'custom', path: ['models', i, 'deployments', j], message: `no deployment named "${name}"` });
+        }
+      });
+    });
+    const models = new Set(config.models.map((m) => m.name));
+    config.tenants.forEach((tenant, i) => {
+      tenant.limits.forEach((limit, j) => {
+        if (limit.model !== undefined && !models.has(limit.model)) {
+          ctx.addIssue({ code: 'custom', path: ['tenants', i, 'limits', j, 'model'], message: `no model named "${limit.model}"` });
+        }
+      });
+    });
+  });
+
+/** The validated config, as the YAML says it with defaults filled in and durations in ms. */
+export type Config = z.output<typeof ConfigSchema>;
+export type TenantConfig = Config['tenants'][number];
+export type LimitConfig = TenantConfig['limits'][number];
+export type ModelConfig = Config['models'][number];
+export type DeploymentConfig = Config['deployments'][number];

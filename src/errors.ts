@@ -1,0 +1,146 @@
+/**
+ * The error catalogue: every error a client can get from quotaring, with a stable code, the HTTP
+ * status, the provider error types it maps to, and a message that says how to fix it.
+ * A unit test pins this list; README "Errors" explains each.
+ */
+
+/** Shape family of an error body: OpenAI routes or Anthropic's `/v1/messages`. */
+export type ErrorDialect = 'openai' | 'anthropic';
+
+/** One catalogue entry. */
+export interface ErrorDef {
+  /** HTTP status. */
+  readonly status: number;
+  /** OpenAI `error.type`. */
+  readonly openaiType: string;
+  /** Anthropic `error.type` (one of the types Anthropic documents). */
+  readonly anthropicType: string;
+  /** Default message; routes usually pass a more specific one. */
+  readonly message: string;
+}
+
+/** Stable error codes. Never rename one: clients match on them. */
+export const ERRORS = {
+  invalid_api_key: {
+    status: 401,
+    openaiType: 'invalid_request_error',
+    anthropicType: 'authentication_error',
+    message: 'Missing or unknown API key. Send the tenant key as "Authorization: Bearer <key>" or "x-api-key: <key>".',
+  },
+  invalid_json: {
+    status: 400,
+    openaiType: 'invalid_request_error',
+    anthropicType: 'invalid_request_error',
+    message: 'The request body is not valid JSON.',
+  },
+  invalid_encoding: {
+    status: 400,
+    openaiType: 'invalid_request_error',
+    anthropicType: 'invalid_request_error',
+    message: 'The request body is not valid UTF-8.',
+  },
+  unsupported_media_type: {
+    status: 415,
+    openaiType: 'invalid_request_error',
+    anthropicType: 'invalid_request_error',
+    message: 'Send the body as JSON with "Content-Type: application/json".',
+  },
+  body_too_large: {
+    status: 413,
+    openaiType: 'invalid_request_error',
+    anthropicType: 'request_too_large',
+    message: 'The request body is larger than the configured server.body_limit.',
+  },
+  invalid_request: {
+    status: 400,
+    openaiType: 'invalid_request_error',
+    anthropicType: 'invalid_request_error',
+    message: 'The request is missing a required field or has a field of the wrong type.',
+  },
+  model_not_found: {
+    status: 404,
+    openaiType: 'invalid_request_error',
+    anthropicType: 'not_found_error',
+    message: 'The model is not configured on this gateway. GET /v1/models lists the models you can use.',
+  },
+  wrong_endpoint: {
+    status: 400,
+    openaiType: 'invalid_request_error',
+    anthropicType: 'invalid_request_error',
+    message: 'This model is served by a deployment of another provider; call it on that provider\'s endpoint.',
+  },
+  not_found: {
+    status: 404,
+    openaiType: 'invalid_request_error',
+    anthropicType: 'not_found_error',
+    message: 'No such route on this gateway.',
+  },
+  rate_limit_exceeded: {
+    status: 429,
+    openaiType: 'requests',
+    anthropicType: 'rate_limit_error',
+    message: 'Rate limit reached. Retry after the time in the retry-after header.',
+  },
+  request_too_large: {
+    status: 429,
+    openaiType: 'tokens',
+    anthropicType: 'rate_limit_error',
+    message: 'The request can never fit this limit: lower max_tokens or shorten the prompt.',
+  },
+  upstream_unavailable: {
+    status: 502,
+    openaiType: 'server_error',
+    anthropicType: 'api_error',
+    message: 'The upstream provider could not be reached.',
+  },
+  upstream_timeout: {
+    status: 504,
+    openaiType: 'server_error',
+    anthropicType: 'api_error',
+    message: 'The upstream provider did not answer in time.',
+  },
+  internal_error: {
+    status: 500,
+    openaiType: 'server_error',
+    anthropicType: 'api_error',
+    message: 'Internal gateway error.',
+  },
+} as const satisfies Record<string, ErrorDef>;
+
+/** A stable error code from {@link ERRORS}. */
+export type ErrorCode = keyof typeof ERRORS;
+
+/**
+ * A client-facing error: thrown by request parsing and caught by the gateway's error handler,
+ * which renders it in the route's dialect. Never used for "rate limited" decisions, which are results.
+ */
+export class GatewayError extends Error {
+  readonly code: ErrorCode;
+  readonly statusCode: number;
+  /** OpenAI `error.param`: the offending field, when there is one. */
+  readonly param: string | null;
+
+  /** @param code catalogue code; @param message specific message (defaults to the catalogue's). */
+  constructor(code: ErrorCode, message?: string, param: string | null = null) {
+    super(message ?? ERRORS[code].message);
+    this.code = code;
+    this.statusCode = ERRORS[code].status;
+    this.param = param;
+  }
+}
+
+/** JSON body of an error in the given dialect. OpenAI: `{error:{message,type,param,code}}`; Anthropic: `{type:'error',error:{type,message}}`. */
+export function errorBody(
+  dialect: ErrorDialect,
+  code: ErrorCode,
+  message: string = ERRORS[code].message,
+  opts: { param?: string | null; openaiType?: string } = {},
+): Record<string, unknown> {
+  const def: ErrorDef = ERRORS[code];
+  if (dialect === 'anthropic') {
+    return { type: 'error', error: { type: def.anthropicType, message } };
+  }
+  return {
+    error: { message, type: opts.openaiType ?? def.openaiType, param: opts.param ?? null, code },
+  };
+}

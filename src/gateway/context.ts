@@ -1,0 +1,27 @@
+/**
+ * What the gateway's routes share: config, clock, limiter, token counter and upstream pools.
+ */
+import { randomBytes } from 'node:crypto';
+import type { Clock } from '../clock.ts';
+import type { LoadedConfig } from '../config/load.ts';
+import type { Limiter } from '../limiter/limiter.ts';
+import type { PromptCounter } from '../tokens/index.ts';
+import type { Upstreams } from './upstream.ts';
+
+/** Dependencies of the gateway routes, built once per process. */
+export interface GatewayContext {
+  readonly config: LoadedConfig;
+  readonly clock: Clock;
+  readonly limiter: Limiter;
+  readonly tokens: PromptCounter;
+  readonly upstreams: Upstreams;
+  /** A request id unique in the cluster: a random per-process prefix and a counter. */
+  nextRequestId(): string;
+}
+
+/** Returns a cheap unique-id generator: `<8 hex chars>-<counter>`. */
+export function requestIdGenerator(): () => string {
+  const prefix = randomBytes(4).toString('hex');
+  let seq = 0;
+  return () => `${prefix}-${(++seq).toString(36)}`;
+}

@@ -1,0 +1,202 @@
+/**
+ * One limited request from admission to settlement: reserve (prompt + reserved output) on the
+ * tenant's limits, call the deployment, pass the reply through (JSON whole, SSE event by event),
+ * then settle on the provider's reported usage and release the concurrency slot — on every path.
+ */
+import { once } from 'node:events';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { ResolvedDeployment } from '../config/load.ts';
+import type { ModelConfig, TenantConfig } from '../config/schema.ts';
+import { GatewayError, errorBody } from '../errors.ts';
+import type { ErrorDialect } from '../errors.ts';
+import type { AcquireResult, LimitState } from '../limiter/types.ts';
+import { SseSplitter } from '../providers/sse.ts';
+import type { StreamObserver, TokenUsage } from '../providers/types.ts';
+import type { GatewayContext } from './context.ts';
+import { anthropicRateLimitHeaders, openAIRateLimitHeaders, retryAfterHeaders } from './rate-limit-headers.ts';
+
+/** Everything a route knows about a request once it is parsed and counted. */
+export interface Exchange {
+  readonly dialect: ErrorDialect;
+  readonly tenant: TenantConfig;
+  readonly model: ModelConfig;
+  readonly deployment: ResolvedDeployment;
+  /** Prompt tokens counted or estimated at admission. */
+  readonly promptTokens: number;
+  /** Output tokens reserved (max_tokens × n, or the model's default). */
+  readonly reservedOutput: number;
+  /** Upstream provider path, e.g. `/v1/chat/completions`. */
+  readonly path: string;
+  readonly body: string | Buffer;
+  readonly stream: boolean;
+  /** Extra upstream headers (provider version headers). */
+  readonly headers: Record<string, string>;
+  /** Usage from a JSON reply body. */
+  readonly usageFromJson: (json: unknown) => TokenUsage | undefined;
+  /** A fresh stream observer, for SSE replies. */
+  readonly observer: () => StreamObserver;
+}
+
+/** Upstream response headers never passed to the client: hop-by-hop, length, and the upstream's own limits. */
+const DROPPED_UPSTREAM_HEADER = /^(connection|keep-alive|transfer-encoding|content-length|content-encoding|set-cookie|x-ratelimit-.*|anthropic-ratelimit-.*|retry-after|retry-after-ms|x-should-retry|openai-organization|openai-project)$/;
+
+function limitHeaders(ctx: GatewayContext, dialect: ErrorDialect, limits: readonly LimitState[]): Record<string, string> {
+  return dialect === 'anthropic' ? anthropicRateLimitHeaders(limits, ctx.clock.now()) : openAIRateLimitHeaders(limits);
+}
+
+function passHeaders(upstream: Record<string, string | string[] | undefined>, into: Record<string, string>): void {
+  for (const [name, value] of Object.entries(upstream)) {
+    if (value === undefined || DROPPED_UPSTREAM_HEADER.test(name)) continue;
+    into[name] = Array.isArray(value) ? value.join(', ') : value;
+  }
+}
+
+/** Renders a refusal: 429 `rate_limit_exceeded` with retry headers, or 429 `request_too_large` that must not be retried. */
+function sendRefusal(ctx: GatewayContext, reply: FastifyReply, ex: Exchange, result: Extract<AcquireResult, { ok: false }>, cost: number): FastifyReply {
+  const headers = limitHeaders(ctx, ex.dialect, result.limits);
+  const refusing = result.limits.find((l) => l.name === result.limit);
+  const capacity = refusing?.limit ?? 0;
+  if (result.reason === 'too_large') {
+    const unit = result.kind === 'tokens' ? `${cost} tokens (prompt ${ex.promptTokens} + max output ${ex.reservedOutput})` : `${cost} ${result.kind}`;
+    const message = `Request too large for ${result.limit} of tenant ${ex.tenant.id}: it needs ${unit} but the limit is ${capacity}. Lower max_tokens or shorten the prompt.`;
+    return reply
+      .code(429)
+      .headers({ ...headers, 'x-should-retry': 'false', 'x-quotaring-error': 'request_too_large' })
+      .send(errorBody(ex.dialect, 'request_too_large', message, { openaiType: result.kind === 'tokens' ? 'tokens' : 'requests' }));
+  }
+  const wait = (result.retryAfterMs / 1_000).toFixed(3).replace(/\.?0+$/, '');
+  const message = `Rate limit reached for ${result.limit} of tenant ${ex.tenant.id}: limit ${capacity}, remaining ${refusing?.remaining ?? 0}, requested ${result.kind === 'tokens' ? cost : 1}. Please try again in ${wait}s.`;
+  return reply
+    .code(429)
+    .headers({ ...headers, ...retryAfterHeaders(result.retryAfterMs), 'x-quotaring-error': 'rate_limit_exceeded' })
+    .send(errorBody(ex.dialect, 'rate_limit_exceeded', message, { openaiType: result.kind === 'tokens' ? 'tokens' : 'requests' }));
+}
+
+/** Maps an undici failure before any response to a client error. */
+function upstreamError(err: unknown): GatewayError {
+  const code = (err as { code?: string }).code ?? '';
+  if (code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_CONNECT_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT') {
+    return new GatewayError('upstream_timeout');
+  }
+  return new GatewayError('upstream_unavailable', `The upstream provider could not be reached (${code || 'connection failed'}).`);
+}
+
+/**
+ * Runs an exchange and answers the client. Never throws for a client-caused condition: refusals and
+ * upstream failures are rendered here; the slot is released and the reservation settled on every path.
+ */
+export async function runExchange(ctx: GatewayContext, request: FastifyRequest, reply: FastifyReply, ex: Exchange): Promise<FastifyReply> {
+  const id = ctx.nextRequestId();
+  const tenantId = ex.tenant.id;
+  const cost = ex.promptTokens + ex.reservedOutput;
+  const admitted = ctx.limiter.acquire(tenantId, { id, tokens: cost, model: ex.model.name });
+  if (!admitted.ok) return sendRefusal(ctx, reply, ex, admitted, cost);
+
+  const headers = limitHeaders(ctx, ex.dialect, admitted.limits);
+  headers['x-quotaring-request-id'] = id;
+  const abort = new AbortController();
+  const raw = reply.raw;
+  const onClose = (): void => {
+    if (!raw.writableFinished) abort.abort();
+  };
+  raw.on('close', onClose);
+  // Tokens to settle at the end; starts at "refund everything" (upstream failure before any output).
+  let actual = 0;
+  try {
+    const forwarded: Record<string, string> = { ...ex.headers };
+    for (const name of ex.deployment.forward_headers) {
+      const value = request.headers[name];
+      if (typeof value === 'string') forwarded[name] = value;
+    }
+    let res;
+    try {
+      res = await ctx.upstreams.request(ex.deployment, { path: ex.path, body: ex.body, headers: forwarded, signal: abort.signal });
+    } catch (err) {
+      if (abort.signal.aborted) {
+        actual = ex.promptTokens;
+        return reply;
+      }
+      const error = upstreamError(err);
+      request.log.warn({ deployment: ex.deployment.name, err: (err as Error).message }, 'upstream request failed');
+      return reply.code(error.statusCode).headers({ ...headers, 'x-quotaring-error': error.code }).send(errorBody(ex.dialect, error.code, error.message));
+    }
+    passHeaders(res.headers, headers);
+    const isEventStream = String(res.headers['content-type'] ?? '').startsWith('text/event-stream');
+    if (res.statusCode >= 300 || !ex.stream || !isEventStream) {
+      let text: string;
+      try {
+        text = await res.body.text();
+      } catch (err) {
+        if (abort.signal.aborted) {
+          actual = ex.promptTokens;
+          return reply;
+        }
+        const error = upstreamError(err);
+        return reply.code(error.statusCode).headers({ ...headers, 'x-quotaring-error': error.code }).send(errorBody(ex.dialect, error.code, error.message));
+      }
+      if (res.statusCode < 300) {
+        let usage: TokenUsage | undefined;
+        try {
+          usage = ex.usageFromJson(JSON.parse(text));
+        } catch {
+          usage = undefined;
+        }
+        // No usage reported: keep the reservation (the conservative charge).
+        actual = usage === undefined ? cost : usage.input + usage.output;
+      }
+      return reply.code(res.statusCode).headers(headers).send(text);
+    }
+    actual = await pipeStream(ctx, reply, ex, res, headers, abort.signal, id);
+    return reply;
+  } finally {
+    raw.off('close', onClose);
+    ctx.limiter.settle(tenantId, id, actual);
+    ctx.limiter.release(tenantId, id);
+  }
+}
+
+/**
+ * Passes an SSE reply through event by event, with backpressure, renewing the concurrency lease while
+ * it flows. @returns tokens to settle: reported usage, or prompt + delivered output when the stream
+ * ended early (client abort or upstream drop).
+ */
+async function pipeStream(
+  ctx: GatewayContext,
+  reply: FastifyReply,
+  ex: Exchange,
+  res: { statusCode: number; body: AsyncIterable<Buffer> & { destroy(err?: Error): unknown } },
+  headers: Record<string, string>,
+  signal: AbortSignal,
+  id: string,
+): Promise<number> {
+  const raw = reply.raw;
+  reply.hijack();
+  raw.writeHead(res.statusCode, headers);
+  const splitter = new SseSplitter();
+  const observer = ex.observer();
+  const renewEvery = 5_000;
+  let lastRenew = ctx.clock.now();
+  try {
+    for await (const chunk of res.body) {
+      let out = '';
+      for (const event of splitter.push(chunk)) {
+        if (observer.onEvent(event)) out += event.raw;
+      }
+      const now = ctx.clock.now();
+      if (now - lastRenew >= renewEvery) {
+        ctx.limiter.renew(ex.tenant.id, id);
+        lastRenew = now;
+      }
+      if (out.length > 0 && !raw.write(out)) await once(raw, 'drain', { signal });
+    }
+    const tail = splitter.rest();
+    raw.end(tail);
+  } catch {
+    res.body.destroy();
+    // Client gone, or the upstream dropped the stream: mirror the drop so the client sees it.
+    if (!raw.destroyed) raw.destroy();
+  }
+  const usage = observer.usage();
+  if (usage !== undefined) return usage.input + usage.output;
+  return ex.promptTokens + observer.deliveredOutput;
+}

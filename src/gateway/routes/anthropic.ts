@@ -1,0 +1,41 @@
+/**
+ * Anthropic-compatible route: `POST /v1/messages` (JSON and SSE).
+ */
+import type { FastifyInstance } from 'fastify';
+import { AnthropicStreamObserver, anthropicUsageFromJson, parseMessagesRequest } from '../../providers/anthropic/messages.ts';
+import { tenantOf } from '../auth.ts';
+import type { GatewayContext } from '../context.ts';
+import { runExchange } from '../exchange.ts';
+import { countingOf, routeModel } from '../routing.ts';
+
+/** Anthropic API version sent upstream when the client sends none. */
+const DEFAULT_ANTHROPIC_VERSION = '2023-06-01';
+
+/** Registers `POST /v1/messages`. */
+export function anthropicRoutes(app: FastifyInstance, ctx: GatewayContext): void {
+  app.post('/v1/messages', async (request, reply) => {
+    const tenant = tenantOf(request);
+    const msg = parseMessagesRequest(request.body);
+    const route = routeModel(ctx, msg.model, 'anthropic');
+    const promptTokens = await ctx.tokens.count('anthropic_messages', msg.body, countingOf(tenant, route.model));
+    const headers: Record<string, string> = {};
+    const version = request.headers['anthropic-version'];
+    headers['anthropic-version'] = typeof version === 'string' ? version : DEFAULT_ANTHROPIC_VERSION;
+    const beta = request.headers['anthropic-beta'];
+    if (typeof beta === 'string') headers['anthropic-beta'] = beta;
+    return runExchange(ctx, request, reply, {
+      dialect: 'anthropic',
+      tenant,
+      model: route.model,
+      deployment: route.deployment,
+      promptTokens,
+      reservedOutput: msg.maxOutput,
+      path: '/v1/messages',
+      body: JSON.stringify({ ...msg.body, model: route.upstreamModel }),
+      stream: msg.stream,
+      headers,
+      usageFromJson: anthropicUsageFromJson,
+      observer: () => new AnthropicStreamObserver(),
+    });
+  });
+}

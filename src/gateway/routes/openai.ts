@@ -1,0 +1,73 @@
+/**
+ * OpenAI-compatible routes: chat completions (JSON and SSE), embeddings and the model list.
+ */
+import type { FastifyInstance } from 'fastify';
+import { OpenAIChatStreamObserver, openAIUsageFromJson, parseChatRequest, upstreamChatBody } from '../../providers/openai/chat.ts';
+import { GatewayError } from '../../errors.ts';
+import { parseEmbeddingsRequest } from '../../providers/openai/embeddings.ts';
+import { tenantOf } from '../auth.ts';
+import type { GatewayContext } from '../context.ts';
+import { runExchange } from '../exchange.ts';
+import { countingOf, routeModel } from '../routing.ts';
+
+/** Registers `POST /v1/chat/completions`, `POST /v1/embeddings`, `GET /v1/models`, `GET /v1/models/:id`. */
+export function openAIRoutes(app: FastifyInstance, ctx: GatewayContext): void {
+  app.post('/v1/chat/completions', async (request, reply) => {
+    const tenant = tenantOf(request);
+    const chat = parseChatRequest(request.body);
+    const route = routeModel(ctx, chat.model, 'openai');
+    const promptTokens = await ctx.tokens.count('openai_chat', chat.body, countingOf(tenant, route.model));
+    return runExchange(ctx, request, reply, {
+      dialect: 'openai',
+      tenant,
+      model: route.model,
+      deployment: route.deployment,
+      promptTokens,
+      reservedOutput: (chat.maxOutput ?? route.model.default_max_output) * chat.choices,
+      path: '/v1/chat/completions',
+      body: JSON.stringify(upstreamChatBody(chat, route.upstreamModel)),
+      stream: chat.stream,
+      headers: {},
+      usageFromJson: openAIUsageFromJson,
+      observer: () => new OpenAIChatStreamObserver(chat.clientWantsUsage),
+    });
+  });
+
+  app.post('/v1/embeddings', async (request, reply) => {
+    const tenant = tenantOf(request);
+    const embed = parseEmbeddingsRequest(request.body);
+    const route = routeModel(ctx, embed.model, 'openai');
+    const promptTokens = await ctx.tokens.count('embeddings', embed.input, countingOf(tenant, route.model));
+    return runExchange(ctx, request, reply, {
+      dialect: 'openai',
+      tenant,
+      model: route.model,
+      deployment: route.deployment,
+      promptTokens,
+      reservedOutput: 0,
+      path: '/v1/embeddings',
+      body: JSON.stringify({ ...embed.body, model: route.upstreamModel }),
+      stream: false,
+      headers: {},
+      usageFromJson: openAIUsageFromJson,
+      observer: () => new OpenAIChatStreamObserver(false),
+    });
+  });
+
+  app.get('/v1/models', async (request) => {
+    const created = 1_700_000_000;
+    const models = [...ctx.config.models.values()];
+    if (request.headers['anthropic-version'] !== undefined) {
+      const data = models.map((m) => ({ type: 'model', id: m.name, display_name: m.name, created_at: new Date(created * 1_000).toISOString() }));
+      return { data, has_more: false, first_id: data[0]?.id ?? null, last_id: data.at(-1)?.id ?? null };
+    }
+    return { object: 'list', data: models.map((m) => ({ id: m.name, object: 'model', created, owned_by: 'quotaring' })) };
+  });
+
+  app.get<{ Params: { id: string } }>('/v1/models/:id', async (request) => {
+    const model = ctx.config.models.get(request.params.id);
+    if (model === undefined) throw new GatewayError('model_not_found', `The model "${request.params.id}" does not exist on this gateway.`, 'model');
+    return { id: model.name, object: 'model', created: 1_700_000_000, owned_by: 'quotaring' };
+  });
+}
+

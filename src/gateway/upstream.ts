@@ -1,0 +1,64 @@
+/**
+ * Connections to the upstream deployments: one undici `Pool` per deployment with keep-alive
+ * connections and the deployment's timeouts.
+ */
+import { Pool } from 'undici';
+import type { Dispatcher } from 'undici';
+import type { ResolvedDeployment } from '../config/load.ts';
+
+/** One upstream call. */
+export interface UpstreamCall {
+  /** Provider path, e.g. `/v1/chat/completions` (the base URL's path is prefixed). */
+  readonly path: string;
+  readonly body: string | Buffer;
+  /** Extra request headers (forwarded client headers, `anthropic-version`, ...). */
+  readonly headers: Record<string, string>;
+  readonly signal: AbortSignal;
+}
+
+/** Pools per deployment; create once per process, `close()` on shutdown. */
+export class Upstreams {
+  readonly #pools = new Map<string, { pool: Pool; prefix: string }>();
+
+  /** Sends a POST to a deployment; the body of the returned response must be consumed or destroyed. @throws undici errors on connect failure, timeout or abort. */
+  request(deployment: ResolvedDeployment, call: UpstreamCall): Promise<Dispatcher.ResponseData> {
+    const { pool, prefix } = this.#poolFor(deployment);
+    const headers: Record<string, string> = {
+      ...call.headers,
+      'content-type': 'application/json',
+      'accept-encoding': 'identity',
+    };
+    if (deployment.apiKey !== undefined) {
+      if (deployment.provider === 'anthropic') headers['x-api-key'] = deployment.apiKey;
+      else headers.authorization = `Bearer ${deployment.apiKey}`;
+    }
+    return pool.request({
+      method: 'POST',
+      path: prefix + call.path,
+      headers,
+      body: call.body,
+      signal: call.signal,
+      headersTimeout: deployment.headers_timeout,
+      bodyTimeout: deployment.body_timeout,
+    });
+  }
+
+  #poolFor(deployment: ResolvedDeployment): { pool: Pool; prefix: string } {
+    let entry = this.#pools.get(deployment.name);
+    if (entry === undefined) {
+      const url = new URL(deployment.base_url);
+      entry = {
+        pool: new Pool(url.origin, { connections: deployment.connections, keepAliveTimeout: 30_000, pipelining: 1 }),
+        prefix: url.pathname.replace(/\/+$/, ''),
+      };
+      this.#pools.set(deployment.name, entry);
+    }
+    return entry;
+  }
+
+  /** Closes every pool, waiting for requests in flight. */
+  async close(): Promise<void> {
+    await Promise.all([...this.#pools.values()].map((e) => e.pool.close()));
+    this.#pools.clear();
+  }
+}

@@ -1,0 +1,119 @@
+/**
+ * OpenAI `POST /v1/chat/completions`: the request fields the gateway needs, the body sent upstream,
+ * and usage from JSON replies and SSE streams.
+ * Source: OpenAI API reference, "Create chat completion" and "The chat completion chunk object".
+ */
+import { GatewayError } from '../../errors.ts';
+import { bodyObject, optionalBoolean, optionalPositiveInt, requiredObjectArray, requiredString } from '../fields.ts';
+import type { SseEvent } from '../sse.ts';
+import type { StreamObserver, TokenUsage } from '../types.ts';
+
+/** What admission needs from a chat completion request. */
+export interface ChatRequest {
+  readonly body: Record<string, unknown>;
+  readonly model: string;
+  readonly stream: boolean;
+  /** The client asked for the usage chunk (`stream_options.include_usage: true`). */
+  readonly clientWantsUsage: boolean;
+  /** `max_completion_tokens` ?? `max_tokens`, in tokens; undefined when neither is set. */
+  readonly maxOutput: number | undefined;
+  /** Choices requested (`n`); output is reserved for each. */
+  readonly choices: number;
+}
+
+/**
+ * Validates the fields the gateway relies on.
+ * @throws GatewayError `invalid_request` (400) naming the field.
+ */
+export function parseChatRequest(raw: unknown): ChatRequest {
+  const body = bodyObject(raw);
+  const model = requiredString(body, 'model');
+  const messages = requiredObjectArray(body, 'messages');
+  messages.forEach((m, i) => {
+    if (typeof m.role !== 'string') {
+      throw new GatewayError('invalid_request', `"messages[${i}].role" is required and must be a string.`, `messages[${i}].role`);
+    }
+  });
+  const maxTokens = optionalPositiveInt(body, 'max_tokens');
+  const maxCompletion = optionalPositiveInt(body, 'max_completion_tokens');
+  const choices = optionalPositiveInt(body, 'n', 128) ?? 1;
+  const stream = optionalBoolean(body, 'stream');
+  const options = body.stream_options;
+  let clientWantsUsage = false;
+  if (options !== undefined && options !== null) {
+    if (typeof options !== 'object' || Array.isArray(options)) {
+      throw new GatewayError('invalid_request', '"stream_options" must be an object.', 'stream_options');
+    }
+    clientWantsUsage = optionalBoolean(options as Record<string, unknown>, 'include_usage');
+  }
+  return { body, model, stream, clientWantsUsage, maxOutput: maxCompletion ?? maxTokens, choices };
+}
+
+/**
+ * The body to send upstream: the client's, with the deployment's model name and, for streams,
+ * `stream_options.include_usage: true` so the provider reports usage for settlement.
+ */
+export function upstreamChatBody(request: ChatRequest, upstreamModel: string): Record<string, unknown> {
+  const body: Record<string, unknown> = { ...request.body, model: upstreamModel };
+  if (request.stream) {
+    const options = (request.body.stream_options ?? {}) as Record<string, unknown>;
+    body.stream_options = { ...options, include_usage: true };
+  }
+  return body;
+}
+
+/** Usage from an OpenAI `usage` object (`prompt_tokens`, `completion_tokens`); undefined when absent. */
+export function openAIUsage(usage: unknown): TokenUsage | undefined {
+  if (usage === null || typeof usage !== 'object') return undefined;
+  const u = usage as Record<string, unknown>;
+  const input = u.prompt_tokens;
+  const output = u.completion_tokens ?? 0;
+  if (typeof input !== 'number' || typeof output !== 'number') return undefined;
+  return { input, output };
+}
+
+/** Usage of a non-stream chat completion or embeddings reply body. */
+export function openAIUsageFromJson(json: unknown): TokenUsage | undefined {
+  if (json === null || typeof json !== 'object') return undefined;
+  return openAIUsage((json as Record<string, unknown>).usage);
+}
+
+/**
+ * Observes an OpenAI chat SSE stream: records the usage chunk (the last chunk, `choices: []`, sent
+ * because the gateway asked for `include_usage`) and hides it from clients that did not ask for it.
+ */
+export class OpenAIChatStreamObserver implements StreamObserver {
+  #usage: TokenUsage | undefined;
+  #delivered = 0;
+  readonly #forwardUsage: boolean;
+
+  /** @param clientWantsUsage forward the usage chunk to the client. */
+  constructor(clientWantsUsage: boolean) {
+    this.#forwardUsage = clientWantsUsage;
+  }
+
+  onEvent(event: SseEvent): boolean {
+    const data = event.data;
+    if (data.includes('"usage":{')) {
+      try {
+        const chunk = JSON.parse(data) as { usage?: unknown; choices?: unknown };
+        const usage = openAIUsage(chunk.usage);
+        if (usage !== undefined) this.#usage = usage;
+        if (Array.isArray(chunk.choices) && chunk.choices.length === 0) return this.#forwardUsage;
+      } catch {
+        // Not JSON: forward as is; usage stays unknown and settlement falls back to delivered tokens.
+      }
+    }
+    if (data.includes('"content":"') && !data.includes('"content":""')) this.#delivered++;
+    else if (data.includes('"arguments":"') && !data.includes('"arguments":""')) this.#delivered++;
+    return true;
+  }
+
+  usage(): TokenUsage | undefined {
+    return this.#usage;
+  }
+
+  get deliveredOutput(): number {
+    return this.#delivered;
+  }
+}
