@@ -1,0 +1,110 @@
+/**
+ * Runs several quotaring processes (simulator, nodes, later routers) as children of one command:
+ * prefixes each one's log lines with its name, waits until each answers `/healthz`, and stops them
+ * all on Ctrl-C / SIGTERM, or when one dies.
+ */
+import { spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
+import { createInterface } from 'node:readline';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
+import { request } from 'undici';
+
+/** One child process: `quotaring <args...>` with extra environment. */
+export interface ChildSpec {
+  readonly name: string;
+  readonly args: readonly string[];
+  readonly env?: Readonly<Record<string, string>>;
+  /** URL answering GET /healthz once the child is up. */
+  readonly healthUrl: string;
+}
+
+/** Path of the CLI entry next to this file's build (`src/cli.ts` under tsx, `dist/src/cli.js` built). */
+function cliPath(): string {
+  const ext = import.meta.url.endsWith('.ts') ? 'ts' : 'js';
+  return fileURLToPath(new URL(`../src/cli.${ext}`, import.meta.url));
+}
+
+async function waitHealthy(url: string, child: ChildProcess, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null) throw new Error(`exited with code ${child.exitCode} before answering ${url}`);
+    try {
+      const res = await request(url);
+      await res.body.dump();
+      if (res.statusCode === 200) return;
+    } catch {
+      // not listening yet
+    }
+    await sleep(100);
+  }
+  throw new Error(`no answer from ${url} within ${timeoutMs} ms`);
+}
+
+/** A running group of children. */
+export interface LaunchedGroup {
+  /** Sends SIGTERM to every child, then SIGKILL after `graceMs`; resolves when all exited. */
+  stop(graceMs?: number): Promise<void>;
+  /** Resolves when the group stopped (by stop(), a signal, or a child dying). */
+  readonly done: Promise<number>;
+}
+
+/**
+ * Starts children in order, each after the previous answers its health URL.
+ * @throws Error when a child exits or stays silent for 20 s during start (all started ones are stopped).
+ */
+export async function launch(specs: readonly ChildSpec[], opts: { handleSignals?: boolean } = {}): Promise<LaunchedGroup> {
+  const children: { spec: ChildSpec; proc: ChildProcess }[] = [];
+  let stopping = false;
+  let resolveDone!: (code: number) => void;
+  const done = new Promise<number>((resolve) => {
+    resolveDone = resolve;
+  });
+  const width = Math.max(...specs.map((s) => s.name.length));
+
+  const stop = async (graceMs = 5_000): Promise<void> => {
+    stopping = true;
+    const alive = children.filter((c) => c.proc.exitCode === null && c.proc.signalCode === null);
+    const exits = alive.map((c) => new Promise<void>((resolve) => c.proc.once('exit', () => resolve())));
+    for (const c of [...alive].reverse()) c.proc.kill('SIGTERM');
+    const timer = setTimeout(() => alive.forEach((c) => c.proc.kill('SIGKILL')), graceMs);
+    await Promise.all(exits);
+    clearTimeout(timer);
+  };
+
+  for (const spec of specs) {
+    const proc = spawn(process.execPath, [...process.execArgv, cliPath(), ...spec.args], {
+      env: { ...process.env, ...spec.env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    const prefix = `[${spec.name.padEnd(width)}] `;
+    for (const stream of [proc.stdout, proc.stderr]) {
+      if (stream !== null) createInterface({ input: stream }).on('line', (line) => process.stdout.write(prefix + line + '\n'));
+    }
+    proc.once('exit', (code, signal) => {
+      if (!stopping) {
+        process.stdout.write(`${prefix}exited unexpectedly (${signal ?? code}); stopping the others\n`);
+        void stop().then(() => resolveDone(1));
+      } else if (children.every((c) => c.proc.exitCode !== null || c.proc.signalCode !== null)) {
+        resolveDone(0);
+      }
+    });
+    children.push({ spec, proc });
+    try {
+      await waitHealthy(spec.healthUrl, proc, 20_000);
+    } catch (err) {
+      await stop();
+      throw new Error(`${spec.name}: ${(err as Error).message}`);
+    }
+  }
+
+  if (opts.handleSignals === true) {
+    const onSignal = (): void => {
+      process.stdout.write('\nstopping...\n');
+      void stop().then(() => resolveDone(0));
+    };
+    process.once('SIGINT', onSignal);
+    process.once('SIGTERM', onSignal);
+  }
+  return { stop, done };
+}

@@ -1,0 +1,114 @@
+#!/usr/bin/env node
+/**
+ * The `quotaring` command: `node`, `simulate`, `config check`, `demo`, `replay`.
+ */
+import { Command, InvalidArgumentError } from 'commander';
+import { runDemo } from '../cluster/demo.ts';
+import { ConfigError, loadConfig } from './config/load.ts';
+import { startGateway } from './gateway/start.ts';
+import { replayCommand } from './replay/cli.ts';
+import { startSimulator } from './simulator/server.ts';
+
+function int(value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 0) throw new InvalidArgumentError('must be a non-negative integer');
+  return n;
+}
+
+function rate(value: string): number {
+  const n = Number(value);
+  if (!Number.isFinite(n) || n < 0 || n > 1) throw new InvalidArgumentError('must be a number from 0 to 1');
+  return n;
+}
+
+function fail(err: unknown): never {
+  process.stderr.write(`${err instanceof ConfigError ? err.message : `error: ${(err as Error).message}`}\n`);
+  process.exit(err instanceof ConfigError ? 2 : 1);
+}
+
+const program = new Command('quotaring')
+  .description('Rate-limiting gateway for LLM APIs: per-tenant requests, tokens and concurrency limits, decided in RAM.')
+  .showHelpAfterError();
+
+program
+  .command('node')
+  .description('run a gateway node')
+  .requiredOption('-c, --config <file>', 'YAML config file')
+  .option('--host <host>', 'listen address (overrides server.host)')
+  .option('-p, --port <port>', 'listen port (overrides server.port)', int)
+  .action(async (opts: { config: string; host?: string; port?: number }) => {
+    try {
+      await startGateway({ configFile: opts.config, handleSignals: true, ...(opts.host === undefined ? {} : { host: opts.host }), ...(opts.port === undefined ? {} : { port: opts.port }) });
+    } catch (err) {
+      fail(err);
+    }
+  });
+
+program
+  .command('simulate')
+  .description('run the provider simulator (OpenAI and Anthropic wire formats, no key needed)')
+  .option('--host <host>', 'listen address', '127.0.0.1')
+  .option('-p, --port <port>', 'listen port', int, 9090)
+  .option('--ttft-ms <ms>', 'time to first token, ms', int, 0)
+  .option('--tps <n>', 'streamed tokens per second (0: as fast as possible)', int, 0)
+  .option('--rpm <n>', 'requests per minute per API key (default: unlimited)', int)
+  .option('--tpm <n>', 'tokens per minute per API key (default: unlimited)', int)
+  .option('--error-rate <p>', 'fraction of requests answered 5xx', rate, 0)
+  .option('--drop-rate <p>', 'fraction of streams dropped mid-way', rate, 0)
+  .option('--slow-rate <p>', 'fraction of requests with a slow first token', rate, 0)
+  .option('--slow-ms <ms>', 'extra delay of a slow first token, ms', int, 5_000)
+  .action(async (opts: { host: string; port: number; ttftMs: number; tps: number; rpm?: number; tpm?: number; errorRate: number; dropRate: number; slowRate: number; slowMs: number }) => {
+    try {
+      const quota = { ...(opts.rpm === undefined ? {} : { rpm: opts.rpm }), ...(opts.tpm === undefined ? {} : { tpm: opts.tpm }) };
+      const sim = await startSimulator({
+        host: opts.host,
+        port: opts.port,
+        ttftMs: opts.ttftMs,
+        tokensPerSecond: opts.tps,
+        ...(Object.keys(quota).length > 0 ? { quota } : {}),
+        faults: { errorRate: opts.errorRate, dropRate: opts.dropRate, slowRate: opts.slowRate, slowMs: opts.slowMs },
+      });
+      process.stdout.write(`provider simulator listening on ${sim.url}\n`);
+      const stop = (): void => {
+        sim.close().then(() => process.exit(0), () => process.exit(1));
+      };
+      process.once('SIGTERM', stop);
+      process.once('SIGINT', stop);
+    } catch (err) {
+      fail(err);
+    }
+  });
+
+program
+  .command('config')
+  .description('config tools')
+  .command('check')
+  .description('validate a config file offline (secrets are never printed)')
+  .argument('<file>', 'YAML config file')
+  .option('--no-env', 'do not require the environment variables the config names')
+  .action((file: string, opts: { env: boolean }) => {
+    try {
+      const env = opts.env ? process.env : new Proxy({}, { get: () => 'unchecked' });
+      const loaded = loadConfig(file, env);
+      const c = loaded.config;
+      process.stdout.write(`${file}: ok (${c.tenants.length} tenants, ${loaded.tenantByKey.size} keys, ${c.models.length} models, ${c.deployments.length} deployments)\n`);
+    } catch (err) {
+      fail(err);
+    }
+  });
+
+program
+  .command('demo')
+  .description('run the provider simulator and a gateway node with the demo config (what `npm start` runs)')
+  .option('-c, --config <file>', 'config file (default: cluster/demo.yaml)')
+  .action(async (opts: { config?: string }) => {
+    try {
+      process.exitCode = await runDemo(opts.config === undefined ? {} : { config: opts.config });
+    } catch (err) {
+      fail(err);
+    }
+  });
+
+program.addCommand(replayCommand());
+
+await program.parseAsync();
