@@ -1,0 +1,122 @@
+import assert from 'node:assert/strict';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, test } from 'node:test';
+import { formatResetDuration, parseDuration, windowLabel } from '../../src/config/duration.ts';
+import { ConfigError, buildConfig, loadConfig } from '../../src/config/load.ts';
+
+const base = () => ({
+  tenants: [{ id: 'acme', keys: ['key-acme-0001'], limits: [{ requests: 100, window: '1m' }, { tokens: 300, window: '1m' }, { concurrent: 2 }] }],
+  models: [{ name: 'gpt-4o-mini', encoding: 'o200k_base', deployments: ['sim'] }],
+  deployments: [{ name: 'sim', provider: 'openai', base_url: 'http://127.0.0.1:9090', api_key_env: 'SIM_KEY' }],
+});
+const env = { SIM_KEY: 'secret-provider-key' };
+
+function problems(raw: unknown, e: NodeJS.ProcessEnv = env): readonly string[] {
+  try {
+    buildConfig(raw, 'q.yaml', e);
+  } catch (err) {
+    assert.ok(err instanceof ConfigError);
+    return err.problems;
+  }
+  assert.fail('expected a ConfigError');
+}
+
+describe('durations', () => {
+  test('parse', () => {
+    assert.equal(parseDuration('500ms'), 500);
+    assert.equal(parseDuration('1s'), 1_000);
+    assert.equal(parseDuration('1m'), 60_000);
+    assert.equal(parseDuration('1h30m'), 5_400_000);
+    assert.equal(parseDuration('1d'), 86_400_000);
+    assert.equal(parseDuration('1x'), undefined);
+    assert.equal(parseDuration('m'), undefined);
+    assert.equal(parseDuration(''), undefined);
+    assert.equal(parseDuration('1m '), undefined);
+  });
+  test('OpenAI reset format (Go durations)', () => {
+    assert.equal(formatResetDuration(0), '0s');
+    assert.equal(formatResetDuration(17), '17ms');
+    assert.equal(formatResetDuration(1_000), '1s');
+    assert.equal(formatResetDuration(1_574), '1.574s');
+    assert.equal(formatResetDuration(360_000), '6m0s');
+    assert.equal(formatResetDuration(179_560), '2m59.56s');
+    assert.equal(formatResetDuration(3_600_000), '1h0m0s');
+    assert.equal(formatResetDuration(-5), '0s');
+  });
+  test('window labels', () => {
+    assert.equal(windowLabel(60_000), '1m');
+    assert.equal(windowLabel(86_400_000), '1d');
+    assert.equal(windowLabel(90_000), '90s');
+  });
+});
+
+describe('config', () => {
+  test('a valid config gets defaults, policies and key lookup', () => {
+    const loaded = buildConfig(base(), 'q.yaml', env);
+    assert.equal(loaded.config.server.port, 8080);
+    assert.equal(loaded.config.server.body_limit, 4 * 1_048_576);
+    assert.equal(loaded.tenantByKey.get('key-acme-0001')?.id, 'acme');
+    assert.deepEqual(loaded.policies.get('acme')?.limits.map((l) => l.name), ['requests/1m', 'tokens/1m', 'concurrent']);
+    assert.equal(loaded.deployments.get('sim')?.apiKey, 'secret-provider-key');
+    assert.equal(loaded.deployments.get('sim')?.headroom, 0.9);
+    assert.ok(Object.isFrozen(loaded.config.tenants[0]));
+  });
+
+  test('unknown keys are refused with the file and key path', () => {
+    const raw = base();
+    (raw.tenants[0] as Record<string, unknown>).rate = 5;
+    assert.deepEqual(problems(raw), ['q.yaml: tenants[0]: unknown key "rate"']);
+  });
+
+  test('bad values name their path', () => {
+    const raw = base();
+    raw.tenants[0]!.limits[0] = { requests: -1, window: '1m' };
+    assert.match(problems(raw)[0] ?? '', /^q\.yaml: tenants\[0\]\.limits\[0\]\.requests: /);
+    const raw2 = base();
+    raw2.tenants[0]!.limits[1] = { tokens: 10, window: '2d' };
+    assert.deepEqual(problems(raw2), ['q.yaml: tenants[0].limits[1].window: window must be a whole number of ms from 1s to 1d']);
+    const raw3 = base();
+    raw3.tenants[0]!.limits[1] = { tokens: 10, window: 'soon' };
+    assert.deepEqual(problems(raw3), ['q.yaml: tenants[0].limits[1].window: "soon" is not a duration (use e.g. 500ms, 1s, 1m, 1h, 1d)']);
+  });
+
+  test('a limit sets exactly one kind', () => {
+    const raw = base();
+    (raw.tenants[0]!.limits as unknown[])[0] = { requests: 5, tokens: 5, window: '1m' };
+    assert.deepEqual(problems(raw), ['q.yaml: tenants[0].limits[0]: a limit sets exactly one of requests, tokens or concurrent']);
+  });
+
+  test('cross references are checked', () => {
+    const raw = base();
+    raw.models[0]!.deployments = ['nope'];
+    assert.deepEqual(problems(raw), ['q.yaml: models[0].deployments[0]: no deployment named "nope"']);
+  });
+
+  test('missing env vars are named, and secrets never appear in messages', () => {
+    const msgs = problems(base(), {});
+    assert.deepEqual(msgs, ['q.yaml: deployments[0].api_key_env: environment variable SIM_KEY is not set']);
+    const raw = base();
+    raw.tenants.push({ id: 'other', keys: ['key-acme-0001'], limits: [] });
+    const dup = problems(raw);
+    assert.deepEqual(dup, ['q.yaml: tenants[1].keys[0]: this key is already given to tenant "acme"']);
+    assert.ok(!dup.join().includes('key-acme-0001'));
+  });
+
+  test('YAML files: syntax errors give a line, valid files load', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'qr-config-'));
+    const bad = join(dir, 'bad.yaml');
+    writeFileSync(bad, 'tenants:\n  - id: a\n    keys: [x\n');
+    assert.throws(() => loadConfig(bad, env), (err: unknown) => err instanceof ConfigError && /bad\.yaml: line \d+/.test(err.message));
+    assert.throws(() => loadConfig(join(dir, 'missing.yaml'), env), /missing\.yaml: cannot read: ENOENT/);
+    const good = join(dir, 'good.yaml');
+    writeFileSync(good, JSON.stringify(base()));
+    assert.equal(loadConfig(good, env).config.tenants[0]?.id, 'acme');
+  });
+
+  test('the shipped demo config is valid', () => {
+    const loaded = loadConfig(new URL('../../cluster/demo.yaml', import.meta.url).pathname, { QUOTARING_SIM_KEY: 'x' });
+    assert.equal(loaded.config.tenants.length, 2);
+  });
+});
