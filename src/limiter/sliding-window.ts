@@ -1,0 +1,162 @@
+/**
+ * Exact sliding log: every admission is an entry (timestamp ms, cost, request id); the sum of
+ * costs in `(now − windowMs, now]` plus a new cost must be ≤ `limit` to admit it.
+ *
+ * Entries live in a growable ring buffer addressed by a monotonic sequence number, with a
+ * running sum, so add, purge and adjust are O(1) amortised. Only a refusal walks entries (to
+ * compute the exact wait), and it walks only the oldest ones that must expire.
+ */
+export class SlidingWindow {
+  /** Discriminant for the limiter's dispatch. */
+  readonly algorithm = 'sliding_window' as const;
+  /** Units (requests or tokens) per window. */
+  limit: number;
+  /** Window length, ms. */
+  windowMs: number;
+  #ts: number[];
+  #cost: number[];
+  #id: string[];
+  /** capacity − 1; capacity is a power of two. */
+  #mask: number;
+  /** Sequence number of the oldest live entry. */
+  #head = 0;
+  /** Sequence number the next entry gets. */
+  #tail = 0;
+  /** Sum of the costs of live entries. */
+  #sum = 0;
+
+  /**
+   * @param limit units per window, > 0.
+   * @param windowMs window length, ms, > 0.
+   */
+  constructor(limit: number, windowMs: number) {
+    this.limit = limit;
+    this.windowMs = windowMs;
+    const cap = 4;
+    this.#ts = new Array<number>(cap).fill(0);
+    this.#cost = new Array<number>(cap).fill(0);
+    this.#id = new Array<string>(cap).fill('');
+    this.#mask = cap - 1;
+  }
+
+  /** Drops entries that left the window: timestamp ≤ `nowMs − windowMs`. */
+  purge(nowMs: number): void {
+    const edge = nowMs - this.windowMs;
+    const ts = this.#ts;
+    const mask = this.#mask;
+    let h = this.#head;
+    while (h < this.#tail && (ts[h & mask] as number) <= edge) {
+      this.#sum -= this.#cost[h & mask] as number;
+      this.#id[h & mask] = '';
+      h++;
+    }
+    this.#head = h;
+    if (h === this.#tail) {
+      this.#sum = 0; // exact reset, whatever float residue
+      if (this.#mask >= 64) this.#shrink();
+    }
+  }
+
+  /**
+   * Ms until `cost` fits (0 when it fits now), exact: the oldest entries are walked until
+   * enough cost has expired; the wait is when the last of them leaves the window.
+   * Call `purge(now)` first. `cost` must be ≤ `limit` (else it never fits).
+   */
+  waitMs(nowMs: number, cost: number): number {
+    const need = this.#sum + cost - this.limit;
+    if (need <= 0) return 0;
+    const mask = this.#mask;
+    let freed = 0;
+    for (let s = this.#head; s < this.#tail; s++) {
+      freed += this.#cost[s & mask] as number;
+      if (freed >= need) return (this.#ts[s & mask] as number) + this.windowMs - nowMs;
+    }
+    return this.windowMs; // unreachable when cost ≤ limit
+  }
+
+  /**
+   * Records an admission of `cost` at `nowMs` (call after `waitMs` returned 0).
+   * @returns the entry's sequence number, for `adjust`.
+   */
+  add(nowMs: number, cost: number, id: string): number {
+    if (this.#tail - this.#head > this.#mask) this.#grow();
+    const seq = this.#tail++;
+    const i = seq & this.#mask;
+    this.#ts[i] = nowMs;
+    this.#cost[i] = cost;
+    this.#id[i] = id;
+    this.#sum += cost;
+    return seq;
+  }
+
+  /**
+   * Settles entry `seq` in place at its original timestamp: its cost changes by `delta`
+   * (a debit may take the sum above the limit; the cost never goes below 0).
+   * @returns false when the entry already left the window (nothing changes).
+   */
+  adjust(seq: number, id: string, delta: number): boolean {
+    if (seq < this.#head || seq >= this.#tail) return false;
+    const i = seq & this.#mask;
+    if (this.#id[i] !== id) return false;
+    const before = this.#cost[i] as number;
+    const after = before + delta > 0 ? before + delta : 0;
+    this.#cost[i] = after;
+    this.#sum += after - before;
+    return true;
+  }
+
+  /** Sum of the costs in the window (may exceed `limit` after debits). Call `purge(now)` first. */
+  used(): number {
+    return this.#sum;
+  }
+
+  /** Units available now, floored, never below 0. Call `purge(now)` first. */
+  remaining(): number {
+    const r = Math.floor(this.limit - this.#sum);
+    return r > 0 ? r : 0;
+  }
+
+  /** Ms until the newest entry leaves the window (0 when empty). Call `purge(now)` first. */
+  resetMs(nowMs: number): number {
+    if (this.#tail === this.#head) return 0;
+    return (this.#ts[(this.#tail - 1) & this.#mask] as number) + this.windowMs - nowMs;
+  }
+
+  /** True when no entry is in the window at `nowMs`. */
+  isIdle(nowMs: number): boolean {
+    this.purge(nowMs);
+    return this.#tail === this.#head;
+  }
+
+  /** Changes limit and window; entries are kept at their timestamps (usage is kept). */
+  reconfigure(limit: number, windowMs: number): void {
+    this.limit = limit;
+    this.windowMs = windowMs;
+  }
+
+  /** Empty and large: give the memory back (sequence numbers keep counting). */
+  #shrink(): void {
+    this.#ts = new Array<number>(4).fill(0);
+    this.#cost = new Array<number>(4).fill(0);
+    this.#id = new Array<string>(4).fill('');
+    this.#mask = 3;
+  }
+
+  #grow(): void {
+    const oldMask = this.#mask;
+    const cap = (oldMask + 1) * 2;
+    const mask = cap - 1;
+    const ts = new Array<number>(cap).fill(0);
+    const cost = new Array<number>(cap).fill(0);
+    const id = new Array<string>(cap).fill('');
+    for (let s = this.#head; s < this.#tail; s++) {
+      ts[s & mask] = this.#ts[s & oldMask] as number;
+      cost[s & mask] = this.#cost[s & oldMask] as number;
+      id[s & mask] = this.#id[s & oldMask] as string;
+    }
+    this.#ts = ts;
+    this.#cost = cost;
+    this.#id = id;
+    this.#mask = mask;
+  }
+}
