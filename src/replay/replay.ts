@@ -3,7 +3,7 @@
  * compressed by `speed`, one `POST /v1/chat/completions` per row with a prompt of the row's exact
  * token count, and records what came back. A 429 is never retried: it is the measurement.
  */
-import { once } from 'node:events';
+import { once, setMaxListeners } from 'node:events';
 import { open } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Pool, request } from 'undici';
@@ -64,8 +64,8 @@ class Slots {
   }
 
   /** Resolves once a slot is taken; false if the signal fired first. */
-  async take(signal: AbortSignal | undefined): Promise<boolean> {
-    if (signal?.aborted === true) return false;
+  async take(signal: AbortSignal): Promise<boolean> {
+    if (signal.aborted) return false;
     if (this.#free > 0) {
       this.#free--;
       return true;
@@ -77,11 +77,11 @@ class Slots {
         resolve(false);
       };
       const wake = (): void => {
-        signal?.removeEventListener('abort', onAbort);
+        signal.removeEventListener('abort', onAbort);
         resolve(true);
       };
       this.#waiters.push(wake);
-      signal?.addEventListener('abort', onAbort, { once: true });
+      signal.addEventListener('abort', onAbort, { once: true });
     });
   }
 
@@ -169,7 +169,6 @@ export async function runReplay(opts: ReplayOptions): Promise<ReplayReport> {
   const speed = opts.speed ?? 1;
   const concurrency = opts.concurrency ?? 256;
   const clock = opts.clock ?? systemClock;
-  const signal = opts.signal;
   if (!(speed > 0)) throw new RangeError(`speed must be > 0 (got ${speed})`);
   if (!Number.isInteger(concurrency) || concurrency < 1) throw new RangeError(`concurrency must be an integer >= 1 (got ${concurrency})`);
   if (opts.maxTokens !== undefined && (!Number.isInteger(opts.maxTokens) || opts.maxTokens < 1)) throw new RangeError(`maxTokens must be an integer >= 1 (got ${opts.maxTokens})`);
@@ -181,6 +180,12 @@ export async function runReplay(opts: ReplayOptions): Promise<ReplayReport> {
   }
   const tenants = new ZipfAssigner(opts.keys, { ...(opts.zipf === undefined ? {} : { s: opts.zipf }), ...(opts.seed === undefined ? {} : { seed: opts.seed }) });
   const prompts = new PromptBuilder({ model: opts.model ?? 'gpt-4o-mini', ...(opts.encoding === undefined ? {} : { encoding: opts.encoding }) });
+  // One internal signal for every request (undici adds a listener per request in flight), linked to the caller's.
+  const internal = new AbortController();
+  setMaxListeners(concurrency + 16, internal.signal);
+  const signal = internal.signal;
+  const stop = (): void => internal.abort();
+  if (opts.signal?.aborted === true) internal.abort();
   const path = chatPath(target);
   const rows = opts.rows;
   const t0 = rows[0]?.atMs ?? 0;
@@ -215,7 +220,7 @@ export async function runReplay(opts: ReplayOptions): Promise<ReplayReport> {
           'x-sim-output-tokens': String(row.completionTokens),
         },
         body: payload,
-        ...(signal === undefined ? {} : { signal }),
+        signal,
       });
       const text = await res.body.text();
       let body: unknown = null;
@@ -235,7 +240,7 @@ export async function runReplay(opts: ReplayOptions): Promise<ReplayReport> {
         gatewayError: header(res.headers, 'x-quotaring-error') !== undefined,
       };
     } catch (err) {
-      const code = signal?.aborted === true ? 'aborted' : `network:${(err as { code?: unknown }).code ?? (err as Error).name}`;
+      const code = signal.aborted ? 'aborted' : `network:${(err as { code?: unknown }).code ?? (err as Error).name}`;
       record = { ...base, status: 0, latencyMs: clock.now() - sentAt, usage: null, headers: NO_HEADERS, retryAfterMs: null, errorCode: code, gatewayError: false };
     }
     records.push(record);
@@ -243,17 +248,15 @@ export async function runReplay(opts: ReplayOptions): Promise<ReplayReport> {
     progress.tick(record);
   };
 
+  opts.signal?.addEventListener('abort', stop, { once: true });
   const start = clock.now();
   try {
     for (let i = 0; i < rows.length; i++) {
       const row = rows[i] as TraceRow;
-      const waitMs = start + (row.atMs - t0) / speed - clock.now();
-      if (waitMs >= 1) {
-        try {
-          await sleep(waitMs, undefined, signal === undefined ? {} : { signal });
-        } catch {
-          break; // aborted
-        }
+      const dueAt = start + (row.atMs - t0) / speed;
+      // Timers may fire a little early against the clock: sleep until less than 1 ms remains.
+      for (let waitMs = dueAt - clock.now(); waitMs >= 1 && !signal.aborted; waitMs = dueAt - clock.now()) {
+        await sleep(waitMs, undefined, { signal }).catch(() => undefined);
       }
       if (!(await slots.take(signal))) break;
       const p = send(i, row, start).finally(() => {
@@ -264,6 +267,7 @@ export async function runReplay(opts: ReplayOptions): Promise<ReplayReport> {
     }
     await Promise.all(inFlight);
   } finally {
+    opts.signal?.removeEventListener('abort', stop);
     progress.stop();
     await pool.close();
     if (out !== null) {
@@ -282,5 +286,5 @@ export async function runReplay(opts: ReplayOptions): Promise<ReplayReport> {
       warnings.push(`could not read ${opts.simulator}/sim/stats after the run: ${(err as Error).message}`);
     }
   }
-  return buildReport(records, { rule: tenants.rule, speed, rows: rows.length, durationMs, upstream429, promptRaised, aborted: signal?.aborted === true, warnings });
+  return buildReport(records, { rule: tenants.rule, speed, rows: rows.length, durationMs, upstream429, promptRaised, aborted: signal.aborted, warnings });
 }

@@ -97,7 +97,7 @@ export interface ReplayRunInfo {
   readonly rows: number;
   /** Wall time of the run, ms. */
   readonly durationMs: number;
-  /** Simulator `rateLimited` after − before; null when no simulator was given. */
+  /** Simulator `rateLimited` after − before (includes any other client of that simulator meanwhile); null when no simulator was given. */
   readonly upstream429: number | null;
   /** Rows whose prompt was below the chat overhead and was sent larger. */
   readonly promptRaised: number;
