@@ -51,7 +51,12 @@ export class PromptBuilder {
    */
   constructor(opts: PromptBuilderOptions) {
     this.model = opts.model;
-    const encoding = opts.encoding ?? encodingForModel(opts.model);
+    let encoding: EncodingName | null | undefined = opts.encoding;
+    try {
+      encoding ??= encodingForModel(opts.model);
+    } catch {
+      encoding = null;
+    }
     if (encoding === null || encoding === undefined) {
       throw new Error(`model ${opts.model} has no known tokenizer: pass an encoding (cl100k_base or o200k_base)`);
     }
