@@ -1,0 +1,68 @@
+/**
+ * Deterministic fault injection: which requests get a 5xx, a dropped stream or a slow first token.
+ */
+
+/** Fault of one request. `none`: served normally. */
+export type Fault = 'none' | 'error' | 'drop' | 'slow';
+
+/** Fault rates in [0, 1]. */
+export interface FaultRates {
+  readonly errorRate: number;
+  readonly dropRate: number;
+  readonly slowRate: number;
+}
+
+/**
+ * mulberry32: a small 32-bit PRNG with a full 2^32 period; uniform floats in [0, 1).
+ * (Tommy Ettinger's public-domain generator.)
+ */
+export class Mulberry32 {
+  #s: number;
+
+  /** @param seed any number; its low 32 bits are the state. */
+  constructor(seed: number) {
+    this.#s = seed >>> 0;
+  }
+
+  /** Next float in [0, 1). */
+  next(): number {
+    let t = (this.#s = (this.#s + 0x6d2b79f5) >>> 0);
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  }
+}
+
+/**
+ * Draws the fault of each request from a seeded PRNG. Every draw consumes exactly three numbers
+ * (error, drop, slow, in that order) whatever the rates, so the n-th request of a run gets the same
+ * fault for the same seed. Error wins over drop, drop over slow; drop only applies to streams.
+ */
+export class FaultPicker {
+  readonly #rng: Mulberry32;
+  readonly #rates: FaultRates;
+
+  constructor(seed: number, rates: FaultRates) {
+    this.#rng = new Mulberry32(seed);
+    this.#rates = rates;
+  }
+
+  /**
+   * The fault of the next request.
+   * @param stream whether the request is a stream (only streams can be dropped).
+   * @param forced the `x-sim-fault` header value: `error|drop|slow|none` overrides the draw (which still happens).
+   */
+  pick(stream: boolean, forced: string | undefined): Fault {
+    const r = this.#rng;
+    const e = r.next();
+    const d = r.next();
+    const s = r.next();
+    if (forced === 'error' || forced === 'slow' || forced === 'none') return forced;
+    if (forced === 'drop') return stream ? 'drop' : 'none';
+    const rates = this.#rates;
+    if (e < rates.errorRate) return 'error';
+    if (stream && d < rates.dropRate) return 'drop';
+    if (s < rates.slowRate) return 'slow';
+    return 'none';
+  }
+}

@@ -1,0 +1,142 @@
+/**
+ * The life of one request on a model route: validate, count the prompt, draw the fault, admit
+ * against the key's quota (or answer 429), inject a 5xx, then deliver the reply and settle the
+ * quota and the counters on how it ended.
+ */
+import type { IncomingHttpHeaders } from 'node:http';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { LimitState } from '../limiter/index.ts';
+import type { PreparedRequest, Prepare, ReplyIdentity } from './prepared-request.ts';
+import { anthropicError, badRequest, openAIError, serverFault, type ProviderError, type Wire } from './provider-errors.ts';
+import {
+  addAnthropicRateLimitHeaders,
+  addOpenAIRateLimitHeaders,
+  addRetryHeaders,
+  formatGoDuration,
+  type HeaderMap,
+} from './rate-limit-headers.ts';
+import { deliverJson, deliverStream, type ReplyOutcome } from './reply-writer.ts';
+import { headerValue, isFieldError, readModel, readMsHeader } from './request-fields.ts';
+import type { SimulatorState } from './simulator-state.ts';
+
+/** A model route: its wire format, its request preparation and the prefix of its reply ids. */
+export interface ModelRoute {
+  readonly wire: Wire;
+  readonly prepare: Prepare;
+  /** e.g. `chatcmpl-sim`, `msg_sim`, `emb-sim`. */
+  readonly idPrefix: string;
+}
+
+/**
+ * The API key of a request: OpenAI `Authorization: Bearer K`, Anthropic `x-api-key: K`.
+ * @returns '' when missing.
+ */
+export function apiKeyOf(wire: Wire, headers: IncomingHttpHeaders): string {
+  if (wire === 'anthropic') return headerValue(headers['x-api-key']) ?? '';
+  const auth = headers.authorization;
+  if (auth === undefined || auth.length < 8 || auth.slice(0, 7).toLowerCase() !== 'bearer ') return '';
+  return auth.slice(7).trim();
+}
+
+/** Sends a provider error with `headers`. */
+export function sendError(reply: FastifyReply, err: ProviderError, headers: HeaderMap = {}): void {
+  headers['content-type'] = 'application/json; charset=utf-8';
+  reply.code(err.status).headers(headers).send(err.body);
+}
+
+function limitOf(limits: readonly LimitState[], kind: 'requests' | 'tokens'): LimitState | undefined {
+  return limits.find((l) => l.kind === kind);
+}
+
+/** The 429 body of a quota refusal, in OpenAI's or Anthropic's words. */
+function rateLimitError(wire: Wire, model: string, reason: 'limited' | 'too_large', kind: 'requests' | 'tokens', retryAfterMs: number, requested: number, limits: readonly LimitState[]): ProviderError {
+  const l = limitOf(limits, kind);
+  const limit = l?.limit ?? 0;
+  const used = l === undefined ? 0 : l.limit - l.remaining;
+  const per = kind === 'requests' ? 'requests per min (RPM)' : 'tokens per min (TPM)';
+  if (wire === 'anthropic') {
+    const message =
+      reason === 'too_large'
+        ? `This request would exceed your organization's rate limit of ${limit} ${kind} per minute even with a full quota (requested ${requested}). Reduce the prompt length or the maximum tokens requested.`
+        : `This request would exceed your organization's rate limit of ${limit} ${kind} per minute. Please try again in ${formatGoDuration(retryAfterMs)}.`;
+    return anthropicError(429, 'rate_limit_error', message);
+  }
+  const message =
+    reason === 'too_large'
+      ? `Request too large for ${model} on ${per}: Limit ${limit}, Requested ${requested}. The input or output tokens must be reduced in order to run successfully.`
+      : `Rate limit reached for ${per} on ${model}: Limit ${limit}, Used ${used}, Requested ${kind === 'requests' ? 1 : requested}. Please try again in ${formatGoDuration(retryAfterMs)}.`;
+  return openAIError(429, message, kind, 'rate_limit_exceeded');
+}
+
+/**
+ * Serves one request on a model route. The caller (an onRequest hook) has already checked that a
+ * key is present and counted the request. Never throws for a bad request: answers it.
+ */
+export function serveModelRequest(state: SimulatorState, route: ModelRoute, req: FastifyRequest, reply: FastifyReply): void {
+  const { wire } = route;
+  const { stats, quota, opts } = state;
+  const headers = req.headers;
+  const key = apiKeyOf(wire, headers);
+
+  const model = readModel(req.body);
+  if (isFieldError(model)) {
+    stats.errors++;
+    return sendError(reply, badRequest(wire, model.message, model.param));
+  }
+  const prepared = route.prepare(req.body as Record<string, unknown>, model, headers, { prompts: state.prompts, defaultOutputTokens: opts.defaultOutputTokens });
+  if (isFieldError(prepared)) {
+    stats.errors++;
+    return sendError(reply, badRequest(wire, prepared.message, prepared.param));
+  }
+  const ttft = readMsHeader('x-sim-ttft-ms', headers['x-sim-ttft-ms']);
+  if (isFieldError(ttft)) {
+    stats.errors++;
+    return sendError(reply, badRequest(wire, ttft.message));
+  }
+  const fault = state.faults.pick(prepared.stream, headerValue(headers['x-sim-fault']));
+
+  const out: HeaderMap = {};
+  out[wire === 'openai' ? 'x-request-id' : 'request-id'] = state.nextId('req_sim');
+  const decision = quota.admit(key, prepared.reserveTokens);
+  if (wire === 'openai') addOpenAIRateLimitHeaders(out, decision.limits);
+  else addAnthropicRateLimitHeaders(out, decision.limits, opts.clock.now());
+  if (!decision.ok) {
+    stats.rateLimited++;
+    stats.key(key).rateLimited++;
+    if (decision.reason === 'limited') addRetryHeaders(out, decision.retryAfterMs, wire === 'openai');
+    return sendError(reply, rateLimitError(wire, model, decision.reason, decision.kind, decision.retryAfterMs, prepared.reserveTokens, decision.limits), out);
+  }
+  if (fault === 'error') {
+    quota.finish(key, decision.id, 0);
+    stats.errors++;
+    return sendError(reply, serverFault(wire), out);
+  }
+
+  stats.inFlight++;
+  const delayMs = (ttft ?? opts.ttftMs) + (fault === 'slow' ? opts.slowMs : 0);
+  const ids: ReplyIdentity = { id: state.nextId(route.idPrefix), created: Math.floor(opts.clock.now() / 1000) };
+  const onEnd = settleOnEnd(state, key, decision.id, prepared);
+  if (prepared.stream) {
+    const timing = { delayMs, tokensPerSecond: opts.tokensPerSecond, dropAfter: fault === 'drop' ? Math.floor(prepared.outputTokens / 2) : null };
+    deliverStream(reply, out, prepared.plan(ids), timing, onEnd);
+  } else {
+    deliverJson(reply, out, prepared.json(ids), delayMs, prepared.outputTokens, onEnd);
+  }
+}
+
+/** The end of a reply: count it and settle the quota to the prompt + the completion tokens sent. */
+function settleOnEnd(state: SimulatorState, key: string, id: string, prepared: PreparedRequest): (outcome: ReplyOutcome, sent: number) => void {
+  const ks = state.stats.key(key);
+  return (outcome, sent) => {
+    const stats = state.stats;
+    stats.inFlight--;
+    if (outcome === 'completed') stats.completed++;
+    else if (outcome === 'dropped') stats.dropped++;
+    else stats.aborted++;
+    stats.promptTokens += prepared.promptTokens;
+    stats.completionTokens += sent;
+    ks.promptTokens += prepared.promptTokens;
+    ks.completionTokens += sent;
+    state.quota.finish(key, id, prepared.promptTokens + sent);
+  };
+}

@@ -1,0 +1,86 @@
+/**
+ * Options of the provider simulator, and their resolved form with every default applied.
+ */
+import { systemClock, type Clock } from '../clock.ts';
+
+/** Options of the provider simulator (`buildSimulator`, `startSimulator`, `quotaring simulate`). */
+export interface SimulatorOptions {
+  /** Ms before the first token (or the whole JSON response). @default 0 */
+  ttftMs?: number;
+  /** Streaming pace, tokens per second; 0 = as fast as possible (the whole stream in one write). @default 0 */
+  tokensPerSecond?: number;
+  /** Completion length (tokens) when neither max_tokens nor the x-sim-output-tokens header says. @default 16 */
+  defaultOutputTokens?: number;
+  /**
+   * Per-API-key quota like a provider's; absent = unlimited. `rpm`: requests per minute,
+   * `tpm`: tokens (prompt + completion) per minute; token buckets with continuous refill.
+   */
+  quota?: { rpm?: number; tpm?: number };
+  /**
+   * Fault injection rates in [0,1]: `errorRate` of requests get a 5xx reply, `dropRate` of
+   * streams are cut mid-way, `slowRate` of requests wait `slowMs` more (ms) before the first token.
+   * @default no faults; slowMs 5000
+   */
+  faults?: { errorRate?: number; dropRate?: number; slowRate?: number; slowMs?: number };
+  /** Seed of the fault PRNG (same seed, same request order → same faults). @default 1 */
+  seed?: number;
+  /** Source of time for the quota buckets and the `created` fields. @default systemClock */
+  clock?: Clock;
+}
+
+/** `SimulatorOptions` with every default applied and validated. */
+export interface ResolvedSimulatorOptions {
+  readonly ttftMs: number;
+  readonly tokensPerSecond: number;
+  readonly defaultOutputTokens: number;
+  readonly rpm: number | null;
+  readonly tpm: number | null;
+  readonly errorRate: number;
+  readonly dropRate: number;
+  readonly slowRate: number;
+  readonly slowMs: number;
+  readonly seed: number;
+  readonly clock: Clock;
+}
+
+function nonNegative(name: string, v: number | undefined, dflt: number): number {
+  const x = v ?? dflt;
+  if (!(x >= 0 && x < Infinity)) throw new RangeError(`simulator option ${name} must be a finite number ≥ 0, got ${x}`);
+  return x;
+}
+
+function rate(name: string, v: number | undefined): number {
+  const x = v ?? 0;
+  if (!(x >= 0 && x <= 1)) throw new RangeError(`simulator fault ${name} must be in [0, 1], got ${x}`);
+  return x;
+}
+
+function limit(name: string, v: number | undefined): number | null {
+  if (v === undefined) return null;
+  if (!Number.isSafeInteger(v) || v <= 0) throw new RangeError(`simulator quota ${name} must be a positive integer, got ${v}`);
+  return v;
+}
+
+/**
+ * Applies defaults and checks ranges.
+ * @throws RangeError when a delay or pace is negative or not finite, a rate is outside [0, 1],
+ *   a quota is not a positive integer, or defaultOutputTokens is not an integer.
+ */
+export function resolveSimulatorOptions(opts: SimulatorOptions = {}): ResolvedSimulatorOptions {
+  const defaultOutputTokens = nonNegative('defaultOutputTokens', opts.defaultOutputTokens, 16);
+  if (!Number.isSafeInteger(defaultOutputTokens)) throw new RangeError(`simulator option defaultOutputTokens must be an integer, got ${defaultOutputTokens}`);
+  const f = opts.faults ?? {};
+  return {
+    ttftMs: nonNegative('ttftMs', opts.ttftMs, 0),
+    tokensPerSecond: nonNegative('tokensPerSecond', opts.tokensPerSecond, 0),
+    defaultOutputTokens,
+    rpm: limit('rpm', opts.quota?.rpm),
+    tpm: limit('tpm', opts.quota?.tpm),
+    errorRate: rate('errorRate', f.errorRate),
+    dropRate: rate('dropRate', f.dropRate),
+    slowRate: rate('slowRate', f.slowRate),
+    slowMs: nonNegative('slowMs', f.slowMs, 5_000),
+    seed: opts.seed ?? 1,
+    clock: opts.clock ?? systemClock,
+  };
+}

@@ -1,0 +1,58 @@
+/**
+ * Error bodies in each provider's wire shape.
+ * - OpenAI (https://platform.openai.com/docs/guides/error-codes):
+ *   `{"error":{"message","type","param","code"}}`.
+ * - Anthropic (https://docs.anthropic.com/en/api/errors):
+ *   `{"type":"error","error":{"type","message"}}` with types `invalid_request_error` (400),
+ *   `authentication_error` (401), `not_found_error` (404), `rate_limit_error` (429),
+ *   `api_error` (500), `overloaded_error` (529).
+ */
+
+/** Which provider's shape a route answers in. */
+export type Wire = 'openai' | 'anthropic';
+
+/** A provider error reply: HTTP status and JSON body (already serialised). */
+export interface ProviderError {
+  readonly status: number;
+  readonly body: string;
+}
+
+/** OpenAI error body. `type` e.g. `invalid_request_error`, `server_error`, `requests`, `tokens`. */
+export function openAIError(status: number, message: string, type: string, code: string | null = null, param: string | null = null): ProviderError {
+  return { status, body: JSON.stringify({ error: { message, type, param, code } }) };
+}
+
+/** Anthropic error body. `type` e.g. `invalid_request_error`, `rate_limit_error`, `overloaded_error`. */
+export function anthropicError(status: number, type: string, message: string): ProviderError {
+  return { status, body: JSON.stringify({ type: 'error', error: { type, message } }) };
+}
+
+/** 400 for a malformed request, in `wire`'s shape. @param param the offending field (OpenAI's `param`). */
+export function badRequest(wire: Wire, message: string, param: string | null = null): ProviderError {
+  return wire === 'openai' ? openAIError(400, message, 'invalid_request_error', null, param) : anthropicError(400, 'invalid_request_error', message);
+}
+
+/** 401 when no API key was sent (OpenAI: Authorization Bearer; Anthropic: x-api-key). */
+export function missingKey(wire: Wire): ProviderError {
+  return wire === 'openai'
+    ? openAIError(
+        401,
+        "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
+        'invalid_request_error',
+      )
+    : anthropicError(401, 'authentication_error', 'x-api-key header is required');
+}
+
+/** The injected server fault: OpenAI 500 `server_error`, Anthropic 529 `overloaded_error`. */
+export function serverFault(wire: Wire): ProviderError {
+  return wire === 'openai'
+    ? openAIError(500, 'The server had an error while processing your request. Sorry about that!', 'server_error')
+    : anthropicError(529, 'overloaded_error', 'Overloaded');
+}
+
+/** 404 for an unknown route, in `wire`'s shape. */
+export function notFound(wire: Wire, method: string, url: string): ProviderError {
+  return wire === 'openai'
+    ? openAIError(404, `Unknown request URL: ${method} ${url}. Please check the URL for typos.`, 'invalid_request_error', 'unknown_url')
+    : anthropicError(404, 'not_found_error', `Not found: ${method} ${url}`);
+}

@@ -1,0 +1,110 @@
+/**
+ * The provider simulator's HTTP server: OpenAI's and Anthropic's wire formats, its own per-key
+ * RPM/TPM quota with provider-style 429s, fault injection, and counters for benchmarks.
+ *
+ * Routes: `POST /v1/chat/completions`, `POST /v1/embeddings`, `POST /v1/messages`,
+ * `GET /v1/models`, `GET /sim/stats`, `POST /sim/reset`.
+ */
+import type { AddressInfo } from 'node:net';
+import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import { prepareAnthropicMessages } from './anthropic-messages.ts';
+import { apiKeyOf, sendError, serveModelRequest, type ModelRoute } from './model-exchange.ts';
+import { anthropicModelList, openAIModelList } from './model-list.ts';
+import { prepareOpenAIChat } from './openai-chat.ts';
+import { prepareEmbeddings } from './openai-embeddings.ts';
+import type { SimulatorOptions } from './options.ts';
+import { badRequest, missingKey, notFound, openAIError, anthropicError, type Wire } from './provider-errors.ts';
+import { rfc3339After } from './rate-limit-headers.ts';
+import { SimulatorState } from './simulator-state.ts';
+
+/** Largest request body accepted, bytes (long-context prompts). */
+const BODY_LIMIT = 64 * 1024 * 1024;
+
+const ROUTES: readonly (ModelRoute & { url: string })[] = [
+  { url: '/v1/chat/completions', wire: 'openai', prepare: prepareOpenAIChat, idPrefix: 'chatcmpl-sim' },
+  { url: '/v1/embeddings', wire: 'openai', prepare: prepareEmbeddings, idPrefix: 'emb-sim' },
+  { url: '/v1/messages', wire: 'anthropic', prepare: prepareAnthropicMessages, idPrefix: 'msg_sim' },
+];
+
+function wireOfUrl(url: string): Wire {
+  return url.startsWith('/v1/messages') ? 'anthropic' : 'openai';
+}
+
+/**
+ * Builds the simulator (not listening; use `inject` in tests or `listen`).
+ * @throws RangeError when an option is out of range.
+ */
+export function buildSimulator(opts: SimulatorOptions = {}): FastifyInstance {
+  const state = new SimulatorState(opts);
+  const app = Fastify({ logger: false, bodyLimit: BODY_LIMIT, forceCloseConnections: true, return503OnClosing: false });
+  const { stats } = state;
+
+  for (const route of ROUTES) {
+    app.post(route.url, {
+      // Counts the request and checks the key before the body is parsed, as a provider does.
+      onRequest: (req: FastifyRequest, reply: FastifyReply, done: () => void) => {
+        stats.requests++;
+        const key = apiKeyOf(route.wire, req.headers);
+        if (key === '') {
+          stats.errors++;
+          sendError(reply, missingKey(route.wire));
+          return;
+        }
+        stats.key(key).requests++;
+        done();
+      },
+      handler: (req, reply) => serveModelRequest(state, route, req, reply),
+    });
+  }
+
+  app.get('/v1/models', (req, reply) => {
+    const anthropic = req.headers['anthropic-version'] !== undefined;
+    const wire: Wire = anthropic ? 'anthropic' : 'openai';
+    if (apiKeyOf(wire, req.headers) === '') return sendError(reply, missingKey(wire));
+    const now = state.opts.clock.now();
+    const body = anthropic ? anthropicModelList(rfc3339After(0, 1_700_000_000_000)) : openAIModelList(Math.floor(now / 1000));
+    reply.header('content-type', 'application/json').send(body);
+  });
+
+  app.get('/sim/stats', (_req, reply) => {
+    reply.send(stats.snapshot());
+  });
+  app.post('/sim/reset', (_req, reply) => {
+    state.reset();
+    reply.send({ ok: true });
+  });
+
+  app.setErrorHandler((err: FastifyError, req, reply) => {
+    const wire = wireOfUrl(req.url);
+    if (ROUTES.some((r) => req.url.startsWith(r.url))) stats.errors++;
+    const status = err.statusCode ?? 500;
+    if (status === 400 && (err.code === 'FST_ERR_CTP_INVALID_JSON_BODY' || err.code === 'FST_ERR_CTP_EMPTY_JSON_BODY' || err instanceof SyntaxError)) {
+      const message =
+        wire === 'openai'
+          ? "We could not parse the JSON body of your request. (HINT: This likely means you aren't using your HTTP library correctly. The OpenAI API expects a JSON payload.)"
+          : 'There was an issue with the format of your request: the body is not valid JSON.';
+      return sendError(reply, badRequest(wire, message));
+    }
+    if (status < 500) {
+      return sendError(reply, wire === 'openai' ? openAIError(status, err.message, 'invalid_request_error') : anthropicError(status, 'invalid_request_error', err.message));
+    }
+    return sendError(reply, wire === 'openai' ? openAIError(500, err.message, 'server_error') : anthropicError(500, 'api_error', err.message));
+  });
+  app.setNotFoundHandler((req, reply) => sendError(reply, notFound(wireOfUrl(req.url), req.method, req.url)));
+  return app;
+}
+
+/**
+ * Builds the simulator and listens.
+ * @param opts simulator options plus `host` (@default '127.0.0.1') and `port` (@default 0: a free port).
+ * @returns its base URL (e.g. `http://127.0.0.1:9090`) and `close()`, which ends open streams.
+ * @throws when the port cannot be bound, or RangeError for an out-of-range option.
+ */
+export async function startSimulator(opts: SimulatorOptions & { host?: string; port?: number }): Promise<{ url: string; close(): Promise<void> }> {
+  const app = buildSimulator(opts);
+  const host = opts.host ?? '127.0.0.1';
+  await app.listen({ host, port: opts.port ?? 0 });
+  const addr = app.server.address() as AddressInfo;
+  const shown = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
+  return { url: `http://${shown}:${addr.port}`, close: () => app.close() };
+}
