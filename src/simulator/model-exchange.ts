@@ -28,11 +28,15 @@ export interface ModelRoute {
 }
 
 /**
- * The API key of a request: OpenAI `Authorization: Bearer K`, Anthropic `x-api-key: K`.
+ * The API key of a request: OpenAI `Authorization: Bearer K`; Anthropic `x-api-key: K`, or
+ * `Authorization: Bearer K` (what @anthropic-ai/sdk 1.x sends for `apiKey`).
  * @returns '' when missing.
  */
 export function apiKeyOf(wire: Wire, headers: IncomingHttpHeaders): string {
-  if (wire === 'anthropic') return headerValue(headers['x-api-key']) ?? '';
+  if (wire === 'anthropic') {
+    const key = headerValue(headers['x-api-key']);
+    if (key !== undefined && key !== '') return key;
+  }
   const auth = headers.authorization;
   if (auth === undefined || auth.length < 8 || auth.slice(0, 7).toLowerCase() !== 'bearer ') return '';
   return auth.slice(7).trim();

@@ -32,7 +32,7 @@ export function badRequest(wire: Wire, message: string, param: string | null = n
   return wire === 'openai' ? openAIError(400, message, 'invalid_request_error', null, param) : anthropicError(400, 'invalid_request_error', message);
 }
 
-/** 401 when no API key was sent (OpenAI: Authorization Bearer; Anthropic: x-api-key). */
+/** 401 when no API key was sent (OpenAI: Authorization Bearer; Anthropic: x-api-key or Authorization Bearer). */
 export function missingKey(wire: Wire): ProviderError {
   return wire === 'openai'
     ? openAIError(

@@ -261,13 +261,15 @@ describe('auth and validation', () => {
     assert.equal(o.statusCode, 401);
     assert.equal(o.json().error.type, 'invalid_request_error');
     assert.equal(o.json().error.code, null);
-    const a = await app.inject({ method: 'POST', url: '/v1/messages', headers: { authorization: 'Bearer k1' }, payload: { model: 'claude-test', messages: HELLO } });
-    assert.equal(a.statusCode, 401, 'Anthropic wants x-api-key');
+    const a = await app.inject({ method: 'POST', url: '/v1/messages', headers: { 'x-api-key': '' }, payload: { model: 'claude-test', messages: HELLO } });
+    assert.equal(a.statusCode, 401);
     assert.deepEqual(a.json(), { type: 'error', error: { type: 'authentication_error', message: 'x-api-key header is required' } });
+    const bearer = await app.inject({ method: 'POST', url: '/v1/messages', headers: { authorization: 'Bearer k9' }, payload: { model: 'claude-test', messages: HELLO } });
+    assert.equal(bearer.statusCode, 200, 'the Anthropic SDK 1.x sends its apiKey as a Bearer token');
     const s = await stats(app);
-    assert.equal(s.requests, 2);
+    assert.equal(s.requests, 3);
     assert.equal(s.errors, 2);
-    assert.deepEqual(s.byKey, {});
+    assert.deepEqual(Object.keys(s.byKey), ['k9']);
   });
 
   test('invalid JSON and missing model: 400 in provider shape', async () => {
