@@ -1,3 +1,5 @@
+import { BUCKET_SLOTS } from './token-bucket.ts';
+import { SEMAPHORE_SLOTS } from './semaphore.ts';
 import type { LimitSpec, Policy } from './types.ts';
 
 /** Reservation lifetime when the policy has no concurrency limit: 10 min. */
@@ -16,6 +18,16 @@ export interface CompiledPolicy {
   readonly byModel: ReadonlyMap<string, readonly number[]> | null;
   /** Reservation lifetime, ms: the longest `leaseTtlMs` of the policy's concurrency limits, or 10 min when none. */
   readonly reservationTtlMs: number;
+  /**
+   * Per limit: offset of its numbers in a tenant's state array (a token bucket's level and
+   * refill time, a semaphore's expiries), or −1 for a sliding window (an object). Slot 0 of
+   * the array is the tenant's own (earliest reservation expiry).
+   */
+  readonly offsets: readonly number[];
+  /** Length of a tenant's state array. */
+  readonly slots: number;
+  /** Limit index by name. */
+  readonly indexByName: ReadonlyMap<string, number>;
 }
 
 /**
@@ -55,12 +67,30 @@ export function compilePolicy(policy: Policy): CompiledPolicy {
       byModel.set(m, idx);
     }
   }
+  const offsets: number[] = [];
+  const indexByName = new Map<string, number>();
+  let slots = 1;
+  limits.forEach((l, i) => {
+    indexByName.set(l.name, i);
+    if (l.kind === 'concurrent') {
+      offsets.push(slots);
+      slots += SEMAPHORE_SLOTS;
+    } else if (l.algorithm === 'token_bucket') {
+      offsets.push(slots);
+      slots += BUCKET_SLOTS;
+    } else {
+      offsets.push(-1);
+    }
+  });
   return {
     policy,
     limits,
     unscoped,
     byModel,
     reservationTtlMs: ttl > 0 ? ttl : DEFAULT_RESERVATION_TTL_MS,
+    offsets,
+    slots,
+    indexByName,
   };
 }
 

@@ -1,8 +1,20 @@
 /** Public API of the in-RAM limiter: algorithms, the per-tenant `Limiter`, and its contracts. */
 export { Limiter, type LimiterOptions } from './limiter.ts';
-export { TokenBucket } from './token-bucket.ts';
+export {
+  BUCKET_SLOTS,
+  bucketAdjust,
+  bucketInit,
+  bucketIsFull,
+  bucketRefill,
+  bucketRemaining,
+  bucketResetMs,
+  bucketSetUsed,
+  bucketTake,
+  bucketUsed,
+  bucketWaitMs,
+} from './token-bucket.ts';
 export { SlidingWindow } from './sliding-window.ts';
-export { Semaphore } from './semaphore.ts';
+export { Semaphore, SEMAPHORE_SLOTS } from './semaphore.ts';
 export { compilePolicy, applicableLimits, DEFAULT_RESERVATION_TTL_MS, type CompiledPolicy } from './compiled-policy.ts';
 export type {
   Algorithm,

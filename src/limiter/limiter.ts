@@ -1,7 +1,20 @@
 import type { Clock } from '../clock.ts';
 import { applicableLimits, compilePolicy, type CompiledPolicy } from './compiled-policy.ts';
-import { carryOver, createRuntime, limitState, syncRuntime, type LimitRuntime } from './limit-runtime.ts';
+import { IdTable } from './id-table.ts';
 import { Reservation } from './reservation.ts';
+import {
+  adjustBucket,
+  costOf,
+  createTenantLimits,
+  limitState,
+  limitsIdle,
+  limitWaitMs,
+  rebuildTenantLimits,
+  syncLimit,
+  takeLimit,
+  type LimitObject,
+  type TenantLimits,
+} from './tenant-limits.ts';
 import type { AcquireRequest, AcquireResult, LimitSpec, LimitState, Policy, SettleResult } from './types.ts';
 
 /** Options of a `Limiter`. */
@@ -18,21 +31,25 @@ export interface LimiterOptions {
   concurrencyRetryHintMs?: number;
 }
 
-/** Everything the limiter keeps for one tenant. */
-class TenantState {
+/**
+ * Everything the limiter keeps for one tenant, in as few objects as possible (a decision on a
+ * cold tenant costs a cache miss per object): its open reservations by request id (inherited
+ * table: the first one inline), its policy, its limits' numbers in one array (slot 0: a lower
+ * bound of the earliest reservation expiry, ms), and its limit objects.
+ */
+class TenantState extends IdTable<Reservation> implements TenantLimits {
   policy: Policy;
   compiled: CompiledPolicy;
-  /** Indexed like `compiled.limits`. Replaced (not mutated) on a policy reload. */
-  runtimes: LimitRuntime[];
-  /** Open reservations by request id; null until the first. */
-  reservations: Map<string, Reservation> | null = null;
-  /** Lower bound of the earliest reservation expiry, ms (Infinity when none). */
-  nextExpiry = Infinity;
+  num: number[];
+  objs: (LimitObject | null)[];
 
-  constructor(policy: Policy, compiled: CompiledPolicy, runtimes: LimitRuntime[]) {
+  constructor(policy: Policy, compiled: CompiledPolicy, limits: TenantLimits) {
+    super();
     this.policy = policy;
     this.compiled = compiled;
-    this.runtimes = runtimes;
+    this.num = limits.num;
+    this.objs = limits.objs;
+    this.num[0] = Infinity;
   }
 }
 
@@ -77,8 +94,10 @@ export class Limiter {
    * - `limited`: `retryAfterMs` is the exact time (ms, rounded up) until every limit could admit
    *   it, where a full concurrency limit contributes min(hint, earliest lease expiry).
    * `limit`/`kind` name the first limit in policy order that refused; `limits` is the state of
-   * every applicable limit after the decision.
-   * @throws RangeError when `req.tokens` or `req.requests` is negative or not finite.
+   * every applicable limit after the decision. A tenant's first acquire creates its state; a
+   * new policy object for the tenant rebuilds it (see `rebuildTenantLimits`).
+   * @throws RangeError when `req.tokens` or `req.requests` is negative or not finite, or the
+   *   tenant's policy is invalid (see `compilePolicy`).
    */
   acquire(tenant: string, req: AcquireRequest): AcquireResult {
     const policy = this.#policyFor(tenant);
@@ -90,76 +109,52 @@ export class Limiter {
     const now = this.#clock.now();
     let st = this.#tenants.get(tenant);
     if (st !== undefined && st.policy !== policy) this.#rebuild(st, policy, now);
-    const compiled = st === undefined ? this.#compile(policy) : st.compiled;
-    const applied = applicableLimits(compiled, req.model);
+    const c = st === undefined ? this.#compile(policy) : st.compiled;
+    const applied = applicableLimits(c, req.model);
     if (applied.length === 0) return UNLIMITED;
-    const specs = compiled.limits;
+    const specs = c.limits;
     const id = req.id;
 
-    if (st !== undefined && st.reservations !== null) {
-      if (now >= st.nextExpiry) this.#purgeReservations(st, now);
-      if (st.reservations.has(id)) {
-        return this.#refusal('duplicate', specs[applied[0] as number] as LimitSpec, 0, st, compiled, applied, now);
-      }
+    if (st !== undefined) {
+      if (now >= (st.num[0] as number)) this.#purgeReservations(st, now);
+      if (st.has(id)) return this.#refusal('duplicate', specs[applied[0] as number] as LimitSpec, 0, st, c, applied, now);
     }
     for (let k = 0; k < applied.length; k++) {
       const spec = specs[applied[k] as number] as LimitSpec;
-      if (spec.kind === 'concurrent') continue;
-      if ((spec.kind === 'tokens' ? tokens : requests) > spec.limit) {
-        return this.#refusal('too_large', spec, 0, st, compiled, applied, now);
+      if (spec.kind !== 'concurrent' && costOf(spec, tokens, requests) > spec.limit) {
+        return this.#refusal('too_large', spec, 0, st, c, applied, now);
       }
     }
 
     if (st === undefined) {
-      st = new TenantState(policy, compiled, specs.map((s) => createRuntime(s, now)));
+      st = new TenantState(policy, c, createTenantLimits(c, now));
       this.#tenants.set(tenant, st);
     } else {
       // Check every limit first; take only if all fit.
-      const runtimes = st.runtimes;
       let wait = 0;
       let first = -1;
       for (let k = 0; k < applied.length; k++) {
         const i = applied[k] as number;
-        const rt = runtimes[i] as LimitRuntime;
-        let w: number;
-        if (rt.algorithm === 'token_bucket') {
-          rt.refill(now);
-          w = rt.waitMs((specs[i] as LimitSpec).kind === 'tokens' ? tokens : requests);
-        } else if (rt.algorithm === 'sliding_window') {
-          rt.purge(now);
-          w = rt.waitMs(now, (specs[i] as LimitSpec).kind === 'tokens' ? tokens : requests);
-        } else {
-          rt.purge(now);
-          w = rt.waitMs(now);
-          if (w > this.#hintMs) w = this.#hintMs;
-        }
+        const spec = specs[i] as LimitSpec;
+        let w = limitWaitMs(c, st, i, costOf(spec, tokens, requests), now);
+        if (spec.kind === 'concurrent' && w > this.#hintMs) w = this.#hintMs;
         if (w > 0) {
           if (first < 0) first = i;
           if (w > wait) wait = w;
         }
       }
-      if (first >= 0) {
-        return this.#refusal('limited', specs[first] as LimitSpec, Math.ceil(wait), st, compiled, applied, now);
-      }
+      if (first >= 0) return this.#refusal('limited', specs[first] as LimitSpec, Math.ceil(wait), st, c, applied, now);
     }
 
-    const runtimes = st.runtimes;
     let seqs: number[] | null = null;
     for (let k = 0; k < applied.length; k++) {
       const i = applied[k] as number;
-      const rt = runtimes[i] as LimitRuntime;
-      if (rt.algorithm === 'token_bucket') {
-        rt.take((specs[i] as LimitSpec).kind === 'tokens' ? tokens : requests);
-      } else if (rt.algorithm === 'sliding_window') {
-        seqs ??= new Array<number>(applied.length).fill(-1);
-        seqs[k] = rt.add(now, (specs[i] as LimitSpec).kind === 'tokens' ? tokens : requests, id);
-      } else {
-        rt.acquire(now, id);
-      }
+      const seq = takeLimit(c, st, i, costOf(specs[i] as LimitSpec, tokens, requests), now, id);
+      if (seq >= 0) (seqs ??= new Array<number>(applied.length).fill(-1))[k] = seq;
     }
-    const res = new Reservation(tokens, requests, specs, runtimes, applied, seqs, now, compiled.reservationTtlMs);
-    (st.reservations ??= new Map()).set(id, res);
-    if (res.expiresAt < st.nextExpiry) st.nextExpiry = res.expiresAt;
+    const res = new Reservation(tokens, requests, c, st.objs, applied, seqs, now);
+    st.set(id, res);
+    if (res.expiresAt < (st.num[0] as number)) st.num[0] = res.expiresAt;
     return { ok: true, limits: this.#states(st, applied, now) };
   }
 
@@ -178,31 +173,39 @@ export class Limiter {
       throw new RangeError(`actualTokens must be a finite number ≥ 0, got ${actualTokens}`);
     }
     const st = this.#tenants.get(tenant);
-    const map = st?.reservations;
-    const res = map?.get(id);
+    if (st === undefined) return NOT_SETTLED;
+    const res = st.get(id);
     if (res === undefined || res.settled) return NOT_SETTLED;
     const now = this.#clock.now();
     if (now >= res.expiresAt) {
-      (map as Map<string, Reservation>).delete(id);
+      st.delete(id);
       return NOT_SETTLED;
     }
     const delta = actualTokens - res.tokens;
     if (delta !== 0) {
-      const { applied, specs, runtimes, seqs } = res;
+      const { applied, compiled, objs, seqs } = res;
+      const cur = st.compiled;
       for (let k = 0; k < applied.length; k++) {
         const i = applied[k] as number;
-        if ((specs[i] as LimitSpec).kind !== 'tokens') continue;
-        const rt = runtimes[i] as LimitRuntime;
-        if (rt.algorithm === 'token_bucket') {
-          rt.refill(now);
-          rt.adjust(delta);
-        } else if (rt.algorithm === 'sliding_window' && seqs !== null) {
-          rt.adjust(seqs[k] as number, id, delta);
+        const spec = compiled.limits[i] as LimitSpec;
+        if (spec.kind !== 'tokens') continue;
+        const obj = objs[i];
+        if (obj !== null && obj !== undefined) {
+          if (obj.algorithm === 'sliding_window' && seqs !== null) obj.adjust(seqs[k] as number, id, delta);
+        } else if (compiled === cur) {
+          adjustBucket(cur, st, i, delta, now);
+        } else {
+          // Reloaded since admission: settle on the bucket that kept this limit's name, if any.
+          const j = cur.indexByName.get(spec.name);
+          const kept = cur.limits[j ?? -1];
+          if (j !== undefined && kept !== undefined && kept.kind === 'tokens' && st.objs[j] === null) {
+            adjustBucket(cur, st, j, delta, now);
+          }
         }
       }
     }
     res.settled = true;
-    if (res.released) (map as Map<string, Reservation>).delete(id);
+    if (res.released) st.delete(id);
     return { settled: true, deltaTokens: delta };
   }
 
@@ -213,21 +216,21 @@ export class Limiter {
    */
   release(tenant: string, id: string): boolean {
     const st = this.#tenants.get(tenant);
-    const map = st?.reservations;
-    const res = map?.get(id);
+    if (st === undefined) return false;
+    const res = st.get(id);
     if (res === undefined || res.released) return false;
     const now = this.#clock.now();
     if (now >= res.expiresAt) {
-      (map as Map<string, Reservation>).delete(id);
+      st.delete(id);
       return false;
     }
-    const { applied, runtimes } = res;
+    const { applied, objs } = res;
     for (let k = 0; k < applied.length; k++) {
-      const rt = runtimes[applied[k] as number] as LimitRuntime;
-      if (rt.algorithm === 'semaphore') rt.release(now, id);
+      const obj = objs[applied[k] as number];
+      if (obj !== null && obj !== undefined && obj.algorithm === 'semaphore') obj.release(now, id);
     }
     res.released = true;
-    if (res.settled) (map as Map<string, Reservation>).delete(id);
+    if (res.settled) st.delete(id);
     return true;
   }
 
@@ -238,18 +241,18 @@ export class Limiter {
    */
   renew(tenant: string, id: string): boolean {
     const st = this.#tenants.get(tenant);
-    const map = st?.reservations;
-    const res = map?.get(id);
+    if (st === undefined) return false;
+    const res = st.get(id);
     if (res === undefined || res.released) return false;
     const now = this.#clock.now();
     if (now >= res.expiresAt) {
-      (map as Map<string, Reservation>).delete(id);
+      st.delete(id);
       return false;
     }
-    const { applied, runtimes } = res;
+    const { applied, objs } = res;
     for (let k = 0; k < applied.length; k++) {
-      const rt = runtimes[applied[k] as number] as LimitRuntime;
-      if (rt.algorithm === 'semaphore') rt.renew(now, id);
+      const obj = objs[applied[k] as number];
+      if (obj !== null && obj !== undefined && obj.algorithm === 'semaphore') obj.renew(now, id);
     }
     res.expiresAt = now + res.ttlMs;
     return true;
@@ -265,10 +268,10 @@ export class Limiter {
     const now = this.#clock.now();
     const st = this.#tenants.get(tenant);
     if (st !== undefined && st.policy !== policy) this.#rebuild(st, policy, now);
-    const compiled = st === undefined ? this.#compile(policy) : st.compiled;
-    const applied = applicableLimits(compiled, model);
-    if (st === undefined) return applied.map((i) => limitState(compiled.limits[i] as LimitSpec, undefined, now));
-    for (const i of applied) syncRuntime(st.runtimes[i] as LimitRuntime, now);
+    const c = st === undefined ? this.#compile(policy) : st.compiled;
+    const applied = applicableLimits(c, model);
+    if (st === undefined) return applied.map((i) => limitState(c, undefined, i, now));
+    for (const i of applied) syncLimit(c, st, i, now);
     return this.#states(st, applied, now);
   }
 
@@ -290,25 +293,19 @@ export class Limiter {
   }
 
   #isIdle(st: TenantState, now: number): boolean {
-    if (st.reservations !== null) {
-      if (now >= st.nextExpiry) this.#purgeReservations(st, now);
-      if (st.reservations.size > 0) return false;
-      st.reservations = null;
-    }
-    for (const rt of st.runtimes) if (!rt.isIdle(now)) return false;
-    return true;
+    if (now >= (st.num[0] as number)) this.#purgeReservations(st, now);
+    if (st.size > 0) return false;
+    return limitsIdle(st.compiled, st, now);
   }
 
   #purgeReservations(st: TenantState, now: number): void {
-    const map = st.reservations;
     let next = Infinity;
-    if (map !== null) {
-      for (const [id, res] of map) {
-        if (res.expiresAt <= now) map.delete(id);
-        else if (res.expiresAt < next) next = res.expiresAt;
-      }
-    }
-    st.nextExpiry = next;
+    st.removeWhere((res) => {
+      if (res.expiresAt <= now) return true;
+      if (res.expiresAt < next) next = res.expiresAt;
+      return false;
+    });
+    st.num[0] = next;
   }
 
   #compile(policy: Policy): CompiledPolicy {
@@ -320,33 +317,19 @@ export class Limiter {
     return c;
   }
 
-  /**
-   * A reload gave the tenant a new policy object: limits keep their state by name (see
-   * `carryOver`); open reservations keep pointing at the states they reserved from.
-   */
+  /** A reload gave the tenant a new policy object: rebuild its limits, keeping usage by name. */
   #rebuild(st: TenantState, policy: Policy, now: number): void {
-    const compiled = this.#compile(policy);
-    const oldSpecs = st.compiled.limits;
-    const oldRuntimes = st.runtimes;
-    const byName = new Map<string, number>();
-    oldSpecs.forEach((s, i) => byName.set(s.name, i));
-    st.runtimes = compiled.limits.map((spec) => {
-      const j = byName.get(spec.name);
-      return j === undefined
-        ? createRuntime(spec, now)
-        : carryOver(oldRuntimes[j], oldSpecs[j], spec, now);
-    });
+    const c = this.#compile(policy);
+    const next = rebuildTenantLimits(st.compiled, st, c, now);
+    st.num = next.num;
+    st.objs = next.objs;
     st.policy = policy;
-    st.compiled = compiled;
+    st.compiled = c;
   }
 
   #states(st: TenantState, applied: readonly number[], now: number): LimitState[] {
     const out: LimitState[] = [];
-    const specs = st.compiled.limits;
-    for (let k = 0; k < applied.length; k++) {
-      const i = applied[k] as number;
-      out.push(limitState(specs[i] as LimitSpec, st.runtimes[i], now));
-    }
+    for (let k = 0; k < applied.length; k++) out.push(limitState(st.compiled, st, applied[k] as number, now));
     return out;
   }
 
@@ -355,15 +338,15 @@ export class Limiter {
     spec: LimitSpec,
     retryAfterMs: number,
     st: TenantState | undefined,
-    compiled: CompiledPolicy,
+    c: CompiledPolicy,
     applied: readonly number[],
     now: number,
   ): AcquireResult {
     let limits: LimitState[];
     if (st === undefined) {
-      limits = applied.map((i) => limitState(compiled.limits[i] as LimitSpec, undefined, now));
+      limits = applied.map((i) => limitState(c, undefined, i, now));
     } else {
-      for (const i of applied) syncRuntime(st.runtimes[i] as LimitRuntime, now);
+      for (const i of applied) syncLimit(c, st, i, now);
       limits = this.#states(st, applied, now);
     }
     return { ok: false, reason, limit: spec.name, kind: spec.kind, retryAfterMs, limits };

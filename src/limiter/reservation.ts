@@ -1,23 +1,24 @@
-import type { LimitRuntime } from './limit-runtime.ts';
-import type { LimitSpec } from './types.ts';
+import type { CompiledPolicy } from './compiled-policy.ts';
+import type { LimitObject } from './tenant-limits.ts';
 
 /**
  * What one admitted request holds until it is settled and released: the tokens and requests
- * it reserved from each limit that applied, and where (the limits' state objects, so a policy
- * reload that keeps a limit keeps its reservations settleable).
+ * it reserved from each limit that applied, and where. It keeps the policy and the limit
+ * objects of the moment it was admitted, so a policy reload that keeps a limit (by name)
+ * keeps the reservation settleable against it.
  */
 export class Reservation {
   /** Tokens reserved from every applicable `tokens` limit. */
   readonly tokens: number;
   /** Requests counted by every applicable `requests` limit. */
   readonly requests: number;
-  /** The tenant's limits when admitted (policy order). */
-  readonly specs: readonly LimitSpec[];
-  /** The tenant's limit states when admitted (indexed by policy position). */
-  readonly runtimes: readonly LimitRuntime[];
-  /** Positions in `runtimes` of the limits that applied. */
+  /** The tenant's compiled policy when admitted. */
+  readonly compiled: CompiledPolicy;
+  /** The tenant's limit objects when admitted (windows, semaphores; null for buckets). */
+  readonly objs: readonly (LimitObject | null)[];
+  /** Indexes (in `compiled.limits`) of the limits that applied. */
   readonly applied: readonly number[];
-  /** Per position in `applied`: the sliding-window entry's sequence number, or -1. Null when no window applied. */
+  /** Per position in `applied`: the sliding-window entry's sequence number, or −1. Null when no window applied. */
   readonly seqs: number[] | null;
   /** Lifetime after admission or renew, ms. */
   readonly ttlMs: number;
@@ -29,20 +30,19 @@ export class Reservation {
   constructor(
     tokens: number,
     requests: number,
-    specs: readonly LimitSpec[],
-    runtimes: readonly LimitRuntime[],
+    compiled: CompiledPolicy,
+    objs: readonly (LimitObject | null)[],
     applied: readonly number[],
     seqs: number[] | null,
     nowMs: number,
-    ttlMs: number,
   ) {
     this.tokens = tokens;
     this.requests = requests;
-    this.specs = specs;
-    this.runtimes = runtimes;
+    this.compiled = compiled;
+    this.objs = objs;
     this.applied = applied;
     this.seqs = seqs;
-    this.ttlMs = ttlMs;
-    this.expiresAt = nowMs + ttlMs;
+    this.ttlMs = compiled.reservationTtlMs;
+    this.expiresAt = nowMs + compiled.reservationTtlMs;
   }
 }

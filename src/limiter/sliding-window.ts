@@ -1,3 +1,7 @@
+/** Shared, never written: the storage of every empty window before its first entry. */
+const EMPTY_NUMBERS: number[] = [];
+const EMPTY_STRINGS: string[] = [];
+
 /**
  * Exact sliding log: every admission is an entry (timestamp ms, cost, request id); the sum of
  * costs in `(now − windowMs, now]` plus a new cost must be ≤ `limit` to admit it.
@@ -13,11 +17,11 @@ export class SlidingWindow {
   limit: number;
   /** Window length, ms. */
   windowMs: number;
-  #ts: number[];
-  #cost: number[];
-  #id: string[];
-  /** capacity − 1; capacity is a power of two. */
-  #mask: number;
+  /** Interleaved `[timestamp, cost]` per slot; empty until the first entry. */
+  #tc: number[] = EMPTY_NUMBERS;
+  #id: string[] = EMPTY_STRINGS;
+  /** capacity − 1; capacity is a power of two (capacity 0 while empty: mask −1). */
+  #mask = -1;
   /** Sequence number of the oldest live entry. */
   #head = 0;
   /** Sequence number the next entry gets. */
@@ -32,21 +36,16 @@ export class SlidingWindow {
   constructor(limit: number, windowMs: number) {
     this.limit = limit;
     this.windowMs = windowMs;
-    const cap = 4;
-    this.#ts = new Array<number>(cap).fill(0);
-    this.#cost = new Array<number>(cap).fill(0);
-    this.#id = new Array<string>(cap).fill('');
-    this.#mask = cap - 1;
   }
 
   /** Drops entries that left the window: timestamp ≤ `nowMs − windowMs`. */
   purge(nowMs: number): void {
     const edge = nowMs - this.windowMs;
-    const ts = this.#ts;
+    const tc = this.#tc;
     const mask = this.#mask;
     let h = this.#head;
-    while (h < this.#tail && (ts[h & mask] as number) <= edge) {
-      this.#sum -= this.#cost[h & mask] as number;
+    while (h < this.#tail && (tc[(h & mask) << 1] as number) <= edge) {
+      this.#sum -= tc[((h & mask) << 1) + 1] as number;
       this.#id[h & mask] = '';
       h++;
     }
@@ -68,8 +67,8 @@ export class SlidingWindow {
     const mask = this.#mask;
     let freed = 0;
     for (let s = this.#head; s < this.#tail; s++) {
-      freed += this.#cost[s & mask] as number;
-      if (freed >= need) return (this.#ts[s & mask] as number) + this.windowMs - nowMs;
+      freed += this.#tc[((s & mask) << 1) + 1] as number;
+      if (freed >= need) return (this.#tc[(s & mask) << 1] as number) + this.windowMs - nowMs;
     }
     return this.windowMs; // unreachable when cost ≤ limit
   }
@@ -82,8 +81,8 @@ export class SlidingWindow {
     if (this.#tail - this.#head > this.#mask) this.#grow();
     const seq = this.#tail++;
     const i = seq & this.#mask;
-    this.#ts[i] = nowMs;
-    this.#cost[i] = cost;
+    this.#tc[i << 1] = nowMs;
+    this.#tc[(i << 1) + 1] = cost;
     this.#id[i] = id;
     this.#sum += cost;
     return seq;
@@ -98,9 +97,9 @@ export class SlidingWindow {
     if (seq < this.#head || seq >= this.#tail) return false;
     const i = seq & this.#mask;
     if (this.#id[i] !== id) return false;
-    const before = this.#cost[i] as number;
+    const before = this.#tc[(i << 1) + 1] as number;
     const after = before + delta > 0 ? before + delta : 0;
-    this.#cost[i] = after;
+    this.#tc[(i << 1) + 1] = after;
     this.#sum += after - before;
     return true;
   }
@@ -119,7 +118,7 @@ export class SlidingWindow {
   /** Ms until the newest entry leaves the window (0 when empty). Call `purge(now)` first. */
   resetMs(nowMs: number): number {
     if (this.#tail === this.#head) return 0;
-    return (this.#ts[(this.#tail - 1) & this.#mask] as number) + this.windowMs - nowMs;
+    return (this.#tc[((this.#tail - 1) & this.#mask) << 1] as number) + this.windowMs - nowMs;
   }
 
   /** True when no entry is in the window at `nowMs`. */
@@ -136,26 +135,25 @@ export class SlidingWindow {
 
   /** Empty and large: give the memory back (sequence numbers keep counting). */
   #shrink(): void {
-    this.#ts = new Array<number>(4).fill(0);
-    this.#cost = new Array<number>(4).fill(0);
-    this.#id = new Array<string>(4).fill('');
-    this.#mask = 3;
+    this.#tc = EMPTY_NUMBERS;
+    this.#id = EMPTY_STRINGS;
+    this.#mask = -1;
   }
 
   #grow(): void {
     const oldMask = this.#mask;
-    const cap = (oldMask + 1) * 2;
+    const cap = oldMask < 0 ? 2 : (oldMask + 1) * 2;
     const mask = cap - 1;
-    const ts = new Array<number>(cap).fill(0);
-    const cost = new Array<number>(cap).fill(0);
+    const tc = new Array<number>(cap * 2).fill(0);
     const id = new Array<string>(cap).fill('');
     for (let s = this.#head; s < this.#tail; s++) {
-      ts[s & mask] = this.#ts[s & oldMask] as number;
-      cost[s & mask] = this.#cost[s & oldMask] as number;
-      id[s & mask] = this.#id[s & oldMask] as string;
+      const from = s & oldMask;
+      const to = s & mask;
+      tc[to << 1] = this.#tc[from << 1] as number;
+      tc[(to << 1) + 1] = this.#tc[(from << 1) + 1] as number;
+      id[to] = this.#id[from] as string;
     }
-    this.#ts = ts;
-    this.#cost = cost;
+    this.#tc = tc;
     this.#id = id;
     this.#mask = mask;
   }

@@ -351,6 +351,32 @@ describe('Limiter', () => {
     assert.equal(remaining('tok/1m'), 2000);
   });
 
+  test('a reload keeps held leases; a release after it frees the slot', () => {
+    const { limiter, policies, acquire, remaining } = setup([concurrent('conc', 2, 30_000), bucket('tok/1m', 'tokens', 100, MIN)]);
+    assert.equal(acquire(10, { id: 'a' }).ok, true);
+    assert.equal(acquire(10, { id: 'b' }).ok, true);
+    policies.set('t', { limits: [bucket('tok/1m', 'tokens', 100, MIN), concurrent('conc', 3, 30_000)] });
+    assert.equal(remaining('conc'), 1);
+    assert.equal(remaining('tok/1m'), 80);
+    assert.equal(limiter.release('t', 'a'), true);
+    assert.equal(remaining('conc'), 2);
+    assert.deepEqual(limiter.settle('t', 'b', 0), { settled: true, deltaTokens: -10 });
+    assert.equal(remaining('tok/1m'), 90);
+  });
+
+  test('renew keeps a reservation settleable past its TTL', () => {
+    const { clock, limiter, acquire, remaining } = setup([bucket('tok/1m', 'tokens', 1000, MIN), concurrent('conc', 1, 30_000)]);
+    assert.equal(acquire(500, { id: 'a' }).ok, true);
+    clock.advance(20_000);
+    assert.equal(limiter.renew('t', 'a'), true);
+    clock.advance(20_000); // 40 s after admission, 20 s after renew
+    assert.deepEqual(limiter.settle('t', 'a', 100), { settled: true, deltaTokens: -400 });
+    assert.equal(remaining('conc'), 0);
+    assert.equal(limiter.release('t', 'a'), true);
+    assert.equal(limiter.renew('t', 'a'), false);
+    assert.equal(remaining('conc'), 1);
+  });
+
   test('sweep drops idle tenants only', () => {
     const { clock, limiter, acquire } = setup([bucket('req/1m', 'requests', 10, MIN), window('tok/1m', 'tokens', 1000, MIN), concurrent('conc', 2, 30_000)]);
     assert.equal(acquire(100, { id: 'a' }).ok, true);

@@ -1,0 +1,201 @@
+import type { CompiledPolicy } from './compiled-policy.ts';
+import { Semaphore } from './semaphore.ts';
+import { SlidingWindow } from './sliding-window.ts';
+import {
+  bucketAdjust,
+  bucketInit,
+  bucketIsFull,
+  bucketRefill,
+  bucketRemaining,
+  bucketResetMs,
+  bucketSetUsed,
+  bucketTake,
+  bucketUsed,
+  bucketWaitMs,
+} from './token-bucket.ts';
+import type { LimitSpec, LimitState } from './types.ts';
+
+/** A limit's state that needs an object: a sliding window's log or a semaphore's lease ids. */
+export type LimitObject = SlidingWindow | Semaphore;
+
+/**
+ * The state of every limit of one tenant, laid out for cache locality: all numbers (token
+ * buckets, semaphore expiries, slot 0 for the tenant's own use) in one `number[]`
+ * (offsets from `CompiledPolicy.offsets`), objects only where a limit needs one.
+ */
+export interface TenantLimits {
+  num: number[];
+  /** Indexed like the policy's limits; null for token buckets. */
+  objs: (LimitObject | null)[];
+}
+
+/** Units an acquire of (`tokens`, `requests`) costs under `spec` (1 slot for concurrency). */
+export function costOf(spec: LimitSpec, tokens: number, requests: number): number {
+  return spec.kind === 'tokens' ? tokens : spec.kind === 'requests' ? requests : 1;
+}
+
+/** Fresh state for every limit of `c` at `nowMs`: full buckets, empty windows, no lease. */
+export function createTenantLimits(c: CompiledPolicy, nowMs: number): TenantLimits {
+  const num = new Array<number>(c.slots).fill(0.5);
+  const objs: (LimitObject | null)[] = [];
+  for (let i = 0; i < c.limits.length; i++) objs.push(createLimit(c, num, i, nowMs));
+  return { num, objs };
+}
+
+function createLimit(c: CompiledPolicy, num: number[], i: number, nowMs: number): LimitObject | null {
+  const spec = c.limits[i] as LimitSpec;
+  const o = c.offsets[i] as number;
+  if (spec.kind === 'concurrent') return new Semaphore(spec.limit, spec.leaseTtlMs, num, o);
+  if (spec.algorithm === 'sliding_window') return new SlidingWindow(spec.limit, spec.windowMs);
+  bucketInit(num, o, spec.limit, spec.windowMs, nowMs);
+  return null;
+}
+
+/** Brings limit `i` to `nowMs`: refills a bucket, purges a window's or a semaphore's expired entries. */
+export function syncLimit(c: CompiledPolicy, t: TenantLimits, i: number, nowMs: number): void {
+  const obj = t.objs[i];
+  if (obj === null || obj === undefined) {
+    const spec = c.limits[i] as LimitSpec & { windowMs: number };
+    bucketRefill(t.num, c.offsets[i] as number, spec.limit, spec.windowMs, nowMs);
+  } else {
+    obj.purge(nowMs);
+  }
+}
+
+/**
+ * Syncs limit `i` and returns the exact ms (not rounded) until `cost` fits, 0 when it fits
+ * now; a full semaphore returns the ms until its earliest lease expires.
+ */
+export function limitWaitMs(c: CompiledPolicy, t: TenantLimits, i: number, cost: number, nowMs: number): number {
+  const obj = t.objs[i];
+  if (obj === null || obj === undefined) {
+    const spec = c.limits[i] as LimitSpec & { windowMs: number };
+    const o = c.offsets[i] as number;
+    bucketRefill(t.num, o, spec.limit, spec.windowMs, nowMs);
+    return bucketWaitMs(t.num, o, spec.limit, spec.windowMs, cost);
+  }
+  obj.purge(nowMs);
+  return obj.algorithm === 'sliding_window' ? obj.waitMs(nowMs, cost) : obj.waitMs(nowMs);
+}
+
+/**
+ * Takes `cost` from limit `i` for request `id` (after `limitWaitMs` returned 0).
+ * @returns the sliding-window entry's sequence number, or −1 for other limits.
+ */
+export function takeLimit(c: CompiledPolicy, t: TenantLimits, i: number, cost: number, nowMs: number, id: string): number {
+  const obj = t.objs[i];
+  if (obj === null || obj === undefined) {
+    bucketTake(t.num, c.offsets[i] as number, (c.limits[i] as LimitSpec & { windowMs: number }).windowMs, cost);
+    return -1;
+  }
+  if (obj.algorithm === 'sliding_window') return obj.add(nowMs, cost, id);
+  obj.acquire(nowMs, id);
+  return -1;
+}
+
+/** Refunds (`delta < 0`, never above capacity) or debits `delta` tokens on bucket `i`. */
+export function adjustBucket(c: CompiledPolicy, t: TenantLimits, i: number, delta: number, nowMs: number): void {
+  const spec = c.limits[i] as LimitSpec & { windowMs: number };
+  const o = c.offsets[i] as number;
+  bucketRefill(t.num, o, spec.limit, spec.windowMs, nowMs);
+  bucketAdjust(t.num, o, spec.limit, spec.windowMs, delta);
+}
+
+/**
+ * `LimitState` of limit `i` (synced to `nowMs`), or of a fresh limit when `t` is undefined.
+ * `resetMs` is rounded up to whole ms.
+ */
+export function limitState(c: CompiledPolicy, t: TenantLimits | undefined, i: number, nowMs: number): LimitState {
+  const spec = c.limits[i] as LimitSpec;
+  if (t === undefined) return { name: spec.name, kind: spec.kind, limit: spec.limit, remaining: spec.limit, resetMs: 0 };
+  const obj = t.objs[i];
+  let remaining: number;
+  let reset: number;
+  if (obj === null || obj === undefined) {
+    const o = c.offsets[i] as number;
+    const windowMs = (spec as LimitSpec & { windowMs: number }).windowMs;
+    remaining = bucketRemaining(t.num, o, windowMs);
+    reset = bucketResetMs(t.num, o, spec.limit, windowMs);
+  } else {
+    remaining = obj.remaining();
+    reset = obj.resetMs(nowMs);
+  }
+  return { name: spec.name, kind: spec.kind, limit: spec.limit, remaining, resetMs: Math.ceil(reset) };
+}
+
+/** True when every limit is back to its initial state (buckets full, windows empty, no lease). */
+export function limitsIdle(c: CompiledPolicy, t: TenantLimits, nowMs: number): boolean {
+  for (let i = 0; i < c.limits.length; i++) {
+    const obj = t.objs[i];
+    if (obj === null || obj === undefined) {
+      const spec = c.limits[i] as LimitSpec & { windowMs: number };
+      if (!bucketIsFull(t.num, c.offsets[i] as number, spec.limit, spec.windowMs, nowMs)) return false;
+    } else if (!obj.isIdle(nowMs)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/**
+ * State for policy `next` after a reload, built conservatively from `prev` (policy `old`):
+ * a limit keeps the state of the old limit with the same name and kind. Same algorithm →
+ * usage kept (a bucket's used units clamped to the new limit; a window's entries and a
+ * semaphore's leases kept as they are, the same objects, so open reservations still settle
+ * and release against them); bucket ↔ window → the units used now carry over, clamped to the
+ * new limit (into a window as one entry at `nowMs`); otherwise fresh. Slot 0 is copied.
+ */
+export function rebuildTenantLimits(old: CompiledPolicy, prev: TenantLimits, next: CompiledPolicy, nowMs: number): TenantLimits {
+  const num = new Array<number>(next.slots).fill(0.5);
+  num[0] = prev.num[0] as number;
+  const objs: (LimitObject | null)[] = [];
+  for (let i = 0; i < next.limits.length; i++) {
+    const spec = next.limits[i] as LimitSpec;
+    const j = old.indexByName.get(spec.name);
+    const oldSpec = j === undefined ? undefined : old.limits[j];
+    if (j === undefined || oldSpec === undefined || oldSpec.kind !== spec.kind) {
+      objs.push(createLimit(next, num, i, nowMs));
+      continue;
+    }
+    const o = next.offsets[i] as number;
+    const oldObj = prev.objs[j] ?? null;
+    if (spec.kind === 'concurrent') {
+      if (oldObj instanceof Semaphore) {
+        oldObj.reconfigure(spec.limit, spec.leaseTtlMs);
+        oldObj.rebind(num, o);
+        objs.push(oldObj);
+      } else {
+        objs.push(createLimit(next, num, i, nowMs));
+      }
+      continue;
+    }
+    if (oldObj instanceof Semaphore) {
+      objs.push(createLimit(next, num, i, nowMs));
+      continue;
+    }
+    let used: number;
+    if (oldObj === null) {
+      const os = oldSpec as LimitSpec & { windowMs: number };
+      const oo = old.offsets[j] as number;
+      bucketRefill(prev.num, oo, os.limit, os.windowMs, nowMs);
+      used = bucketUsed(prev.num, oo, os.limit, os.windowMs);
+    } else {
+      oldObj.purge(nowMs);
+      used = oldObj.used();
+    }
+    if (spec.algorithm === 'sliding_window') {
+      if (oldObj !== null) {
+        oldObj.reconfigure(spec.limit, spec.windowMs);
+        objs.push(oldObj);
+      } else {
+        const w = new SlidingWindow(spec.limit, spec.windowMs);
+        if (used > 0) w.add(nowMs, used > spec.limit ? spec.limit : used, '');
+        objs.push(w);
+      }
+    } else {
+      bucketSetUsed(num, o, spec.limit, spec.windowMs, used, nowMs);
+      objs.push(null);
+    }
+  }
+  return { num, objs };
+}
