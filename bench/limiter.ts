@@ -2,7 +2,7 @@
  * Micro-benchmark of the in-RAM limiter: ns per acquire + settle + release over three limits
  * (requests token bucket, tokens token bucket, concurrency) with 100k tenants picked at random.
  *
- * Run: `node --import tsx bench/limiter.ts [--tenants 100000] [--runs 7] [--ops 1000000]`
+ * Run: `node --import tsx bench/limiter.ts [--tenants 100000] [--runs 7] [--ops 1000000] [--policy-lookup map|const]`
  * Prints one JSON line, then a readable line. Timing is per batch of 1,000 operations
  * (hrtime around each batch, so the timer's own cost is amortised; request ids are made
  * between batches, untimed); the figure is the median
@@ -18,6 +18,8 @@ const { values } = parseArgs({
     tenants: { type: 'string', default: '100000' },
     runs: { type: 'string', default: '7' },
     ops: { type: 'string', default: '1000000' },
+    /** `map`: policyFor is a Map lookup per acquire (as in the gateway); `const`: one shared policy, no lookup. */
+    'policy-lookup': { type: 'string', default: 'map' },
   },
 });
 const TENANTS = Number(values.tenants);
@@ -34,7 +36,8 @@ const policy: Policy = {
 };
 const tenantNames = Array.from({ length: TENANTS }, (_, i) => `tenant-${i}`);
 const policies = new Map<string, Policy>(tenantNames.map((t) => [t, policy]));
-const limiter = new Limiter({ clock: systemClock, policyFor: (t) => policies.get(t) });
+const constPolicy = values['policy-lookup'] === 'const';
+const limiter = new Limiter({ clock: systemClock, policyFor: constPolicy ? () => policy : (t) => policies.get(t) });
 
 // Deterministic pseudo-random tenant sequence (xorshift32), fresh id strings (hash not cached).
 let x = 0x9e3779b9;
@@ -83,6 +86,7 @@ const out = {
   bench: 'limiter.acquire+settle+release',
   limits: policy.limits.map((l) => l.name),
   tenants: TENANTS,
+  policyLookup: constPolicy ? 'const' : 'map',
   tenantsInMemory: limiter.size,
   opsPerRun: OPS,
   runs: RUNS,
