@@ -1,0 +1,55 @@
+/**
+ * Minimal structural types of the request fields that token counting reads. Bodies are validated
+ * JSON from clients: every field is optional and odd shapes are counted as well as possible.
+ */
+
+/** An OpenAI content part: text, or an image by URL (data URLs are sized from their header). */
+export interface OpenAIContentPart {
+  readonly type?: string;
+  readonly text?: string;
+  readonly image_url?: { readonly url?: string; readonly detail?: string } | string;
+}
+
+/** An OpenAI chat message. */
+export interface OpenAIMessage {
+  readonly role?: string;
+  readonly name?: string;
+  readonly content?: string | readonly OpenAIContentPart[] | null;
+  readonly tool_calls?: readonly { readonly function?: { readonly name?: string; readonly arguments?: string } }[];
+  readonly tool_call_id?: string;
+  readonly function_call?: { readonly name?: string; readonly arguments?: string };
+}
+
+/** A JSON-schema-like function definition (OpenAI `tools[].function` or legacy `functions[]`). */
+export interface FunctionDefinition {
+  readonly name?: string;
+  readonly description?: string;
+  readonly parameters?: { readonly properties?: Readonly<Record<string, { readonly type?: unknown; readonly description?: string; readonly enum?: readonly unknown[] }>> };
+}
+
+/** The prompt fields of an OpenAI chat completion body. */
+export interface OpenAIChatPrompt {
+  readonly messages?: readonly OpenAIMessage[];
+  readonly tools?: readonly { readonly type?: string; readonly function?: FunctionDefinition }[];
+  readonly functions?: readonly FunctionDefinition[];
+}
+
+/** An Anthropic content block. */
+export interface AnthropicBlock {
+  readonly type?: string;
+  readonly text?: string;
+  readonly source?: { readonly type?: string; readonly media_type?: string; readonly data?: string };
+  readonly name?: string;
+  readonly input?: unknown;
+  readonly content?: string | readonly AnthropicBlock[];
+}
+
+/** The prompt fields of an Anthropic /v1/messages body. */
+export interface AnthropicPrompt {
+  readonly system?: string | readonly AnthropicBlock[];
+  readonly messages?: readonly { readonly role?: string; readonly content?: string | readonly AnthropicBlock[] }[];
+  readonly tools?: readonly { readonly name?: string; readonly description?: string; readonly input_schema?: unknown }[];
+}
+
+/** OpenAI embeddings `input`: text, texts, a token array or token arrays. */
+export type EmbeddingInput = string | readonly string[] | readonly number[] | readonly (readonly number[])[];
