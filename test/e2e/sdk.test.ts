@@ -39,7 +39,11 @@ describe('gateway node with the SDKs (fast simulator)', () => {
       tenant('a3', [{ tokens: 100_000, window: '1m', algorithm: 'sliding_window' }]),
       tenant('retry', [{ requests: 1, window: '2s' }]),
       tenant('emb', [{ requests: 10, window: '1m' }, { tokens: 1000, window: '1m', algorithm: 'sliding_window' }]),
+      tenant('warm', []),
     ]);
+    // Load both processes' tokenizers first, so the tests' requests follow each other within ms.
+    await openai(stack, 'warm').chat.completions.create({ model: 'gpt-4o-mini', max_tokens: 1, messages: promptOf(10) });
+    await anthropic(stack, 'warm').messages.create({ model: 'claude-test', max_tokens: 1, messages: [{ role: 'user', content: 'hi' }] });
   });
   after(async () => stack.stop());
 

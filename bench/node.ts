@@ -1,0 +1,161 @@
+/**
+ * `npm run bench:node`: the gateway node against a bare fastify + undici proxy, side by side in one
+ * run, with autocannon, the simulator answering at once. Then the limiter alone and token
+ * estimation. Writes bench/results/<date>/node.{json,md} and prints the Markdown table.
+ *
+ * Rounds interleave the targets (bare, node/estimate, node/exact) so machine noise hits each alike;
+ * figures are medians over rounds, ratios are node / bare of those medians.
+ */
+import { spawn } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import autocannon from 'autocannon';
+import { parseTraceFile } from '../src/replay/trace.ts';
+import { countOpenAIChat, exactCounter } from '../src/tokens/index.ts';
+import { freePort, runCli, writeConfig } from '../test/helpers/processes.ts';
+import type { Running } from '../test/helpers/processes.ts';
+
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
+const DURATION_S = Number(process.env.BENCH_DURATION ?? 8);
+const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 64);
+const TENANTS = 100;
+const root = new URL('..', import.meta.url);
+
+/** A chat body whose prompt is exactly `n` tokens (o200k with message overhead), 16 output tokens. */
+function chatBody(n: number): string {
+  const counter = exactCounter('o200k_base');
+  const overhead = countOpenAIChat({ messages: [{ role: 'user', content: '' }] }, counter);
+  const content = ' the'.repeat(Math.max(0, n - overhead));
+  return JSON.stringify({ model: 'gpt-4o-mini', max_tokens: 16, messages: [{ role: 'user', content }] });
+}
+
+async function runAutocannon(url: string, bodies: readonly string[], keys: readonly string[]): Promise<autocannon.Result> {
+  let i = 0;
+  return autocannon({
+    url: `${url}/v1/chat/completions`,
+    connections: CONNECTIONS,
+    duration: DURATION_S,
+    requests: [
+      {
+        method: 'POST',
+        setupRequest: (req) => {
+          const n = i++;
+          return {
+            ...req,
+            headers: { 'content-type': 'application/json', authorization: `Bearer ${keys[n % keys.length]}` },
+            body: bodies[n % bodies.length],
+          };
+        },
+      },
+    ],
+  });
+}
+
+function median(xs: readonly number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const mid = Math.floor(s.length / 2);
+  return s.length % 2 === 1 ? (s[mid] ?? 0) : ((s[mid - 1] ?? 0) + (s[mid] ?? 0)) / 2;
+}
+
+async function startBare(port: number, simUrl: string): Promise<Running> {
+  const file = fileURLToPath(new URL('bare-proxy.ts', import.meta.url));
+  const proc = spawn(process.execPath, ['--import', 'tsx', file, String(port), simUrl], { stdio: ['ignore', 'inherit', 'inherit'] });
+  const url = `http://127.0.0.1:${port}/healthz`;
+  for (let t = 0; t < 200; t++) {
+    try {
+      const res = await fetch(url);
+      if (res.ok) break;
+    } catch {
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+  return {
+    proc,
+    output: () => '',
+    stop: async () => {
+      proc.kill('SIGTERM');
+      return new Promise((resolve) => proc.once('exit', (code) => resolve(code)));
+    },
+  };
+}
+
+interface Row {
+  target: string;
+  prompts: string;
+  rps: number[];
+  p50: number[];
+  p99: number[];
+  non2xx: number;
+  errors: number;
+}
+
+const started: Running[] = [];
+const cleanup = async () => {
+  await Promise.all(started.map((p) => p.stop()));
+};
+process.once('SIGINT', () => void cleanup().then(() => process.exit(130)));
+process.once('SIGTERM', () => void cleanup().then(() => process.exit(143)));
+
+try {
+  const simPort = await freePort();
+  const simUrl = `http://127.0.0.1:${simPort}`;
+  started.push(await runCli(['simulate', '--port', String(simPort)], `${simUrl}/sim/stats`));
+  const keys = Array.from({ length: TENANTS }, (_, i) => `bench-tenant-key-${i}`);
+  const limits = [{ requests: 1_000_000_000, window: '1m' }, { tokens: 1_000_000_000_000, window: '1m' }, { concurrent: 10_000 }];
+  const ports = { bare: await freePort(), estimate: await freePort(), exact: await freePort() };
+  const nodeConfig = (port: number, estimator: 'estimate' | 'exact') =>
+    writeConfig({
+      server: { port, log_level: 'warn' },
+      tenants: keys.map((key, i) => ({ id: `t${i}`, keys: [key], limits })),
+      models: [{ name: 'gpt-4o-mini', encoding: 'o200k_base', estimator, deployments: ['sim'] }],
+      deployments: [{ name: 'sim', provider: 'openai', base_url: simUrl, api_key_env: 'BENCH_SIM_KEY' }],
+    });
+  const env = { BENCH_SIM_KEY: 'bench-sim-key' };
+  started.push(await startBare(ports.bare, simUrl));
+  started.push(await runCli(['node', '--config', nodeConfig(ports.estimate, 'estimate')], `http://127.0.0.1:${ports.estimate}/readyz`, env));
+  started.push(await runCli(['node', '--config', nodeConfig(ports.exact, 'exact')], `http://127.0.0.1:${ports.exact}/readyz`, env));
+
+  const trace = parseTraceFile(fileURLToPath(new URL('cluster/traces/azure-llm-2023-conv.csv.gz', root)), { limit: 2_000 });
+  const mixes = {
+    '200 tokens': [chatBody(200)],
+    'conv trace sizes': trace.map((r) => chatBody(r.promptTokens)),
+  };
+  const targets = { bare: `http://127.0.0.1:${ports.bare}`, 'node (estimate)': `http://127.0.0.1:${ports.estimate}`, 'node (exact)': `http://127.0.0.1:${ports.exact}` };
+  const rows = new Map<string, Row>();
+  for (let round = 0; round < ROUNDS; round++) {
+    for (const [prompts, bodies] of Object.entries(mixes)) {
+      for (const [target, url] of Object.entries(targets)) {
+        const r = await runAutocannon(url, bodies, keys);
+        const key = `${target}|${prompts}`;
+        const row = rows.get(key) ?? { target, prompts, rps: [], p50: [], p99: [], non2xx: 0, errors: 0 };
+        row.rps.push(r.requests.average);
+        row.p50.push(r.latency.p50);
+        row.p99.push(r.latency.p99);
+        row.non2xx += r.non2xx;
+        row.errors += r.errors;
+        rows.set(key, row);
+        process.stderr.write(`round ${round + 1}/${ROUNDS} ${target.padEnd(16)} ${prompts.padEnd(17)} ${r.requests.average.toFixed(0)} req/s p50 ${r.latency.p50} ms p99 ${r.latency.p99} ms non2xx ${r.non2xx}\n`);
+      }
+    }
+  }
+  const results = [...rows.values()].map((row) => {
+    const bare = rows.get(`bare|${row.prompts}`);
+    const rps = median(row.rps);
+    return { ...row, medianRps: rps, medianP50: median(row.p50), medianP99: median(row.p99), ratioToBare: bare === undefined ? 1 : rps / median(bare.rps) };
+  });
+  const date = new Date().toISOString().slice(0, 10);
+  const dir = fileURLToPath(new URL(`bench/results/${date}/`, root));
+  mkdirSync(dir, { recursive: true });
+  const md = [
+    `Gateway node vs bare fastify+undici proxy — ${ROUNDS} rounds × ${DURATION_S} s, ${CONNECTIONS} connections, ${TENANTS} tenants, simulator answering at once (medians)`,
+    '',
+    '| target | prompts | req/s | p50 ms | p99 ms | vs bare | non-2xx |',
+    '|---|---|---|---|---|---|---|',
+    ...results.map((r) => `| ${r.target} | ${r.prompts} | ${r.medianRps.toFixed(0)} | ${r.medianP50} | ${r.medianP99} | ${(r.ratioToBare * 100).toFixed(0)}% | ${r.non2xx + r.errors} |`),
+  ].join('\n');
+  writeFileSync(`${dir}node.json`, JSON.stringify({ date: new Date().toISOString(), rounds: ROUNDS, durationS: DURATION_S, connections: CONNECTIONS, results }, null, 2));
+  writeFileSync(`${dir}node.md`, md + '\n');
+  process.stdout.write(md + '\n');
+} finally {
+  await cleanup();
+}
