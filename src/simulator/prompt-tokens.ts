@@ -6,8 +6,7 @@
  */
 import { LRUCache } from 'lru-cache';
 import { countAnthropicMessages, countEmbeddingInput, countOpenAIChat, encodingForModel, exactCounter } from '../tokens/index.ts';
-import type { EncodingName, TextCounter } from '../tokens/index.ts';
-import type { AnthropicPrompt, EmbeddingInput, OpenAIChatPrompt } from '../tokens/types.ts';
+import type { AnthropicPrompt, EmbeddingInput, EncodingName, OpenAIChatPrompt, TextCounter } from '../tokens/index.ts';
 
 /** A `TextCounter` that memoises counts in an LRU bounded by total characters (a hit costs ~0.2 µs, a 50-character miss ~25 µs). */
 class MemoCounter implements TextCounter {

@@ -21,6 +21,8 @@ const ANTHROPIC = { 'x-api-key': 'k1', 'anthropic-version': '2023-06-01' };
 /** `hello world` as one user message: 3 (message) + 1 (`user`) + 2 (`hello world`) + 3 (reply priming) under o200k/cl100k. */
 const HELLO = [{ role: 'user', content: 'hello world' }];
 const HELLO_PROMPT = 9;
+/** The same for Anthropic, cl100k_base stand-in: 3 (priming) + 3 (message) + 2 (`hello world`). */
+const HELLO_INPUT = 8;
 
 type Json = Record<string, unknown>;
 
@@ -219,7 +221,7 @@ describe('Anthropic messages', () => {
     assert.equal(m.role, 'assistant');
     assert.deepEqual(m.content, [{ type: 'text', text: ' the the the' }]);
     assert.equal(m.stop_reason, 'max_tokens');
-    assert.equal(m.usage.input_tokens, 2, '"hello world" under cl100k_base, the stand-in for Claude');
+    assert.equal(m.usage.input_tokens, HELLO_INPUT, 'cl100k_base, the stand-in for Claude');
     assert.equal(m.usage.output_tokens, 3);
     assert.equal((await messages(app, { max_tokens: 30 }, { 'x-sim-output-tokens': '4' })).json().stop_reason, 'end_turn');
   });
@@ -236,7 +238,7 @@ describe('Anthropic messages', () => {
     const data = events.map((e) => JSON.parse(e.data) as Json);
     for (let i = 0; i < events.length; i++) assert.equal(data[i]?.['type'], events[i]?.event, 'event name = data type');
     const start = data[0]?.['message'] as Json;
-    assert.deepEqual(start['usage'], { input_tokens: 2, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, output_tokens: 1, service_tier: 'standard' });
+    assert.deepEqual(start['usage'], { input_tokens: HELLO_INPUT, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, output_tokens: 1, service_tier: 'standard' });
     assert.deepEqual(start['content'], []);
     assert.deepEqual(data[3]?.['delta'], { type: 'text_delta', text: ' the' });
     assert.deepEqual(data[7], { type: 'message_delta', delta: { stop_reason: 'end_turn', stop_sequence: null }, usage: { output_tokens: 3 } });
@@ -248,7 +250,7 @@ describe('Anthropic messages', () => {
       const events = parseSse((await messages(app, { stream: true, max_tokens: 2 }, { 'x-sim-anthropic-delta-input': variant })).body);
       return (JSON.parse(events.find((e) => e.event === 'message_delta')?.data ?? '{}') as Json)['usage'];
     };
-    assert.deepEqual(await deltaUsage('repeat'), { input_tokens: 2, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, output_tokens: 2 });
+    assert.deepEqual(await deltaUsage('repeat'), { input_tokens: HELLO_INPUT, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, output_tokens: 2 });
     assert.deepEqual(await deltaUsage('zero'), { input_tokens: 0, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, output_tokens: 2 });
     assert.equal((await messages(app, { stream: true }, { 'x-sim-anthropic-delta-input': 'twice' })).statusCode, 400);
   });
@@ -389,7 +391,7 @@ describe('quota', () => {
     assert.equal(ok.headers['anthropic-ratelimit-requests-remaining'], '1');
     assert.equal(ok.headers['anthropic-ratelimit-requests-reset'], '2023-11-14T22:13:50Z');
     assert.equal(ok.headers['anthropic-ratelimit-tokens-limit'], '1000');
-    assert.equal(ok.headers['anthropic-ratelimit-tokens-remaining'], '990', '2 input + 8 max_tokens');
+    assert.equal(ok.headers['anthropic-ratelimit-tokens-remaining'], '984', '8 input + 8 max_tokens');
     assert.equal(ok.headers['x-ratelimit-limit-requests'], undefined, 'OpenAI headers only on OpenAI routes');
     await messages(app, { max_tokens: 8 });
     const refused = await messages(app, { max_tokens: 8 });
@@ -560,9 +562,9 @@ describe('real server', () => {
       await sleep(100);
       assert.equal(((await (await fetch(`${sim.url}/sim/stats`)).json()) as SimulatorStats).completionTokens, sent, 'nothing more was generated');
       assert.equal(process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length, timersBefore, 'the pacing timer was cleared');
-      // Settled at 2 input + sent: the next request sees 10 000 − (2 + sent) − (2 + 1).
+      // Settled at input + sent: the next request sees 10 000 − (input + sent) − (input + 1).
       const probe = await fetch(`${sim.url}/v1/messages`, { method: 'POST', headers: { 'content-type': 'application/json', ...ANTHROPIC }, body: JSON.stringify({ model: 'claude-test', max_tokens: 1, messages: HELLO }) });
-      assert.equal(probe.headers.get('anthropic-ratelimit-tokens-remaining'), String(10_000 - (2 + sent) - 3));
+      assert.equal(probe.headers.get('anthropic-ratelimit-tokens-remaining'), String(10_000 - (HELLO_INPUT + sent) - (HELLO_INPUT + 1)));
       await probe.text();
     } finally {
       await sim.close();
