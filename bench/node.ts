@@ -6,7 +6,7 @@
  * Rounds interleave the targets (bare, node/estimate, node/exact) so machine noise hits each alike;
  * figures are medians over rounds, ratios are node / bare of those medians.
  */
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
@@ -29,12 +29,12 @@ function chatBody(n: number): string {
   return JSON.stringify({ model: 'gpt-4o-mini', max_tokens: 16, messages: [{ role: 'user', content }] });
 }
 
-async function runAutocannon(url: string, bodies: readonly string[], keys: readonly string[]): Promise<autocannon.Result> {
+async function runAutocannon(url: string, bodies: readonly string[], keys: readonly string[], durationS = DURATION_S): Promise<autocannon.Result> {
   let i = 0;
   return autocannon({
     url: `${url}/v1/chat/completions`,
     connections: CONNECTIONS,
-    duration: DURATION_S,
+    duration: durationS,
     requests: [
       {
         method: 'POST',
@@ -77,6 +77,21 @@ async function startBare(port: number, simUrl: string): Promise<Running> {
       return new Promise((resolve) => proc.once('exit', (code) => resolve(code)));
     },
   };
+}
+
+/** Runs a micro-benchmark script of bench/ and returns its first JSON line and the rest as text. */
+function runMicro(script: string, args: readonly string[]): { json: unknown; text: string } {
+  const file = fileURLToPath(new URL(script, import.meta.url));
+  const out = spawnSync(process.execPath, ['--import', 'tsx', file, ...args], { encoding: 'utf8', timeout: 240_000 });
+  const lines = (out.stdout ?? '').split('\n');
+  const at = lines.findIndex((l) => l.startsWith('{'));
+  let json: unknown = null;
+  try {
+    json = at >= 0 ? JSON.parse(lines[at] ?? '') : null;
+  } catch {
+    json = null;
+  }
+  return { json, text: lines.filter((_, i) => i !== at).join('\n').trim() || `${script} failed: ${out.stderr}` };
 }
 
 interface Row {
@@ -122,6 +137,8 @@ try {
   };
   const targets = { bare: `http://127.0.0.1:${ports.bare}`, 'node (estimate)': `http://127.0.0.1:${ports.estimate}`, 'node (exact)': `http://127.0.0.1:${ports.exact}` };
   const rows = new Map<string, Row>();
+  // Warm-up (JIT, tokenizer tables, connection pools), not measured.
+  for (const url of Object.values(targets)) for (const bodies of Object.values(mixes)) await runAutocannon(url, bodies, keys, 2);
   for (let round = 0; round < ROUNDS; round++) {
     for (const [prompts, bodies] of Object.entries(mixes)) {
       for (const [target, url] of Object.entries(targets)) {
@@ -143,6 +160,9 @@ try {
     const rps = median(row.rps);
     return { ...row, medianRps: rps, medianP50: median(row.p50), medianP99: median(row.p99), ratioToBare: bare === undefined ? 1 : rps / median(bare.rps) };
   });
+  await cleanup();
+  started.length = 0;
+  const micro = { limiter: runMicro('limiter.ts', ['--runs', '5']), tokens: runMicro('tokens.ts', []) };
   const date = new Date().toISOString().slice(0, 10);
   const dir = fileURLToPath(new URL(`bench/results/${date}/`, root));
   mkdirSync(dir, { recursive: true });
@@ -153,9 +173,10 @@ try {
     '|---|---|---|---|---|---|---|',
     ...results.map((r) => `| ${r.target} | ${r.prompts} | ${r.medianRps.toFixed(0)} | ${r.medianP50} | ${r.medianP99} | ${(r.ratioToBare * 100).toFixed(0)}% | ${r.non2xx + r.errors} |`),
   ].join('\n');
-  writeFileSync(`${dir}node.json`, JSON.stringify({ date: new Date().toISOString(), rounds: ROUNDS, durationS: DURATION_S, connections: CONNECTIONS, results }, null, 2));
-  writeFileSync(`${dir}node.md`, md + '\n');
-  process.stdout.write(md + '\n');
+  const microMd = ['', '```', micro.limiter.text, micro.tokens.text, '```'].join('\n');
+  writeFileSync(`${dir}node.json`, JSON.stringify({ date: new Date().toISOString(), rounds: ROUNDS, durationS: DURATION_S, connections: CONNECTIONS, results, limiter: micro.limiter.json, tokens: micro.tokens.json }, null, 2));
+  writeFileSync(`${dir}node.md`, md + '\n' + microMd + '\n');
+  process.stdout.write(md + '\n' + microMd + '\n');
 } finally {
   await cleanup();
 }
