@@ -86,7 +86,7 @@ describe('exact counts', () => {
     const first = o200k.count(long);
     assert.equal(o200k.count(long), first);
     assert.equal(first, 1001);
-    assert.equal(o200k.count(`${long}fox`), first + 1, 'a different text is not served from the cache');
+    assert.notEqual(o200k.count(long.toUpperCase()), first, 'a different text is not served from the cache');
   });
 });
 
