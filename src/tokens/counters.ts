@@ -49,30 +49,60 @@ export function estimateCounter(encoding: EncodingName | null): TextCounter {
 /** Counts characters: used to size a prompt before choosing where to count it. */
 export const charCounter: TextCounter = { name: 'chars', count: (text) => text.length };
 
-/** Strings shorter than this are encoded directly: hashing them costs about as much as counting. */
+/** Strings shorter than this are not cached whole: hashing them costs about as much as counting. */
 const CACHE_MIN_CHARS = 256;
+/** Distinct pre-token pieces remembered per encoding before the piece table is cleared. */
+const MAX_PIECES = 200_000;
 
 const exactCounters = new Map<EncodingName, TextCounter>();
 
 /**
- * Exact counts with js-tiktoken. One `Tiktoken` per encoding, built on first use (~100 ms for
- * o200k_base). Strings of 256+ characters are cached by SHA-1 of their content in an LRU, so a chat
- * that resends its history only pays for its new message.
+ * Exact token count of `text` by tiktoken's own two steps: split into pieces with the encoding's
+ * pre-tokenizer regex, then byte-pair-encode each piece; the count is the sum over pieces. The regex
+ * is compiled once (js-tiktoken's `encode` compiles it on every call, most of its cost for short
+ * texts) and piece counts are memoised, since natural text reuses a small vocabulary of words.
+ * Special-token text such as `<|endoftext|>` is counted as plain text, never rejected.
+ */
+function pieceCounter(ranks: { pat_str: string }, tiktoken: Tiktoken): (text: string) => number {
+  const pattern = new RegExp(ranks.pat_str, 'gu');
+  let pieces = new Map<string, number>();
+  return (text) => {
+    let n = 0;
+    pattern.lastIndex = 0;
+    for (let m = pattern.exec(text); m !== null; m = pattern.exec(text)) {
+      const piece = m[0];
+      let c = pieces.get(piece);
+      if (c === undefined) {
+        c = tiktoken.encode(piece, [], []).length;
+        if (pieces.size >= MAX_PIECES) pieces = new Map();
+        pieces.set(piece, c);
+      }
+      n += c;
+    }
+    return n;
+  };
+}
+
+/**
+ * Exact counts with js-tiktoken's vocabularies. One table per encoding, built on first use (~100 ms
+ * for o200k_base). Strings of 256+ characters are also cached whole by SHA-1 of their content in an
+ * LRU, so a chat that resends its history only pays for its new message.
  * @param cacheEntries LRU size for the first call per encoding. @default 50000
  */
 export function exactCounter(encoding: EncodingName, cacheEntries = 50_000): TextCounter {
   let counter = exactCounters.get(encoding);
   if (counter === undefined) {
-    const tiktoken = new Tiktoken(encoding === 'o200k_base' ? o200k : cl100k);
+    const ranks = encoding === 'o200k_base' ? o200k : cl100k;
+    const countPieces = pieceCounter(ranks, new Tiktoken(ranks));
     const cache = new LRUCache<string, number>({ max: cacheEntries });
     counter = {
       name: `exact:${encoding}`,
       count(text: string): number {
-        if (text.length < CACHE_MIN_CHARS) return text.length === 0 ? 0 : tiktoken.encode(text).length;
+        if (text.length < CACHE_MIN_CHARS) return text.length === 0 ? 0 : countPieces(text);
         const key = createHash('sha1').update(text).digest('base64');
         let n = cache.get(key);
         if (n === undefined) {
-          n = tiktoken.encode(text).length;
+          n = countPieces(text);
           cache.set(key, n);
         }
         return n;

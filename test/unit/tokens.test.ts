@@ -110,7 +110,7 @@ describe('images', () => {
     assert.equal(anthropicImageTokens({ width: 200, height: 200 }), 54);
     // 4000×3000 scales to fit 1568 px and ~1.15 MP: 1,150,000 / 750
     assert.equal(anthropicImageTokens({ width: 4000, height: 3000 }), 1534);
-    const msg = { messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'base64', media_type: 'image/png', data: pngDataUrl(200, 200).split(',')[1] } }] }] };
+    const msg = { messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'base64', media_type: 'image/png', data: pngDataUrl(200, 200).split(',')[1] ?? '' } }] }] };
     assert.equal(countAnthropicMessages(msg, cl100k), 3 + 3 + 54);
   });
 });
@@ -157,6 +157,23 @@ describe('PromptCounter', () => {
       assert.equal(await counter.count('openai_chat', body, { encoding: null, mode: 'exact' }), countOpenAIChat(body, estimateCounter(null)));
     } finally {
       await counter.close();
+    }
+  });
+});
+
+describe('piece-wise exact count equals js-tiktoken', () => {
+  test('on varied text, code, unicode and special-token text', async () => {
+    const { Tiktoken } = await import('js-tiktoken/lite');
+    const ranks = { o200k_base: (await import('js-tiktoken/ranks/o200k_base')).default, cl100k_base: (await import('js-tiktoken/ranks/cl100k_base')).default };
+    const texts = [
+      readFileSync(new URL('../../README.md', import.meta.url), 'utf8'),
+      readFileSync(new URL('../../src/gateway/exchange.ts', import.meta.url), 'utf8'),
+      'Grüße aus Köln! 東京は晴れ。 🚀🚀 numbers 1234567 and   spaces\n\n\ttabs',
+      'ignore <|endoftext|> and <|im_start|> markers',
+    ];
+    for (const encoding of ['o200k_base', 'cl100k_base'] as const) {
+      const reference = new Tiktoken(ranks[encoding]);
+      for (const text of texts) assert.equal(exactCounter(encoding).count(text), reference.encode(text, [], []).length);
     }
   });
 });
