@@ -38,15 +38,17 @@ export interface Exchange {
 }
 
 /** Upstream response headers never passed to the client: hop-by-hop, length, and the upstream's own limits. */
-const DROPPED_UPSTREAM_HEADER = /^(connection|keep-alive|transfer-encoding|content-length|content-encoding|set-cookie|x-ratelimit-.*|anthropic-ratelimit-.*|retry-after|retry-after-ms|x-should-retry|openai-organization|openai-project)$/;
+const DROPPED_UPSTREAM_HEADER = /^(connection|keep-alive|transfer-encoding|content-length|content-encoding|set-cookie|x-ratelimit-.*|anthropic-ratelimit-.*|openai-organization|openai-project)$/;
+/** Upstream retry hints, passed only with an upstream error (a success carries the tenant's view alone). */
+const RETRY_HEADER = /^(retry-after|retry-after-ms|x-should-retry)$/;
 
 function limitHeaders(ctx: GatewayContext, dialect: ErrorDialect, limits: readonly LimitState[]): Record<string, string> {
   return dialect === 'anthropic' ? anthropicRateLimitHeaders(limits, ctx.clock.now()) : openAIRateLimitHeaders(limits);
 }
 
-function passHeaders(upstream: Record<string, string | string[] | undefined>, into: Record<string, string>): void {
+function passHeaders(upstream: Record<string, string | string[] | undefined>, into: Record<string, string>, isError: boolean): void {
   for (const [name, value] of Object.entries(upstream)) {
-    if (value === undefined || DROPPED_UPSTREAM_HEADER.test(name)) continue;
+    if (value === undefined || DROPPED_UPSTREAM_HEADER.test(name) || (!isError && RETRY_HEADER.test(name))) continue;
     into[name] = Array.isArray(value) ? value.join(', ') : value;
   }
 }
@@ -113,14 +115,15 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
       res = await ctx.upstreams.request(ex.deployment, { path: ex.path, body: ex.body, headers: forwarded, signal: abort.signal });
     } catch (err) {
       if (abort.signal.aborted) {
+        // The client left before the upstream answered: nothing more to send.
         actual = ex.promptTokens;
-        return reply;
+        return reply.hijack();
       }
       const error = upstreamError(err);
       request.log.warn({ deployment: ex.deployment.name, err: (err as Error).message }, 'upstream request failed');
       return reply.code(error.statusCode).headers({ ...headers, 'x-quotaring-error': error.code }).send(errorBody(ex.dialect, error.code, error.message));
     }
-    passHeaders(res.headers, headers);
+    passHeaders(res.headers, headers, res.statusCode >= 400);
     const isEventStream = String(res.headers['content-type'] ?? '').startsWith('text/event-stream');
     if (res.statusCode >= 300 || !ex.stream || !isEventStream) {
       let text: string;
@@ -129,7 +132,7 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
       } catch (err) {
         if (abort.signal.aborted) {
           actual = ex.promptTokens;
-          return reply;
+          return reply.hijack();
         }
         const error = upstreamError(err);
         return reply.code(error.statusCode).headers({ ...headers, 'x-quotaring-error': error.code }).send(errorBody(ex.dialect, error.code, error.message));

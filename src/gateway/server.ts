@@ -2,7 +2,7 @@
  * The gateway node: a fastify server that authenticates tenants, limits them in RAM, and proxies
  * OpenAI- and Anthropic-compatible requests to the deployments.
  */
-import Fastify from 'fastify';
+import Fastify, { LogController } from 'fastify';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Clock } from '../clock.ts';
 import { systemClock } from '../clock.ts';
@@ -57,7 +57,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
   const clock = opts.clock ?? systemClock;
   const app = Fastify({
     logger: opts.logger === false ? false : { level: server.log_level, redact: ['req.headers.authorization', 'req.headers["x-api-key"]'] },
-    disableRequestLogging: true,
+    logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: server.body_limit,
     return503OnClosing: true,
   });

@@ -177,6 +177,7 @@ describe('gateway node with the SDKs (streaming simulator at 50 tokens/s)', () =
         tenant('abort', [{ requests: 100, window: '1m' }, { tokens: 100_000, window: '1m' }, { concurrent: 1 }]),
         tenant('conc', [{ requests: 2, window: '1m' }, { tokens: 10_000, window: '1m', algorithm: 'sliding_window' }, { concurrent: 1 }]),
         tenant('oabort', [{ tokens: 100_000, window: '1m', algorithm: 'sliding_window' }, { concurrent: 1 }]),
+        tenant('jabort', [{ tokens: 100_000, window: '1m', algorithm: 'sliding_window' }, { concurrent: 1 }]),
       ],
       { simArgs: ['--tps', '50'] },
     );
@@ -229,6 +230,21 @@ describe('gateway node with the SDKs (streaming simulator at 50 tokens/s)', () =
     assert.equal(next.response.headers.get('x-ratelimit-remaining-requests'), '0');
     // 10000 − 150 (first, settled at 50 + 100) − 60 (this reservation)
     assert.equal(next.response.headers.get('x-ratelimit-remaining-tokens'), '9790');
+  });
+
+  test('a client that leaves before a JSON reply cancels the upstream call and frees the slot', async () => {
+    const client = openai(stack, 'jabort');
+    const controller = new AbortController();
+    const pending = client.chat.completions.create({ model: 'gpt-4o-mini', max_tokens: 10, messages: promptOf(20) }, { signal: controller.signal, headers: { 'x-sim-ttft-ms': '5000' } });
+    await sleep(300);
+    assert.equal((await simStats(stack.simUrl)).inFlight, 1);
+    controller.abort();
+    await assert.rejects(pending, (err: unknown) => err instanceof OpenAI.APIUserAbortError);
+    await sleep(300);
+    assert.equal((await simStats(stack.simUrl)).inFlight, 0, 'the upstream call was cancelled');
+    const next = await client.chat.completions.create({ model: 'gpt-4o-mini', max_tokens: 10, messages: promptOf(20) }).withResponse();
+    // Settled on the prompt alone: 100000 − 20 − this reservation of 30.
+    assert.equal(next.response.headers.get('x-ratelimit-remaining-tokens'), '99950');
   });
 
   test('aborted OpenAI stream settles on prompt plus delivered tokens and frees the slot', async () => {
