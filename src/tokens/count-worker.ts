@@ -1,22 +1,18 @@
 /**
- * Piscina worker: exact prompt counts of large bodies, off the gateway's event loop.
+ * Piscina worker: exact token counts of the uncached texts of large prompts, off the gateway's
+ * event loop. Each worker thread loads its own tokenizer tables on first use.
  */
-import type { EncodingName } from './counters.ts';
-import { exactCounter } from './counters.ts';
-import { countAnthropicMessages, countEmbeddingInput, countOpenAIChat } from './prompt.ts';
-import type { AnthropicPrompt, EmbeddingInput, OpenAIChatPrompt } from './types.ts';
+import type { EncodingName } from './encoding.ts';
+import { exactCounter } from './exact.ts';
 
-/** A counting job: the body kind, the parsed body and the encoding. */
+/** A counting job: texts to count with one encoding. */
 export interface CountJob {
-  readonly kind: 'openai_chat' | 'anthropic_messages' | 'embeddings';
-  readonly body: unknown;
   readonly encoding: EncodingName;
+  readonly texts: readonly string[];
 }
 
-/** Counts one job exactly; returns tokens. */
-export default function count(job: CountJob): number {
+/** Counts each text of the job exactly; returns tokens per text, in order. */
+export default function count(job: CountJob): number[] {
   const counter = exactCounter(job.encoding);
-  if (job.kind === 'openai_chat') return countOpenAIChat(job.body as OpenAIChatPrompt, counter);
-  if (job.kind === 'anthropic_messages') return countAnthropicMessages(job.body as AnthropicPrompt, counter);
-  return countEmbeddingInput(job.body as EmbeddingInput, counter);
+  return job.texts.map((t) => counter.count(t));
 }

@@ -3,16 +3,26 @@
  * - OpenAI (vision guide, "Calculating costs"): `detail: low` costs 85 tokens; `high` (and `auto`)
  *   scales the image to fit in 2048 × 2048, then so its shortest side is 768 px, and costs
  *   85 + 170 per 512 px tile.
- * - Anthropic (vision docs): about width × height / 750 tokens, after scaling the image to fit a
- *   1568 px long edge and about 1.15 megapixels.
+ * - Anthropic (vision docs, "Evaluate image size"): about width × height / 750 tokens. "If your
+ *   image's long edge is more than 1568 pixels, or your image is more than ~1,600 tokens, it will
+ *   first be scaled down, preserving aspect ratio": so at most 1,600 tokens (1.2 MP; the docs'
+ *   table gives 1092 × 1092 ≈ 1,590, and they advise ≤ 1.15 MP). Models with a larger vision input
+ *   (Opus 4.7: 2576 px) are counted with the same cap: an under-reservation that settlement corrects.
  */
 import { imageSizeFromBase64 } from './image-size.ts';
 import type { ImageSize } from './image-size.ts';
 
-/** Size assumed for images whose size cannot be read (remote URLs): a 1024 × 1024 image, 765 tokens at high detail. */
+/**
+ * Size assumed for images whose size cannot be read (remote URLs, unreadable headers): 1024 × 1024,
+ * i.e. 765 tokens at OpenAI high detail and 1,399 at Anthropic. The gateway does not fetch URLs.
+ */
 export const ASSUMED_IMAGE_SIZE: ImageSize = { width: 1024, height: 1024 };
 
-/** OpenAI tokens of an image of the given size. @param detail `low`, `high` or `auto` (counted as high). */
+/**
+ * OpenAI tokens of an image of the given size (tile rule of GPT-4o / GPT-4.1 / o-series vision;
+ * the mini models that bill by 32 px patches are counted with it too).
+ * @param detail `low` (85 tokens flat), `high`, `auto` or absent (both counted as high).
+ */
 export function openAIImageTokens(size: ImageSize, detail: string | undefined): number {
   if (detail === 'low') return 85;
   let { width: w, height: h } = size;
@@ -31,14 +41,17 @@ export function openAIImageTokens(size: ImageSize, detail: string | undefined): 
   return 85 + 170 * Math.ceil(w / 512) * Math.ceil(h / 512);
 }
 
-/** OpenAI tokens of an `image_url` part. */
+/** OpenAI tokens of an `image_url` part: data URLs are sized from their header, other URLs get {@link ASSUMED_IMAGE_SIZE}. */
 export function openAIImageUrlTokens(url: string | undefined, detail: string | undefined): number {
   if (detail === 'low') return 85;
   const size = url !== undefined && url.startsWith('data:') ? imageSizeFromBase64(url) : undefined;
   return openAIImageTokens(size ?? ASSUMED_IMAGE_SIZE, detail);
 }
 
-/** Anthropic tokens of an image of the given size. */
+/** Most tokens an Anthropic image costs: larger images are scaled down to this. */
+export const ANTHROPIC_MAX_IMAGE_TOKENS = 1_600;
+
+/** Anthropic tokens of an image of the given size: ceil(w × h / 750) after the documented downscale. */
 export function anthropicImageTokens(size: ImageSize): number {
   let { width: w, height: h } = size;
   if (w <= 0 || h <= 0) return 0;
@@ -47,13 +60,7 @@ export function anthropicImageTokens(size: ImageSize): number {
     w = (w * 1568) / edge;
     h = (h * 1568) / edge;
   }
-  const mp = w * h;
-  if (mp > 1_150_000) {
-    const s = Math.sqrt(1_150_000 / mp);
-    w *= s;
-    h *= s;
-  }
-  return Math.ceil((w * h) / 750);
+  return Math.min(ANTHROPIC_MAX_IMAGE_TOKENS, Math.ceil((w * h) / 750));
 }
 
 /** Anthropic tokens of a base64 image block's data (assumed size when unreadable). */

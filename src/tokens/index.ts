@@ -1,13 +1,16 @@
 /**
- * Token estimation and counting: the provider-style estimate (default at admission), exact
- * js-tiktoken counts with a cache, prompt rules for OpenAI chat, Anthropic messages and embeddings,
- * and a counter that moves large exact counts off the event loop.
+ * Token estimation and counting: the calibrated character estimate (default at admission), exact
+ * js-tiktoken counts with a content-hash cache, prompt rules for OpenAI chat, Anthropic messages and
+ * embeddings, and a counter that moves large exact counts off the event loop.
  */
-export { CHARS_PER_TOKEN, charCounter, encodingForModel, estimateCounter, exactCounter } from './counters.ts';
-export type { EncodingName, TextCounter } from './counters.ts';
-export { ASSUMED_IMAGE_SIZE, anthropicImageTokens, openAIImageTokens } from './images.ts';
+export { charCounter, encodingForModel } from './encoding.ts';
+export type { EncodingName, TextCounter } from './encoding.ts';
+export { NO_TOKENIZER_FACTOR, estimateCounter } from './estimate.ts';
+export { CACHE_MIN_CHARS, ExactCounter, exactCounter } from './exact.ts';
+export { ANTHROPIC_MAX_IMAGE_TOKENS, ASSUMED_IMAGE_SIZE, anthropicImageTokens, openAIImageTokens, openAIImageUrlTokens } from './images.ts';
 export { imageSizeFromBase64 } from './image-size.ts';
-export { countAnthropicMessages, countEmbeddingInput, countOpenAIChat } from './prompt.ts';
+export type { ImageSize } from './image-size.ts';
+export { ANTHROPIC_TOOL_SYSTEM_PROMPT, countAnthropicMessages, countEmbeddingInput, countOpenAIChat } from './prompt.ts';
 export { PromptCounter } from './prompt-counter.ts';
 export type { PromptCounterOptions, PromptKind } from './prompt-counter.ts';
-export type { AnthropicPrompt, EmbeddingInput, OpenAIChatPrompt } from './types.ts';
+export type { AnthropicBlock, AnthropicPrompt, EmbeddingInput, FunctionDefinition, OpenAIChatPrompt, OpenAIContentPart, OpenAIMessage, SchemaProperty } from './types.ts';

@@ -1,32 +1,50 @@
 /**
- * Counts request prompts for admission without stalling the event loop: estimates inline, exact
- * counts inline for small prompts (with the per-string cache) and in a piscina worker pool for
- * large ones (js-tiktoken takes ~60 ms for 100 KB of text).
+ * Counts request prompts for admission without stalling the event loop: estimates inline; exact
+ * counts look every text up in the exact-count cache first, count the few new ones inline, and
+ * send them to a piscina worker pool when they add up to more than the threshold (js-tiktoken takes
+ * ~60 ms for 100 KB of new text).
  */
 import { Piscina } from 'piscina';
 import type { CountJob } from './count-worker.ts';
-import { charCounter, estimateCounter, exactCounter } from './counters.ts';
-import type { EncodingName, TextCounter } from './counters.ts';
+import type { EncodingName, TextCounter } from './encoding.ts';
+import { estimateCounter } from './estimate.ts';
+import { exactCounter } from './exact.ts';
 import { countAnthropicMessages, countEmbeddingInput, countOpenAIChat } from './prompt.ts';
 import type { AnthropicPrompt, EmbeddingInput, OpenAIChatPrompt } from './types.ts';
 
 /** Kinds of bodies counted. */
-export type PromptKind = CountJob['kind'];
+export type PromptKind = 'openai_chat' | 'anthropic_messages' | 'embeddings';
 
 /** Options of {@link PromptCounter}. */
 export interface PromptCounterOptions {
-  /** Prompts with more characters than this are counted exactly in the pool. @default 32768 */
+  /** An exact count whose uncached texts hold more characters than this runs in the worker pool. @default 32768 */
   readonly workerThresholdChars?: number;
-  /** Worker threads. @default 2 */
+  /** Most worker threads; threads start on demand. @default 2 */
   readonly poolSize?: number;
-  /** Entries of each encoding's exact-count cache. @default 50000 */
+  /** Texts whose exact counts are cached per encoding (used by the first counter of the process). @default 50000 */
   readonly cacheEntries?: number;
+  /** Milliseconds an idle worker thread lives. @default 30000 */
+  readonly idleTimeoutMs?: number;
 }
 
-function countWith(kind: PromptKind, body: unknown, counter: TextCounter): number {
+/** Counts a body of one kind with a text counter. */
+function countPrompt(kind: PromptKind, body: unknown, counter: TextCounter): number {
   if (kind === 'openai_chat') return countOpenAIChat(body as OpenAIChatPrompt, counter);
   if (kind === 'anthropic_messages') return countAnthropicMessages(body as AnthropicPrompt, counter);
   return countEmbeddingInput(body as EmbeddingInput, counter);
+}
+
+/**
+ * Worker file next to this one: `.ts` when running from source (tsx), `.js` once compiled to dist/.
+ * A `.ts` worker needs tsx's loader: inherited from the process flags when it was started with it
+ * (`node --import tsx`, the `tsx` CLI), else added as `--import tsx`.
+ */
+function workerFile(): { filename: string; execArgv: string[] } {
+  const ext = import.meta.url.endsWith('.ts') ? 'ts' : 'js';
+  const filename = new URL(`./count-worker.${ext}`, import.meta.url).href;
+  const inherited = [...process.execArgv];
+  const hasTsx = inherited.some((a) => a.includes('tsx'));
+  return { filename, execArgv: ext === 'ts' && !hasTsx ? [...inherited, '--import', 'tsx'] : inherited };
 }
 
 /** Prompt counting for the gateway; one per process. */
@@ -34,40 +52,72 @@ export class PromptCounter {
   readonly #threshold: number;
   readonly #poolSize: number;
   readonly #cacheEntries: number;
+  readonly #idleTimeoutMs: number;
   #pool: Piscina | undefined;
 
   constructor(opts: PromptCounterOptions = {}) {
     this.#threshold = opts.workerThresholdChars ?? 32_768;
     this.#poolSize = opts.poolSize ?? 2;
     this.#cacheEntries = opts.cacheEntries ?? 50_000;
+    this.#idleTimeoutMs = opts.idleTimeoutMs ?? 30_000;
   }
 
   /**
-   * Prompt tokens of a body. `estimate` (and any model without an encoding) is inline and O(fields);
-   * `exact` is inline below the threshold and in the worker pool above it.
+   * Prompt tokens of a body. `estimate` (and any model without an encoding) runs inline, one pass
+   * over the text. `exact` looks each text up in the per-encoding cache; texts not found are
+   * counted inline when they total ≤ `workerThresholdChars` characters, else in the worker pool,
+   * and cached either way, so a chat's next turn only counts its new message.
    * @param body the parsed chat/messages body, or the embeddings `input`.
-   * @returns tokens. @throws only on a worker crash (a bug), never for odd body shapes.
+   * @returns tokens. @throws only if a worker thread fails (a bug), never for odd body shapes.
    */
   async count(kind: PromptKind, body: unknown, opts: { encoding: EncodingName | null; mode: 'estimate' | 'exact' }): Promise<number> {
-    if (opts.mode === 'estimate' || opts.encoding === null) return countWith(kind, body, estimateCounter(opts.encoding));
-    if (countWith(kind, body, charCounter) <= this.#threshold) return countWith(kind, body, exactCounter(opts.encoding, this.#cacheEntries));
-    return (await this.#workers().run({ kind, body, encoding: opts.encoding } satisfies CountJob)) as number;
+    if (opts.mode === 'estimate' || opts.encoding === null) return countPrompt(kind, body, estimateCounter(opts.encoding));
+    const exact = exactCounter(opts.encoding, this.#cacheEntries);
+    // Pass 1: resolve every text from the cache; collect the ones that must be counted.
+    const known = new Map<string, number>();
+    const missing: string[] = [];
+    let missingChars = 0;
+    countPrompt(kind, body, {
+      name: exact.name,
+      count(text) {
+        if (!known.has(text)) {
+          const n = exact.cached(text);
+          if (n === undefined) {
+            missing.push(text);
+            missingChars += text.length;
+            known.set(text, 0);
+          } else known.set(text, n);
+        }
+        return 0;
+      },
+    });
+    if (missingChars <= this.#threshold) {
+      for (const text of missing) known.set(text, exact.count(text));
+    } else {
+      const counts = (await this.#workers().run({ encoding: opts.encoding, texts: missing } satisfies CountJob)) as number[];
+      missing.forEach((text, i) => {
+        const n = counts[i] ?? exact.count(text);
+        exact.remember(text, n);
+        known.set(text, n);
+      });
+    }
+    // Pass 2: the same walk, every text now known.
+    return countPrompt(kind, body, { name: exact.name, count: (text) => known.get(text) ?? exact.count(text) });
   }
 
   #workers(): Piscina {
     if (this.#pool === undefined) {
-      const ext = import.meta.url.endsWith('.ts') ? 'ts' : 'js';
-      this.#pool = new Piscina({
-        filename: new URL(`./count-worker.${ext}`, import.meta.url).href,
-        minThreads: 0,
-        maxThreads: this.#poolSize,
-        idleTimeout: 30_000,
-      });
+      this.#pool = new Piscina({ ...workerFile(), minThreads: 0, maxThreads: this.#poolSize, idleTimeout: this.#idleTimeoutMs });
     }
     return this.#pool;
   }
 
-  /** Stops the worker pool (if it was started). */
+  /** Whether the worker pool has been started (it starts on the first large exact count). */
+  get poolStarted(): boolean {
+    return this.#pool !== undefined;
+  }
+
+  /** Destroys the worker pool, if it was started; later large counts start a new one. */
   async close(): Promise<void> {
     const pool = this.#pool;
     this.#pool = undefined;
