@@ -31,22 +31,3 @@ export function windowLabel(ms: number): string {
   }
   return `${ms}ms`;
 }
-
-/**
- * Formats a duration the way OpenAI's `x-ratelimit-reset-*` headers do (Go's `time.Duration`
- * string): `0s`, `17ms`, `1s`, `1.574s`, `6m0s`, `2m59.56s`, `1h0m0s`. Rounded to whole ms.
- */
-export function formatResetDuration(ms: number): string {
-  const total = Math.max(0, Math.round(ms));
-  if (total === 0) return '0s';
-  if (total < 1_000) return `${total}ms`;
-  const h = Math.floor(total / 3_600_000);
-  const m = Math.floor((total % 3_600_000) / 60_000);
-  const sMs = total % 60_000;
-  const whole = Math.floor(sMs / 1_000);
-  const frac = sMs % 1_000;
-  const s = frac === 0 ? `${whole}s` : `${whole}.${String(frac).padStart(3, '0').replace(/0+$/, '')}s`;
-  if (h > 0) return `${h}h${m}m${s}`;
-  if (m > 0) return `${m}m${s}`;
-  return s;
-}

@@ -6,14 +6,23 @@ import { isUtf8 } from 'node:buffer';
 import type { FastifyInstance } from 'fastify';
 import { GatewayError } from '../errors.ts';
 
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** The JSON body's bytes, forwarded as they are when the gateway changes nothing in the body. */
+    rawBody: Buffer | null;
+  }
+}
+
 /**
  * Replaces fastify's parsers with one for `application/json` (any charset parameter); any other
  * content type gets 415 from fastify. @param bodyLimit bytes; larger bodies get 413.
  */
 export function registerJsonBody(app: FastifyInstance, bodyLimit: number): void {
   app.removeAllContentTypeParsers();
-  app.addContentTypeParser('application/json', { parseAs: 'buffer', bodyLimit }, (_request, body, done) => {
+  app.decorateRequest('rawBody', null);
+  app.addContentTypeParser('application/json', { parseAs: 'buffer', bodyLimit }, (request, body, done) => {
     const bytes = body as Buffer;
+    request.rawBody = bytes;
     if (!isUtf8(bytes)) {
       done(new GatewayError('invalid_encoding'), undefined);
       return;

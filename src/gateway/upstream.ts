@@ -2,6 +2,7 @@
  * Connections to the upstream deployments: one undici `Pool` per deployment with keep-alive
  * connections and the deployment's timeouts.
  */
+import type { EventEmitter } from 'node:events';
 import { Pool } from 'undici';
 import type { Dispatcher } from 'undici';
 import type { ResolvedDeployment } from '../config/load.ts';
@@ -13,7 +14,8 @@ export interface UpstreamCall {
   readonly body: string | Buffer;
   /** Extra request headers (forwarded client headers, `anthropic-version`, ...). */
   readonly headers: Record<string, string>;
-  readonly signal: AbortSignal;
+  /** Aborts the call: an AbortSignal, or an EventEmitter that emits `abort` (cheaper; undici takes both). */
+  readonly signal: AbortSignal | EventEmitter;
 }
 
 /** Pools per deployment; create once per process, `close()` on shutdown. */

@@ -9,12 +9,12 @@ import type { LimitState } from '../limiter/index.ts';
 import type { PreparedRequest, Prepare, ReplyIdentity } from './prepared-request.ts';
 import { anthropicError, badRequest, openAIError, serverFault, type ProviderError, type Wire } from './provider-errors.ts';
 import {
-  addAnthropicRateLimitHeaders,
-  addOpenAIRateLimitHeaders,
-  addRetryHeaders,
+  anthropicRateLimitHeaders,
   formatGoDuration,
+  openAIRateLimitHeaders,
+  retryAfterHeaders,
   type HeaderMap,
-} from './rate-limit-headers.ts';
+} from '../providers/rate-limit-headers.ts';
 import { deliverJson, deliverStream, type ReplyOutcome } from './reply-writer.ts';
 import { headerValue, isFieldError, readModel, readMsHeader } from './request-fields.ts';
 import type { SimulatorState } from './simulator-state.ts';
@@ -102,12 +102,11 @@ export function serveModelRequest(state: SimulatorState, route: ModelRoute, req:
   const out: HeaderMap = {};
   out[wire === 'openai' ? 'x-request-id' : 'request-id'] = state.nextId('req_sim');
   const decision = quota.admit(key, prepared.reserveTokens);
-  if (wire === 'openai') addOpenAIRateLimitHeaders(out, decision.limits);
-  else addAnthropicRateLimitHeaders(out, decision.limits, opts.clock.now());
+  Object.assign(out, wire === 'openai' ? openAIRateLimitHeaders(decision.limits) : anthropicRateLimitHeaders(decision.limits, opts.clock.now()));
   if (!decision.ok) {
     stats.rateLimited++;
     stats.key(key).rateLimited++;
-    if (decision.reason === 'limited') addRetryHeaders(out, decision.retryAfterMs, wire === 'openai');
+    if (decision.reason === 'limited') Object.assign(out, retryAfterHeaders(decision.retryAfterMs, wire === 'openai'));
     return sendError(reply, rateLimitError(wire, model, decision.reason, decision.kind, decision.retryAfterMs, prepared.reserveTokens, decision.limits), out);
   }
   if (fault === 'error') {

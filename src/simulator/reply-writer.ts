@@ -6,7 +6,7 @@
 import type { ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import type { FastifyReply } from 'fastify';
-import type { HeaderMap } from './rate-limit-headers.ts';
+import type { HeaderMap } from '../providers/rate-limit-headers.ts';
 
 /** How a reply ended: sent in full, cut by the drop fault, or abandoned by the client. */
 export type ReplyOutcome = 'completed' | 'dropped' | 'aborted';

@@ -14,7 +14,7 @@ import { prepareOpenAIChat } from './openai-chat.ts';
 import { prepareEmbeddings } from './openai-embeddings.ts';
 import type { SimulatorOptions } from './options.ts';
 import { badRequest, missingKey, notFound, openAIError, anthropicError, type Wire } from './provider-errors.ts';
-import { rfc3339After } from './rate-limit-headers.ts';
+import { rfc3339After } from '../providers/rate-limit-headers.ts';
 import { SimulatorState } from './simulator-state.ts';
 
 /** Largest request body accepted, bytes (long-context prompts). */

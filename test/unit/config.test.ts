@@ -3,7 +3,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
-import { formatResetDuration, parseDuration, windowLabel } from '../../src/config/duration.ts';
+import { parseDuration, windowLabel } from '../../src/config/duration.ts';
 import { ConfigError, buildConfig, loadConfig } from '../../src/config/load.ts';
 
 const base = () => ({
@@ -34,16 +34,6 @@ describe('durations', () => {
     assert.equal(parseDuration('m'), undefined);
     assert.equal(parseDuration(''), undefined);
     assert.equal(parseDuration('1m '), undefined);
-  });
-  test('OpenAI reset format (Go durations)', () => {
-    assert.equal(formatResetDuration(0), '0s');
-    assert.equal(formatResetDuration(17), '17ms');
-    assert.equal(formatResetDuration(1_000), '1s');
-    assert.equal(formatResetDuration(1_574), '1.574s');
-    assert.equal(formatResetDuration(360_000), '6m0s');
-    assert.equal(formatResetDuration(179_560), '2m59.56s');
-    assert.equal(formatResetDuration(3_600_000), '1h0m0s');
-    assert.equal(formatResetDuration(-5), '0s');
   });
   test('window labels', () => {
     assert.equal(windowLabel(60_000), '1m');

@@ -1,10 +1,11 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { ERRORS, GatewayError, errorBody } from '../../src/errors.ts';
-import { anthropicRateLimitHeaders, openAIRateLimitHeaders, retryAfterHeaders } from '../../src/gateway/rate-limit-headers.ts';
-import { AnthropicStreamObserver, anthropicUsageFromJson, parseMessagesRequest } from '../../src/providers/anthropic/messages.ts';
+import { anthropicRateLimitHeaders, openAIRateLimitHeaders, retryAfterHeaders } from '../../src/providers/rate-limit-headers.ts';
+import { AnthropicStreamObserver, anthropicUsage, parseMessagesRequest } from '../../src/providers/anthropic/messages.ts';
 import { OpenAIChatStreamObserver, parseChatRequest, upstreamChatBody } from '../../src/providers/openai/chat.ts';
 import { parseEmbeddingsRequest } from '../../src/providers/openai/embeddings.ts';
+import { jsonField } from '../../src/providers/json-field.ts';
 import { SseSplitter } from '../../src/providers/sse.ts';
 
 const enc = (s: string) => new TextEncoder().encode(s);
@@ -96,7 +97,7 @@ describe('Anthropic messages', () => {
     assert.throws(() => parseMessagesRequest({ model: 'c', messages: [{ role: 'user' }] }), /max_tokens: Field required/);
   });
   test('JSON usage includes cache tokens', () => {
-    assert.deepEqual(anthropicUsageFromJson({ usage: { input_tokens: 10, cache_creation_input_tokens: 5, cache_read_input_tokens: 2, output_tokens: 7 } }), { input: 17, output: 7 });
+    assert.deepEqual(anthropicUsage({ input_tokens: 10, cache_creation_input_tokens: 5, cache_read_input_tokens: 2, output_tokens: 7 }), { input: 17, output: 7 });
   });
   const stream = (delta: string) =>
     [
@@ -166,11 +167,26 @@ describe('rate-limit headers', () => {
   });
   test('Anthropic headers carry RFC 3339 resets', () => {
     const h = anthropicRateLimitHeaders(limits, Date.UTC(2026, 0, 1));
-    assert.equal(h['anthropic-ratelimit-tokens-reset'], '2026-01-01T00:01:00.000Z');
+    assert.equal(h['anthropic-ratelimit-tokens-reset'], '2026-01-01T00:01:00Z');
+    assert.equal(h['anthropic-ratelimit-requests-reset'], '2026-01-01T00:00:02Z');
     assert.equal(h['anthropic-ratelimit-requests-remaining'], '98');
   });
   test('retry-after rounds up to whole seconds, at least 1', () => {
     assert.deepEqual(retryAfterHeaders(1_234.2), { 'retry-after': '2', 'retry-after-ms': '1235' });
     assert.deepEqual(retryAfterHeaders(3), { 'retry-after': '1', 'retry-after-ms': '3' });
+    assert.deepEqual(retryAfterHeaders(2_500, false), { 'retry-after': '3' });
+  });
+});
+
+describe('jsonField', () => {
+  test('reads the last usage object without parsing the rest', () => {
+    const text = JSON.stringify({ choices: [{ message: { content: 'say "usage": {"x":1} } please' } }], usage: { prompt_tokens: 5, completion_tokens: 2, details: { cached: 1 } } });
+    assert.deepEqual(jsonField(text, 'usage'), { prompt_tokens: 5, completion_tokens: 2, details: { cached: 1 } });
+  });
+  test('null, absent and malformed', () => {
+    assert.equal(jsonField('{"a":1,"usage":null}', 'usage'), null);
+    assert.equal(jsonField('{"a":1}', 'usage'), undefined);
+    assert.equal(jsonField('not json', 'usage'), undefined);
+    assert.deepEqual(jsonField('{"usage": {"a": "}"}}', 'usage'), { a: '}' });
   });
 });

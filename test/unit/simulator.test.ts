@@ -12,7 +12,7 @@ import type { FastifyInstance } from 'fastify';
 import { ManualClock } from '../../src/clock.ts';
 import { buildSimulator, startSimulator } from '../../src/simulator/server.ts';
 import { FaultPicker, Mulberry32 } from '../../src/simulator/faults.ts';
-import { formatGoDuration, rfc3339After } from '../../src/simulator/rate-limit-headers.ts';
+import { formatGoDuration, rfc3339After } from '../../src/providers/rate-limit-headers.ts';
 import { OUTPUT_UNIT, outputLength } from '../../src/simulator/output-tokens.ts';
 import type { SimulatorStats } from '../../src/simulator/stats.ts';
 

@@ -2,7 +2,7 @@
  * Anthropic-compatible route: `POST /v1/messages` (JSON and SSE).
  */
 import type { FastifyInstance } from 'fastify';
-import { AnthropicStreamObserver, anthropicUsageFromJson, parseMessagesRequest } from '../../providers/anthropic/messages.ts';
+import { AnthropicStreamObserver, anthropicUsage, parseMessagesRequest } from '../../providers/anthropic/messages.ts';
 import { tenantOf } from '../auth.ts';
 import type { GatewayContext } from '../context.ts';
 import { runExchange } from '../exchange.ts';
@@ -31,10 +31,10 @@ export function anthropicRoutes(app: FastifyInstance, ctx: GatewayContext): void
       promptTokens,
       reservedOutput: msg.maxOutput,
       path: '/v1/messages',
-      body: JSON.stringify({ ...msg.body, model: route.upstreamModel }),
+      body: route.upstreamModel === msg.model && request.rawBody !== null ? request.rawBody : JSON.stringify({ ...msg.body, model: route.upstreamModel }),
       stream: msg.stream,
       headers,
-      usageFromJson: anthropicUsageFromJson,
+      usageFromJson: anthropicUsage,
       observer: () => new AnthropicStreamObserver(),
     });
   });

@@ -2,7 +2,7 @@
  * OpenAI-compatible routes: chat completions (JSON and SSE), embeddings and the model list.
  */
 import type { FastifyInstance } from 'fastify';
-import { OpenAIChatStreamObserver, openAIUsageFromJson, parseChatRequest, upstreamChatBody } from '../../providers/openai/chat.ts';
+import { OpenAIChatStreamObserver, openAIUsage, parseChatRequest, upstreamChatBody } from '../../providers/openai/chat.ts';
 import { GatewayError } from '../../errors.ts';
 import { parseEmbeddingsRequest } from '../../providers/openai/embeddings.ts';
 import { tenantOf } from '../auth.ts';
@@ -25,10 +25,10 @@ export function openAIRoutes(app: FastifyInstance, ctx: GatewayContext): void {
       promptTokens,
       reservedOutput: (chat.maxOutput ?? route.model.default_max_output) * chat.choices,
       path: '/v1/chat/completions',
-      body: JSON.stringify(upstreamChatBody(chat, route.upstreamModel)),
+      body: !chat.stream && route.upstreamModel === chat.model && request.rawBody !== null ? request.rawBody : JSON.stringify(upstreamChatBody(chat, route.upstreamModel)),
       stream: chat.stream,
       headers: {},
-      usageFromJson: openAIUsageFromJson,
+      usageFromJson: openAIUsage,
       observer: () => new OpenAIChatStreamObserver(chat.clientWantsUsage),
     });
   });
@@ -46,10 +46,10 @@ export function openAIRoutes(app: FastifyInstance, ctx: GatewayContext): void {
       promptTokens,
       reservedOutput: 0,
       path: '/v1/embeddings',
-      body: JSON.stringify({ ...embed.body, model: route.upstreamModel }),
+      body: route.upstreamModel === embed.model && request.rawBody !== null ? request.rawBody : JSON.stringify({ ...embed.body, model: route.upstreamModel }),
       stream: false,
       headers: {},
-      usageFromJson: openAIUsageFromJson,
+      usageFromJson: openAIUsage,
       observer: () => new OpenAIChatStreamObserver(false),
     });
   });

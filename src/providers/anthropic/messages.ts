@@ -62,11 +62,11 @@ class UsageAccumulator {
   }
 }
 
-/** Usage of a non-stream Message reply: input, cache creation and cache read tokens count as input. */
-export function anthropicUsageFromJson(json: unknown): TokenUsage | undefined {
-  if (json === null || typeof json !== 'object') return undefined;
+/** Usage from the `usage` object of a non-stream Message reply: input, cache creation and cache read tokens count as input. */
+export function anthropicUsage(usage: unknown): TokenUsage | undefined {
+  if (usage === null || typeof usage !== 'object') return undefined;
   const acc = new UsageAccumulator();
-  acc.merge((json as Record<string, unknown>).usage);
+  acc.merge(usage);
   return acc.usage;
 }
 

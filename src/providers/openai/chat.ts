@@ -72,12 +72,6 @@ export function openAIUsage(usage: unknown): TokenUsage | undefined {
   return { input, output };
 }
 
-/** Usage of a non-stream chat completion or embeddings reply body. */
-export function openAIUsageFromJson(json: unknown): TokenUsage | undefined {
-  if (json === null || typeof json !== 'object') return undefined;
-  return openAIUsage((json as Record<string, unknown>).usage);
-}
-
 /**
  * Observes an OpenAI chat SSE stream: records the usage chunk (the last chunk, `choices: []`, sent
  * because the gateway asked for `include_usage`) and hides it from clients that did not ask for it.
