@@ -8,24 +8,25 @@
  * weights the extra tokens of long pieces and of non-Latin scripts. Case changes start a run, so
  * base64 and identifiers cost more than prose.
  *
- * Calibration (measured with js-tiktoken; reproduce with `node --import tsx bench/tokens.ts`):
- * non-negative least squares on relative error over 250 chunks (300–6,000 chars) per category —
- * English docs (fastify, zod, undici, piscina, commander READMEs), JavaScript/TypeScript (fastify,
- * undici, lru-cache, lib.es5/lib.dom.d.ts), JSON and .d.ts API types, legal English, TypeScript's
- * diagnostics in ten languages, random base64/hex/UUIDs/decimals and emoji chat — English and code
- * weighted 3×, then every weight multiplied by 1.08 so the estimate errs high. estimate/exact:
+ * Calibration (measured with js-tiktoken): non-negative least squares on relative error over 250
+ * chunks (300–6,000 chars) per category — English docs (fastify, zod, undici, piscina, commander
+ * READMEs), JavaScript/TypeScript (fastify, undici, lru-cache, lib.es5/lib.dom.d.ts), JSON, legal
+ * English, TypeScript's diagnostics in ten languages, random base64/hex/UUIDs/decimals and emoji
+ * chat — English and code weighted 3×, then every weight multiplied by 1.08 so the estimate errs
+ * high. `node --import tsx bench/tokens.ts` re-measures estimate/exact on fresh chunks (same
+ * sources): median (p5–p95) [worst chunk]
  *
- * | category | o200k_base median (p5–p95) | cl100k_base median (p5–p95) |
+ * | category | o200k_base | cl100k_base |
  * |---|---|---|
- * | English docs | 1.06 (0.97–1.12) | 1.06 (0.99–1.14) |
- * | code | 1.12 (1.03–1.21) | 1.12 (1.03–1.22) |
- * | JSON / API types | 1.04 (0.95–1.16) | 1.03 (0.94–1.17) |
- * | German / French / Russian | 1.01 / 1.15 / 1.08 | 0.92 / 1.19 / 1.08 |
- * | Japanese / Chinese / Korean | 1.07 / 1.04 / 1.14 | 1.03 / 1.09 / 1.11 |
- * | random base64, hex, numbers | 1.00 (0.88–1.21) | 1.00 (0.85–1.22) |
+ * | English docs | 1.06 (1.00–1.12) [0.89] | 1.06 (1.00–1.13) [0.91] |
+ * | code | 1.12 (1.04–1.22) [0.88] | 1.13 (1.03–1.23) [0.81] |
+ * | JSON | 1.02 (0.96–1.17) [0.93] | 1.02 (0.95–1.18) [0.92] |
+ * | German / French / Russian | 1.01 / 1.16 / 1.08 [0.88] | 0.92 / 1.19 / 1.07 [0.79] |
+ * | Japanese / Chinese / Korean | 1.07 / 1.04 / 1.14 [0.90] | 1.03 / 1.09 / 1.11 [0.89] |
+ * | random base64 / hex | 0.89 (0.87–1.11) [0.83] | 0.86 (0.84–1.11) [0.81] |
  *
- * The worst chunk of any category is 0.79 × exact (German, cl100k_base). A plain
- * `length / 3.7` rule, by contrast, gives 0.35–0.55 × exact for CJK text and 1.35 × for English.
+ * A plain `length / 3.7` rule, by contrast, gives 0.35–0.55 × exact on CJK text and ~1.35 × on
+ * English docs.
  */
 import type { EncodingName, TextCounter } from './encoding.ts';
 
@@ -52,18 +53,32 @@ const WEIGHTS: Readonly<Record<EncodingName, readonly number[]>> = {
  */
 export const NO_TOKENIZER_FACTOR = 1.1;
 
-/** Sum of the per-character and per-run weights over `text`; one pass, no allocation. */
-function weigh(text: string, perChar: Float64Array, perRun: Float64Array): number {
+/** Classes, plus the start state before the first character. */
+const CLASSES = 9;
+const START = CLASSES;
+
+/**
+ * Transition table in thousandths of a token: entry `prev * 9 + k` is the cost of a character of
+ * class k after one of class `prev` (per-character weight, plus the per-run weight when the class
+ * changes). Integer sums and no branch on run boundaries keep the loop at ~1 ns per character.
+ */
+function transitionTable(perChar: readonly number[], perRun: readonly number[]): Int32Array {
+  const table = new Int32Array((CLASSES + 1) * CLASSES);
+  for (let prev = 0; prev <= CLASSES; prev++) {
+    for (let k = 0; k < CLASSES; k++) table[prev * CLASSES + k] = Math.round(1000 * ((perChar[k] ?? 0) + (prev === k ? 0 : (perRun[k] ?? 0))));
+  }
+  return table;
+}
+
+/** Estimated tokens of `text` in thousandths: one pass, no allocation. */
+function weigh(text: string, table: Int32Array): number {
   let n = 0;
-  let prev = -1;
+  let prev = START;
   for (let i = 0; i < text.length; i++) {
     const c = text.charCodeAt(i);
     const k = c < 128 ? (ASCII_CLASS[c] as number) : c < 0x800 ? 6 : c >= 0xd800 && c <= 0xdfff ? 8 : 7;
-    n += perChar[k] as number;
-    if (k !== prev) {
-      n += perRun[k] as number;
-      prev = k;
-    }
+    n += table[prev * CLASSES + k] as number;
+    prev = k;
   }
   return n;
 }
@@ -72,7 +87,7 @@ const estimators = new Map<string, TextCounter>();
 
 /**
  * Provider-style estimate of the tokens of a string, calibrated per encoding (figures in this
- * file's header). Cost: one pass over the string, about 1 ns per character, no regex.
+ * file's header). Cost: one pass over the string, about 1–2 ns per character, no regex.
  * @param encoding the model's tokenizer; null for models without a public one (cl100k_base
  *   weights × {@link NO_TOKENIZER_FACTOR}).
  * @returns a shared counter named `estimate:<encoding>` or `estimate:none`; counts are integers
@@ -84,9 +99,11 @@ export function estimateCounter(encoding: EncodingName | null): TextCounter {
   if (counter === undefined) {
     const w = WEIGHTS[encoding ?? 'cl100k_base'];
     const f = encoding === null ? NO_TOKENIZER_FACTOR : 1;
-    const perChar = Float64Array.from(w.slice(0, 9), (x) => x * f);
-    const perRun = Float64Array.from(w.slice(9), (x) => x * f);
-    counter = { name: `estimate:${key}`, count: (text) => (text.length === 0 ? 0 : Math.ceil(weigh(text, perChar, perRun))) };
+    const table = transitionTable(
+      w.slice(0, CLASSES).map((x) => x * f),
+      w.slice(CLASSES).map((x) => x * f),
+    );
+    counter = { name: `estimate:${key}`, count: (text) => (text.length === 0 ? 0 : Math.ceil(weigh(text, table) / 1000)) };
     estimators.set(key, counter);
   }
   return counter;

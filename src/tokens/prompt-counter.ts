@@ -64,45 +64,49 @@ export class PromptCounter {
 
   /**
    * Prompt tokens of a body. `estimate` (and any model without an encoding) runs inline, one pass
-   * over the text. `exact` looks each text up in the per-encoding cache; texts not found are
-   * counted inline when they total ≤ `workerThresholdChars` characters, else in the worker pool,
-   * and cached either way, so a chat's next turn only counts its new message.
+   * over the text. `exact` looks each text up in the per-encoding cache and counts new texts inline
+   * while they total ≤ `workerThresholdChars` characters; the new texts beyond that are counted in
+   * the worker pool. Counts are cached either way, so a chat's next turn only counts its new message.
    * @param body the parsed chat/messages body, or the embeddings `input`.
    * @returns tokens. @throws only if a worker thread fails (a bug), never for odd body shapes.
    */
   async count(kind: PromptKind, body: unknown, opts: { encoding: EncodingName | null; mode: 'estimate' | 'exact' }): Promise<number> {
     if (opts.mode === 'estimate' || opts.encoding === null) return countPrompt(kind, body, estimateCounter(opts.encoding));
     const exact = exactCounter(opts.encoding, this.#cacheEntries);
-    // Pass 1: resolve every text from the cache; collect the ones that must be counted.
-    const known = new Map<string, number>();
-    const missing: string[] = [];
-    let missingChars = 0;
-    countPrompt(kind, body, {
+    const threshold = this.#threshold;
+    // One walk: cached texts are looked up, new ones counted inline until they total more than the
+    // threshold; from then on new texts are only collected, for the worker pool.
+    const slots: number[] = [];
+    const missing: { slot: number; text: string }[] = [];
+    let newChars = 0;
+    let total = countPrompt(kind, body, {
       name: exact.name,
       count(text) {
-        if (!known.has(text)) {
-          const n = exact.cached(text);
-          if (n === undefined) {
-            missing.push(text);
-            missingChars += text.length;
-            known.set(text, 0);
-          } else known.set(text, n);
+        let n = exact.cached(text);
+        if (n === undefined) {
+          newChars += text.length;
+          if (newChars > threshold) {
+            missing.push({ slot: slots.length, text });
+            n = 0;
+          } else n = exact.count(text);
         }
-        return 0;
+        slots.push(n);
+        return n;
       },
     });
-    if (missingChars <= this.#threshold) {
-      for (const text of missing) known.set(text, exact.count(text));
-    } else {
-      const counts = (await this.#workers().run({ encoding: opts.encoding, texts: missing } satisfies CountJob)) as number[];
-      missing.forEach((text, i) => {
+    if (missing.length > 0) {
+      const job: CountJob = { encoding: opts.encoding, texts: missing.map((m) => m.text) };
+      const counts = (await this.#workers().run(job)) as number[];
+      missing.forEach(({ slot, text }, i) => {
         const n = counts[i] ?? exact.count(text);
         exact.remember(text, n);
-        known.set(text, n);
+        slots[slot] = n;
       });
+      // The same walk again, every text now known (the walk is deterministic: same calls, same order).
+      let next = 0;
+      total = countPrompt(kind, body, { name: exact.name, count: () => slots[next++] ?? 0 });
     }
-    // Pass 2: the same walk, every text now known.
-    return countPrompt(kind, body, { name: exact.name, count: (text) => known.get(text) ?? exact.count(text) });
+    return total;
   }
 
   #workers(): Piscina {
