@@ -209,21 +209,27 @@ export class Limiter {
     return { settled: true, deltaTokens: delta };
   }
 
+  /** Reservation `id` of a tenant while it is open and not released; drops it once expired. */
+  #unreleased(st: TenantState, id: string, now: number): Reservation | undefined {
+    const res = st.get(id);
+    if (res === undefined || res.released) return undefined;
+    if (now >= res.expiresAt) {
+      st.delete(id);
+      return undefined;
+    }
+    return res;
+  }
+
   /**
    * Frees the concurrency slot(s) of reservation `id`. Idempotent.
    * @returns true the first time for an open reservation (also when no concurrency limit
    *   applied to it), false when unknown, expired or already released.
    */
   release(tenant: string, id: string): boolean {
-    const st = this.#tenants.get(tenant);
-    if (st === undefined) return false;
-    const res = st.get(id);
-    if (res === undefined || res.released) return false;
     const now = this.#clock.now();
-    if (now >= res.expiresAt) {
-      st.delete(id);
-      return false;
-    }
+    const st = this.#tenants.get(tenant);
+    const res = st === undefined ? undefined : this.#unreleased(st, id, now);
+    if (st === undefined || res === undefined) return false;
     const { applied, objs } = res;
     for (let k = 0; k < applied.length; k++) {
       const obj = objs[applied[k] as number];
@@ -240,15 +246,10 @@ export class Limiter {
    * @returns false when unknown, expired or released (nothing changes).
    */
   renew(tenant: string, id: string): boolean {
-    const st = this.#tenants.get(tenant);
-    if (st === undefined) return false;
-    const res = st.get(id);
-    if (res === undefined || res.released) return false;
     const now = this.#clock.now();
-    if (now >= res.expiresAt) {
-      st.delete(id);
-      return false;
-    }
+    const st = this.#tenants.get(tenant);
+    const res = st === undefined ? undefined : this.#unreleased(st, id, now);
+    if (res === undefined) return false;
     const { applied, objs } = res;
     for (let k = 0; k < applied.length; k++) {
       const obj = objs[applied[k] as number];

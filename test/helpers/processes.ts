@@ -12,6 +12,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { request } from 'undici';
 import { stringify } from 'yaml';
+import type { SimulatorStats } from '../../src/simulator/stats.ts';
 
 /** The built CLI; `npm run test:e2e` builds it first. */
 export const CLI = fileURLToPath(new URL('../../dist/src/cli.js', import.meta.url));
@@ -84,16 +85,7 @@ export async function runCli(args: readonly string[], healthUrl: string, env: Re
 }
 
 /** Simulator counters from `GET /sim/stats`. */
-export interface SimStats {
-  requests: number;
-  completed: number;
-  promptTokens: number;
-  completionTokens: number;
-  rateLimited: number;
-  errors: number;
-  dropped: number;
-  inFlight: number;
-}
+export type SimStats = SimulatorStats;
 
 /** Reads the simulator's counters. */
 export async function simStats(simUrl: string): Promise<SimStats> {
