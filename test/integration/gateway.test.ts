@@ -10,7 +10,7 @@ import { buildConfig } from '../../src/config/load.ts';
 import { buildGateway } from '../../src/gateway/server.ts';
 import { startSimulator } from '../../src/simulator/server.ts';
 import { countOpenAIChat, exactCounter } from '../../src/tokens/index.ts';
-import { simStats } from '../helpers/processes.ts';
+import { freePort, simStats } from '../helpers/processes.ts';
 
 const KEY = 'key-acme-00000';
 
@@ -128,5 +128,95 @@ describe('one request a second for 3 minutes of fake time against {tpm 10k}', ()
         assert.ok(remaining.every((r) => r === 9_950), `remaining ${remaining.slice(0, 10).join(',')}`);
       }
     });
+  }
+});
+
+describe('upstream failures refund the tenant and reach the client in the provider\'s shape', () => {
+  let sim: { url: string; close(): Promise<void> };
+  let app: FastifyInstance;
+  const limits = [{ requests: 100, window: '1m', algorithm: 'sliding_window' }, { tokens: 10_000, window: '1m', algorithm: 'sliding_window' }, { concurrent: 1 }];
+  const remaining = async (): Promise<[number, number]> => {
+    // A probe of max_tokens 1 whose prompt is known; returns what it saw before its own reservation.
+    const res = await app.inject({ method: 'POST', url: '/v1/chat/completions', headers: auth, payload: chat({ max_tokens: 1 }) });
+    assert.equal(res.statusCode, 200, res.body);
+    const prompt = countOpenAIChat({ messages: [{ role: 'user', content: 'hello' }] }, exactCounter('o200k_base'));
+    return [Number(res.headers['x-ratelimit-remaining-requests']) + 1, Number(res.headers['x-ratelimit-remaining-tokens']) + prompt + 1];
+  };
+  before(async () => {
+    sim = await startSimulator({ port: 0, quota: { rpm: 1_000, tpm: 1_000 } });
+    const raw = gatewayConfig(sim.url, limits).config;
+    const closedPort = await freePort();
+    const config = buildConfig(
+      {
+        server: { log_level: 'silent' },
+        tenants: [{ id: 'acme', keys: [KEY], limits }],
+        models: [
+          ...raw.models.map((m) => ({ name: m.name, encoding: m.encoding, estimator: m.estimator, deployments: [...m.deployments] })),
+          { name: 'gpt-down', encoding: 'o200k_base', deployments: ['down'] },
+        ],
+        deployments: [
+          { name: 'sim', provider: 'openai', base_url: sim.url, api_key_env: 'SIM_KEY', forward_headers: ['x-sim-fault'] },
+          { name: 'sim-anthropic', provider: 'anthropic', base_url: sim.url, api_key_env: 'SIM_KEY', forward_headers: ['x-sim-fault'] },
+          { name: 'down', provider: 'openai', base_url: `http://127.0.0.1:${closedPort}`, api_key_env: 'SIM_KEY' },
+        ],
+      },
+      'test.yaml',
+      { SIM_KEY: 'sim-key' },
+    );
+    app = buildGateway({ config, clock: new ManualClock(), logger: false });
+    await app.ready();
+  });
+  after(async () => {
+    await app.close();
+    await sim.close();
+  });
+
+  test('a provider 5xx is relayed and its tokens refunded', async () => {
+    const [requestsBefore, tokensBefore] = await remaining();
+    const res = await app.inject({ method: 'POST', url: '/v1/chat/completions', headers: { ...auth, 'x-sim-fault': 'error' }, payload: chat({ max_tokens: 100 }) });
+    assert.equal(res.statusCode, 500);
+    assert.equal((res.json() as { error: { type: string } }).error.type, 'server_error');
+    assert.equal(res.headers['x-ratelimit-limit-tokens'], '10000');
+    const [requestsAfter, tokensAfter] = await remaining();
+    assert.equal(requestsAfter, requestsBefore - 2, 'the failed request and the first probe count as requests');
+    assert.equal(tokensAfter, tokensBefore - (await probeCost()), 'only the first probe was charged');
+  });
+
+  test('an unreachable deployment answers 502 upstream_unavailable and refunds', async () => {
+    const [, tokensBefore] = await remaining();
+    const res = await app.inject({ method: 'POST', url: '/v1/chat/completions', headers: auth, payload: chat({ model: 'gpt-down', max_tokens: 100 }) });
+    assert.equal(res.statusCode, 502);
+    assert.equal(res.headers['x-quotaring-error'], 'upstream_unavailable');
+    assert.equal((res.json() as { error: { code: string } }).error.code, 'upstream_unavailable');
+    const [, tokensAfter] = await remaining();
+    assert.equal(tokensAfter, tokensBefore - (await probeCost()));
+  });
+
+  test('a provider 429 is relayed as sent, with the tenant\'s rate-limit headers, and refunded', async () => {
+    const [, tokensBefore] = await remaining();
+    // The simulator's 1,000 tokens/min quota cannot take 2,000 tokens: its 429 comes back as sent.
+    const res = await app.inject({ method: 'POST', url: '/v1/chat/completions', headers: auth, payload: chat({ max_tokens: 2_000 }) });
+    assert.equal(res.statusCode, 429);
+    assert.equal(res.headers['x-quotaring-error'], undefined, 'not our limit');
+    assert.equal((res.json() as { error: { type: string } }).error.type, 'tokens');
+    assert.equal(res.headers['x-ratelimit-limit-tokens'], '10000', 'the tenant\'s limits, not the provider organisation\'s');
+    const [, tokensAfter] = await remaining();
+    assert.equal(tokensAfter, tokensBefore - (await probeCost()));
+  });
+
+  test('an Anthropic 529 overloaded is relayed in Anthropic\'s shape', async () => {
+    const res = await app.inject({
+      method: 'POST',
+      url: '/v1/messages',
+      headers: { ...auth, 'x-sim-fault': 'error' },
+      payload: { model: 'claude-test', max_tokens: 5, messages: [{ role: 'user', content: 'hi' }] },
+    });
+    assert.equal(res.statusCode, 529);
+    assert.deepEqual((res.json() as { type: string; error: { type: string } }).error.type, 'overloaded_error');
+  });
+
+  /** Tokens a probe is charged once settled: its prompt plus its one output token. */
+  async function probeCost(): Promise<number> {
+    return countOpenAIChat({ messages: [{ role: 'user', content: 'hello' }] }, exactCounter('o200k_base')) + 1;
   }
 });
