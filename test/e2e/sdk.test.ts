@@ -177,6 +177,7 @@ describe('gateway node with the SDKs (streaming simulator at 50 tokens/s)', () =
         tenant('abort', [{ requests: 100, window: '1m' }, { tokens: 100_000, window: '1m' }, { concurrent: 1 }]),
         tenant('conc', [{ requests: 2, window: '1m' }, { tokens: 10_000, window: '1m', algorithm: 'sliding_window' }, { concurrent: 1 }]),
         tenant('oabort', [{ tokens: 100_000, window: '1m', algorithm: 'sliding_window' }, { concurrent: 1 }]),
+        tenant('dropped', [{ tokens: 100_000, window: '1m', algorithm: 'sliding_window' }, { concurrent: 1 }]),
         tenant('jabort', [{ tokens: 100_000, window: '1m', algorithm: 'sliding_window' }, { concurrent: 1 }]),
       ],
       { simArgs: ['--tps', '50'] },
@@ -245,6 +246,22 @@ describe('gateway node with the SDKs (streaming simulator at 50 tokens/s)', () =
     const next = await client.chat.completions.create({ model: 'gpt-4o-mini', max_tokens: 10, messages: promptOf(20) }).withResponse();
     // Settled on the prompt alone: 100000 − 20 − this reservation of 30.
     assert.equal(next.response.headers.get('x-ratelimit-remaining-tokens'), '99950');
+  });
+
+  test('a stream the provider drops mid-way fails for the client and settles on prompt plus delivered tokens', async () => {
+    const client = openai(stack, 'dropped');
+    const stream = await client.chat.completions.create(
+      { model: 'gpt-4o-mini', max_tokens: 20, messages: promptOf(30), stream: true },
+      { headers: { 'x-sim-fault': 'drop' } },
+    );
+    let content = 0;
+    await assert.rejects(async () => {
+      for await (const chunk of stream) if ((chunk.choices[0]?.delta.content ?? '') !== '') content++;
+    });
+    assert.equal(content, 10, 'the simulator drops after half the tokens');
+    const probe = await client.chat.completions.create({ model: 'gpt-4o-mini', max_tokens: 10, messages: promptOf(10) }).withResponse();
+    // 100000 − (30 prompt + 10 delivered) − 20 (probe reservation)
+    assert.equal(probe.response.headers.get('x-ratelimit-remaining-tokens'), '99940');
   });
 
   test('aborted OpenAI stream settles on prompt plus delivered tokens and frees the slot', async () => {
