@@ -30,11 +30,23 @@ function speedOf(value: string): number {
   return n;
 }
 
-function keysOf(value: string): string[] {
-  const keys = value.split(',').map((k) => k.trim()).filter((k) => k !== '');
+/** `--keys`: `key` or `label=key` entries; a label stands for its key in the report (keys are never printed then). */
+function keysOf(value: string): { keys: string[]; labels: Map<string, string> } {
+  const labels = new Map<string, string>();
+  const keys = value
+    .split(',')
+    .map((k) => k.trim())
+    .filter((k) => k !== '')
+    .map((entry) => {
+      const eq = entry.indexOf('=');
+      if (eq <= 0) return entry;
+      const key = entry.slice(eq + 1);
+      labels.set(key, entry.slice(0, eq));
+      return key;
+    });
   if (keys.length === 0) throw new InvalidArgumentError('give at least one key');
   if (new Set(keys).size !== keys.length) throw new InvalidArgumentError('keys must be distinct');
-  return keys;
+  return { keys, labels };
 }
 
 function urlOf(value: string): string {
@@ -51,7 +63,7 @@ function urlOf(value: string): string {
 interface ReplayCliOptions {
   trace: string;
   target: string;
-  keys: string[];
+  keys: { keys: string[]; labels: Map<string, string> };
   speed: number;
   limit?: number;
   from?: number;
@@ -78,7 +90,7 @@ export function replayCommand(): Command {
     .description('replay a request trace (TIMESTAMP,ContextTokens,GeneratedTokens CSV, plain or .gz) against a gateway and report admission per tenant per minute')
     .requiredOption('--trace <file>', 'trace CSV or CSV.gz, e.g. cluster/traces/azure-llm-2023-conv.csv.gz')
     .requiredOption('--target <url>', 'gateway base URL, e.g. http://127.0.0.1:8080', urlOf)
-    .requiredOption('--keys <k1,k2,...>', 'tenant API keys, hottest first (Zipf rank order)', keysOf)
+    .requiredOption('--keys <k1,k2,...>', 'tenant API keys, hottest first (Zipf rank order); label=key shows the label instead of the key in the report', keysOf)
     .option('--speed <x>', 'time compression: 1 = real time, 10 = ten times faster, "max" = no waiting', speedOf, 1)
     .option('--limit <n>', 'replay at most n rows', positiveInt)
     .option('--from <s>', 'start at this many seconds into the trace', nonNegative)
@@ -114,13 +126,14 @@ export function replayCommand(): Command {
         };
         const rows = await readTrace(opts.trace, selection);
         if (rows.length === 0) throw new Error(`no rows of ${opts.trace} in the selection`);
-        const rule = new ZipfAssigner(opts.keys, { s: opts.zipf, seed: opts.seed }).rule;
+        const rule = new ZipfAssigner(opts.keys.keys, { s: opts.zipf, seed: opts.seed }).rule;
         const lastMs = (rows.at(-1)?.atMs ?? 0) - (rows[0]?.atMs ?? 0);
         process.stderr.write(`replaying ${rows.length} rows (${(lastMs / 1_000).toFixed(1)} s of trace) of ${opts.trace} at speed ${opts.speed} against ${opts.target}; tenants: ${rule}\n`);
         const replayOpts: ReplayOptions = {
           rows,
           target: opts.target,
-          keys: opts.keys,
+          keys: opts.keys.keys,
+          labels: opts.keys.labels,
           speed: opts.speed,
           concurrency: opts.concurrency,
           zipf: opts.zipf,

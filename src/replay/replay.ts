@@ -26,6 +26,8 @@ export interface ReplayOptions {
   readonly target: string;
   /** Tenant API keys, hottest first (Zipf rank order); sent as `Authorization: Bearer <key>`. */
   readonly keys: readonly string[];
+  /** Names that stand for keys in records and the report (a key without one is shown as is). */
+  readonly labels?: ReadonlyMap<string, string>;
   /** Time compression: 1 = real time, 10 = ten times faster, Infinity = as fast as concurrency allows. @default 1 */
   readonly speed?: number;
   /** Most requests in flight; a row due while all are busy waits (and its lag is reported). @default 256 */
@@ -205,7 +207,8 @@ export async function runReplay(opts: ReplayOptions): Promise<ReplayReport> {
     const promptTokens = Math.max(row.promptTokens, prompts.overhead);
     if (promptTokens !== row.promptTokens) promptRaised++;
     const maxTokens = opts.maxTokens ?? Math.max(1, row.completionTokens);
-    const tenant = tenants.tenantOf(row.index);
+    const key = tenants.tenantOf(row.index);
+    const tenant = opts.labels?.get(key) ?? key;
     const payload = JSON.stringify({ ...prompts.body(promptTokens), max_tokens: maxTokens });
     const sentAt = clock.now();
     const base = { i, row: row.index, tenant, atMs: row.atMs - t0, sentMs: sentAt - start, promptTokens, completionTokens: row.completionTokens, reservedTokens: promptTokens + maxTokens };
@@ -216,7 +219,7 @@ export async function runReplay(opts: ReplayOptions): Promise<ReplayReport> {
         path,
         headers: {
           'content-type': 'application/json',
-          authorization: `Bearer ${tenant}`,
+          authorization: `Bearer ${key}`,
           'x-sim-output-tokens': String(row.completionTokens),
         },
         body: payload,

@@ -394,6 +394,15 @@ describe('replay against a fastify server on port 0', () => {
     }
   });
 
+  test('labels stand for keys in the report; the keys still authenticate', async () => {
+    const rows = await readTrace(slice, { limit: 10 });
+    seen.length = 0;
+    const report = await runReplay({ rows, target: url, keys: ['key-a', 'key-b'], labels: new Map([['key-a', 'alpha'], ['key-b', 'beta']]), speed: Infinity, concurrency: 4 });
+    assert.deepEqual(new Set(seen.map((s) => s.key)), new Set(['key-a', 'key-b']));
+    assert.ok(report.tenants.every((t) => t.tenant === 'alpha' || t.tenant === 'beta'), report.tenants.map((t) => t.tenant).join());
+    assert.equal(report.tenants.reduce((n, t) => n + t.sent, 0), 10);
+  });
+
   test('an AbortSignal stops the replay cleanly and the report says so', async () => {
     const rows = await readTrace(slice, { limit: 50 });
     seen.length = 0;
