@@ -30,8 +30,11 @@ const byteSize = z.union([z.number().int().positive(), z.string()]).transform((v
   return Number(m[1]) * (unit === 'mb' ? 1_048_576 : unit === 'kb' ? 1_024 : 1);
 });
 
+/** Algorithms of a requests/tokens limit. */
 export const ALGORITHMS = ['token_bucket', 'sliding_window'] as const;
+/** Tokenizers a model may name; `none` = no public tokenizer. */
 export const ENCODINGS = ['o200k_base', 'cl100k_base', 'none'] as const;
+/** Prompt counting modes at admission. */
 export const ESTIMATORS = ['estimate', 'exact'] as const;
 
 /**
@@ -77,6 +80,7 @@ export const LimitSchema = z
 /** A tenant key: the literal key, or `{env: NAME}` to read it from the environment at start. */
 const ApiKeySchema = z.union([z.string().min(8), z.strictObject({ env: z.string().min(1) })]);
 
+/** A tenant: id, API keys, limits, default priority, optional estimator override. */
 export const TenantSchema = z.strictObject({
   id: z.string().regex(/^[A-Za-z0-9._-]{1,64}$/, 'tenant id: 1-64 of A-Z a-z 0-9 . _ -'),
   keys: z.array(ApiKeySchema).min(1),
@@ -87,6 +91,7 @@ export const TenantSchema = z.strictObject({
   estimator: z.enum(ESTIMATORS).optional(),
 });
 
+/** A model clients name: tokenizer, counting mode, default output reservation, deployments. */
 export const ModelSchema = z.strictObject({
   name: z.string().min(1),
   /** Tokenizer of the model; `none` = no public tokenizer (character estimate only). */
@@ -99,6 +104,7 @@ export const ModelSchema = z.strictObject({
   deployments: z.array(z.string().min(1)).min(1),
 });
 
+/** An upstream deployment: provider kind, base URL, key from the environment, quota, timeouts. */
 export const DeploymentSchema = z.strictObject({
   name: z.string().min(1),
   provider: z.enum(['openai', 'anthropic']),
@@ -122,6 +128,7 @@ export const DeploymentSchema = z.strictObject({
   connections: positiveInt.default(128),
 });
 
+/** Listening and housekeeping settings of a node. */
 export const ServerSchema = z.strictObject({
   /** @default 127.0.0.1 */
   host: z.string().default('127.0.0.1'),
@@ -135,6 +142,7 @@ export const ServerSchema = z.strictObject({
   log_level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 });
 
+/** Token counting settings: worker pool and cache sizes. */
 export const TokensSchema = z.strictObject({
   /** Worker threads for exact counting of large prompts. @default 2 */
   pool_size: positiveInt.default(2),
@@ -144,6 +152,7 @@ export const TokensSchema = z.strictObject({
   cache_entries: positiveInt.default(50_000),
 });
 
+/** The whole config file; cross-references (deployments, models, duplicate names) are checked too. */
 export const ConfigSchema = z
   .strictObject({
     server: ServerSchema.prefault({}),
@@ -184,7 +193,11 @@ export const ConfigSchema = z
 
 /** The validated config, as the YAML says it with defaults filled in and durations in ms. */
 export type Config = z.output<typeof ConfigSchema>;
+/** One validated tenant. */
 export type TenantConfig = Config['tenants'][number];
+/** One validated limit of a tenant (durations in ms). */
 export type LimitConfig = TenantConfig['limits'][number];
+/** One validated model. */
 export type ModelConfig = Config['models'][number];
+/** One validated deployment (durations in ms; the key itself is resolved at load). */
 export type DeploymentConfig = Config['deployments'][number];

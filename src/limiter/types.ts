@@ -37,6 +37,7 @@ export interface ConcurrencyLimitSpec {
   readonly model?: string;
 }
 
+/** Any limit of a policy. */
 export type LimitSpec = RateLimitSpec | ConcurrencyLimitSpec;
 
 /** A tenant's limits; an acquire is all-or-nothing across every limit that applies. */
