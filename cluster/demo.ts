@@ -44,7 +44,7 @@ Tenants (cluster/demo.yaml): alice (key qr-demo-alice: 60 req/min, 20k tokens/mi
     -d '{"model":"gpt-4o-mini","max_tokens":50,"messages":[{"role":"user","content":"Hello"}]}' -i
 
   Or with the OpenAI SDK: new OpenAI({ baseURL: '${base}/v1', apiKey: 'qr-demo-alice' })
-  Anthropic SDK:          new Anthropic({ baseURL: '${base}', apiKey: 'qr-demo-alice' }) with model claude-sonnet-4-5
+  Anthropic SDK:          new Anthropic({ baseURL: '${base}', apiKey: 'qr-demo-alice' }) with model claude-sonnet-5
 Press Ctrl-C to stop.
 `);
   return group.done;

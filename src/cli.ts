@@ -91,7 +91,7 @@ program
       const env = opts.env ? process.env : new Proxy({}, { get: () => 'unchecked' });
       const loaded = loadConfig(file, env);
       const c = loaded.config;
-      process.stdout.write(`${file}: ok (${c.tenants.length} tenants, ${loaded.tenantByKey.size} keys, ${c.models.length} models, ${c.deployments.length} deployments)\n`);
+      process.stdout.write(`${file}: ok (tenants: ${c.tenants.length}, keys: ${loaded.tenantByKey.size}, models: ${c.models.length}, deployments: ${c.deployments.length})\n`);
     } catch (err) {
       fail(err);
     }
