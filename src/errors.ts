@@ -87,6 +87,12 @@ export const ERRORS = {
     anthropicType: 'rate_limit_error',
     message: 'The request can never fit this limit: lower max_tokens or shorten the prompt.',
   },
+  misdirected: {
+    status: 421,
+    openaiType: 'invalid_request_error',
+    anthropicType: 'invalid_request_error',
+    message: 'This node does not own the tenant under its ring; send the request to the node named in x-quotaring-owner (routers do this themselves).',
+  },
   upstream_unavailable: {
     status: 502,
     openaiType: 'server_error',

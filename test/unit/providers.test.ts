@@ -137,6 +137,7 @@ describe('error catalogue', () => {
       not_found: 404,
       rate_limit_exceeded: 429,
       request_too_large: 429,
+      misdirected: 421,
       upstream_unavailable: 502,
       upstream_timeout: 504,
       internal_error: 500,
