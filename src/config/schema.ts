@@ -152,11 +152,52 @@ export const TokensSchema = z.strictObject({
   cache_entries: positiveInt.default(50_000),
 });
 
+/** A node of a static member list. */
+export const MemberSchema = z.strictObject({
+  /** Unique node id, e.g. `node-1`. */
+  id: z.string().regex(/^[A-Za-z0-9._-]{1,64}$/, 'member id: 1-64 of A-Z a-z 0-9 . _ -'),
+  /** Where the node serves clients, e.g. `http://127.0.0.1:8081`. */
+  url: z.url({ protocol: /^https?$/ }),
+  /** Relative share of the ring. @default 1 */
+  weight: z.number().int().positive().optional(),
+});
+
+/**
+ * Cluster settings. Without `redis`, membership is the static `members` list (routers health-check
+ * them); with `redis.url`, nodes heartbeat into Redis and everyone builds the ring from the live set.
+ */
+export const ClusterSchema = z.strictObject({
+  /** Namespace of this cluster's Redis keys. @default default */
+  name: z.string().regex(/^[A-Za-z0-9._-]{1,64}$/, 'cluster name: 1-64 of A-Z a-z 0-9 . _ -').default('default'),
+  /** Static members (the embedded default, no Redis). */
+  members: z.array(MemberSchema).default([]),
+  /** Redis for membership (and, later, handoff and the global cap). */
+  redis: z.strictObject({ url: z.string().regex(/^rediss?:\/\//, 'a redis:// or rediss:// URL') }).optional(),
+  /** Node heartbeat period. @default 1s */
+  heartbeat: duration.default(1_000),
+  /** A member silent this long is out of the ring. @default 3s */
+  dead_after: duration.default(3_000),
+  /** Virtual nodes per member on the ring. @default 160 */
+  vnodes: z.number().int().min(1).max(1_000).default(160),
+  /** Router health checks of members. @default 1s */
+  health_check: duration.default(1_000),
+});
+
+/** Listening settings of a router. */
+export const RouterSchema = z.strictObject({
+  /** @default 127.0.0.1 */
+  host: z.string().default('127.0.0.1'),
+  /** @default 8080 */
+  port: z.number().int().min(0).max(65535).default(8080),
+});
+
 /** The whole config file; cross-references (deployments, models, duplicate names) are checked too. */
 export const ConfigSchema = z
   .strictObject({
     server: ServerSchema.prefault({}),
     tokens: TokensSchema.prefault({}),
+    cluster: ClusterSchema.prefault({}),
+    router: RouterSchema.prefault({}),
     tenants: z.array(TenantSchema).min(1),
     models: z.array(ModelSchema).min(1),
     deployments: z.array(DeploymentSchema).min(1),
@@ -173,6 +214,11 @@ export const ConfigSchema = z
     unique(config.tenants, 'tenants');
     unique(config.models, 'models');
     unique(config.deployments, 'deployments');
+    const ids = new Set<string>();
+    config.cluster.members.forEach((m, i) => {
+      if (ids.has(m.id)) ctx.addIssue({ code: 'custom', path: ['cluster', 'members', i, 'id'], message: `duplicate member id "${m.id}"` });
+      ids.add(m.id);
+    });
     const deployments = new Set(config.deployments.map((d) => d.name));
     config.models.forEach((model, i) => {
       model.deployments.forEach((name, j) => {
@@ -199,5 +245,10 @@ export type TenantConfig = Config['tenants'][number];
 export type LimitConfig = TenantConfig['limits'][number];
 /** One validated model. */
 export type ModelConfig = Config['models'][number];
+/** Validated cluster settings (durations in ms). */
+export type ClusterConfig = Config['cluster'];
+/** One static member. */
+export type MemberConfig = ClusterConfig['members'][number];
+
 /** One validated deployment (durations in ms; the key itself is resolved at load). */
 export type DeploymentConfig = Config['deployments'][number];
