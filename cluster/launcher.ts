@@ -25,6 +25,18 @@ function cliPath(): string {
   return fileURLToPath(new URL(`../src/cli.${ext}`, import.meta.url));
 }
 
+/** The parent's module-loader flags (`--import tsx` when running from TypeScript), and nothing else. */
+function loaderArgs(): string[] {
+  const out: string[] = [];
+  const argv = process.execArgv;
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i] ?? '';
+    if (a === '--import' || a === '--loader') out.push(a, argv[++i] ?? '');
+    else if (a.startsWith('--import=') || a.startsWith('--loader=')) out.push(a);
+  }
+  return out;
+}
+
 async function waitHealthy(url: string, child: ChildProcess, timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
@@ -73,7 +85,7 @@ export async function launch(specs: readonly ChildSpec[], opts: { handleSignals?
   };
 
   for (const spec of specs) {
-    const proc = spawn(process.execPath, [...process.execArgv, cliPath(), ...spec.args], {
+    const proc = spawn(process.execPath, [...loaderArgs(), cliPath(), ...spec.args], {
       env: { ...process.env, ...spec.env },
       stdio: ['ignore', 'pipe', 'pipe'],
     });

@@ -15,6 +15,8 @@ import { authHook } from './auth.ts';
 import type { GatewayContext } from './context.ts';
 import { requestIdGenerator } from './context.ts';
 import { registerJsonBody } from './json-body.ts';
+import { ownershipHook } from './ownership.ts';
+import type { NodeCluster } from './ownership.ts';
 import { anthropicRoutes } from './routes/anthropic.ts';
 import { openAIRoutes } from './routes/openai.ts';
 import { Upstreams } from './upstream.ts';
@@ -26,6 +28,8 @@ export interface GatewayOptions {
   readonly clock?: Clock;
   /** Use fastify's pino logger at `server.log_level`. @default true */
   readonly logger?: boolean;
+  /** This node's place in a cluster; absent for a single node, which owns every tenant. */
+  readonly cluster?: NodeCluster;
 }
 
 /** Error dialect of a URL: Anthropic's shape on `/v1/messages`, OpenAI's elsewhere. */
@@ -91,6 +95,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
 
   app.register(async (v1) => {
     v1.addHook('onRequest', authHook(ctx));
+    if (opts.cluster !== undefined) v1.addHook('preHandler', ownershipHook(opts.cluster));
     openAIRoutes(v1, ctx);
     anthropicRoutes(v1, ctx);
   });
