@@ -105,6 +105,12 @@ export const ERRORS = {
     anthropicType: 'api_error',
     message: 'The upstream provider did not answer in time.',
   },
+  no_healthy_node: {
+    status: 503,
+    openaiType: 'server_error',
+    anthropicType: 'overloaded_error',
+    message: 'No gateway node is available for this tenant right now (none in the ring, or all failing health checks); retry shortly.',
+  },
   internal_error: {
     status: 500,
     openaiType: 'server_error',
