@@ -1,0 +1,325 @@
+/**
+ * Membership kept in Redis: nodes heartbeat into a sorted set, joins and leaves are announced over
+ * pub/sub, and every node and router rebuilds the same ring from the same sorted live list.
+ * Redis commands: a handful per heartbeat per process, none per request.
+ */
+import type { Redis } from 'ioredis';
+import { systemClock } from '../clock.ts';
+import type { Clock } from '../clock.ts';
+import { createRing, sortMembers } from './ring.ts';
+import type { RingOptions } from './ring.ts';
+import type { Member, Membership, Ring } from './types.ts';
+
+/** Options of {@link RedisMembership}. */
+export interface RedisMembershipOptions {
+  /**
+   * Connection for heartbeats and reads; the membership never closes it (its owner does, after
+   * `stop()`). A `duplicate()` of it carries the SUBSCRIBE and is closed by `stop()`.
+   */
+  readonly redis: Redis;
+  /** Cluster name: namespaces the keys. Must not contain `{` or `}` (it is the keys' hash tag). */
+  readonly cluster: string;
+  /** This node, when the process is a node; absent on a router (it only watches). */
+  readonly self?: Member;
+  /** Interval of heartbeats and periodic reads, ms. @default 1000 */
+  readonly heartbeatMs?: number;
+  /** A member whose last heartbeat (Redis `TIME`) is older than this is out, ms; > heartbeatMs. @default 3000 */
+  readonly deadAfterMs?: number;
+  /** Measures gaps in contact with Redis and `lastSyncMs()` (member scores use Redis `TIME`). @default systemClock */
+  readonly clock?: Clock;
+  /** Passed to {@link createRing}. */
+  readonly ring?: RingOptions;
+  /**
+   * Told about Redis faults on the background path (a failed heartbeat or read, a listener that
+   * threw); the view is kept and the next heartbeat retries. @default ignore
+   */
+  readonly onError?: (err: Error) => void;
+}
+
+/** @see RedisMembershipOptions.heartbeatMs */
+export const DEFAULT_HEARTBEAT_MS = 1_000;
+/** @see RedisMembershipOptions.deadAfterMs */
+export const DEFAULT_DEAD_AFTER_MS = 3_000;
+
+/** The sorted set of members: member JSON → last heartbeat, ms of Redis `TIME`. */
+export function membersKey(cluster: string): string {
+  return `qr:{${cluster}}:members`;
+}
+
+/** The pub/sub channel of join/leave announcements (`{"type":"join"|"leave","id":...}`). */
+export function membershipChannel(cluster: string): string {
+  return `qr:{${cluster}}:membership`;
+}
+
+/** The member as stored in the sorted set: JSON with keys in a fixed order, so a heartbeat updates one entry. */
+export function memberJson(m: Member): string {
+  return JSON.stringify(m.weight === undefined ? { id: m.id, url: m.url } : { id: m.id, url: m.url, weight: m.weight });
+}
+
+/** Parses a stored member; undefined for anything that is not one (ignored, never fatal). */
+function parseMember(json: string): Member | undefined {
+  let v: unknown;
+  try {
+    v = JSON.parse(json);
+  } catch {
+    return undefined;
+  }
+  if (typeof v !== 'object' || v === null) return undefined;
+  const { id, url, weight } = v as Record<string, unknown>;
+  if (typeof id !== 'string' || id === '' || typeof url !== 'string') return undefined;
+  if (weight === undefined) return { id, url };
+  if (typeof weight !== 'number' || !Number.isFinite(weight) || weight <= 0) return undefined;
+  return { id, url, weight };
+}
+
+/** Resolves with `p`, or with undefined once `ms` have passed (p keeps running). */
+async function within<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<undefined>((resolve) => {
+    timer = setTimeout(() => resolve(undefined), ms);
+    timer.unref();
+  });
+  try {
+    return await Promise.race([p, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+function asError(err: unknown): Error {
+  return err instanceof Error ? err : new Error(String(err));
+}
+
+/**
+ * A {@link Membership} over Redis.
+ *
+ * Every heartbeat (and at once on a join/leave announcement) the process reads Redis `TIME`, then in
+ * one pipeline: a node ZADDs itself with that time, everyone ZREMRANGEBYSCOREs members older than
+ * `deadAfterMs` and ZRANGEs the rest. Several entries with one id (a node restarted on another URL)
+ * count once, the newest. The ring is rebuilt and listeners are called only when the sorted list
+ * changes.
+ *
+ * Redis unreachable: the last view stays, the next heartbeat retries. A process that lost contact
+ * (a failed heartbeat or read, or more than `deadAfterMs - heartbeatMs` since its last successful
+ * one, e.g. a stalled Redis) removes no dead member until Redis has answered it for `deadAfterMs`
+ * again: after an outage every heartbeat is old, and pruning at once would drop live nodes that
+ * have not beaten yet, moving their tenants twice.
+ */
+export class RedisMembership implements Membership {
+  readonly #redis: Redis;
+  readonly #self: Member | undefined;
+  readonly #selfJson: string | undefined;
+  readonly #key: string;
+  readonly #channel: string;
+  readonly #heartbeatMs: number;
+  readonly #deadAfterMs: number;
+  readonly #clock: Clock;
+  readonly #ringOptions: RingOptions;
+  readonly #onError: (err: Error) => void;
+  readonly #listeners = new Set<(ring: Ring) => void>();
+
+  #ring: Ring;
+  /** The sorted live list as stored JSON lines: the ring is rebuilt only when it changes. */
+  #listKey = '';
+  #subscriber: Redis | undefined;
+  #timer: NodeJS.Timeout | undefined;
+  #starting: Promise<void> | undefined;
+  #stopping: Promise<void> | undefined;
+  #inFlight: Promise<void> | undefined;
+  #again = false;
+  /** A heartbeat or read failed since the last success. */
+  #failed = false;
+  /** Clock ms since which Redis has answered every heartbeat in time; pruning needs `deadAfterMs` of it. */
+  #contactSince = -Infinity;
+  #lastSync: number | undefined;
+
+  /**
+   * @throws RangeError on a cluster name with `{`/`}` or empty, heartbeatMs < 1, or
+   *   deadAfterMs ≤ heartbeatMs; from {@link createRing} on a bad `self` weight or empty id.
+   */
+  constructor(opts: RedisMembershipOptions) {
+    const heartbeatMs = opts.heartbeatMs ?? DEFAULT_HEARTBEAT_MS;
+    const deadAfterMs = opts.deadAfterMs ?? DEFAULT_DEAD_AFTER_MS;
+    if (opts.cluster === '' || /[{}]/.test(opts.cluster)) throw new RangeError(`cluster name must be non-empty without { or } (got "${opts.cluster}")`);
+    if (!(heartbeatMs >= 1)) throw new RangeError(`heartbeatMs must be ≥ 1 (got ${heartbeatMs})`);
+    if (!(deadAfterMs > heartbeatMs)) throw new RangeError(`deadAfterMs (${deadAfterMs}) must exceed heartbeatMs (${heartbeatMs})`);
+    if (opts.self !== undefined) createRing([opts.self]); // validates id and weight
+    this.#redis = opts.redis;
+    this.#self = opts.self;
+    this.#selfJson = opts.self === undefined ? undefined : memberJson(opts.self);
+    this.#key = membersKey(opts.cluster);
+    this.#channel = membershipChannel(opts.cluster);
+    this.#heartbeatMs = heartbeatMs;
+    this.#deadAfterMs = deadAfterMs;
+    this.#clock = opts.clock ?? systemClock;
+    this.#ringOptions = opts.ring ?? {};
+    this.#onError = opts.onError ?? (() => {});
+    this.#ring = createRing([], this.#ringOptions);
+  }
+
+  /**
+   * Subscribes to announcements, heartbeats (a node) and reads the live list once, then announces
+   * the join and heartbeats every `heartbeatMs`. Resolves after that first read; calling it again
+   * returns the same promise.
+   * @throws the Redis error when the first read fails (nothing keeps running then).
+   */
+  start(): Promise<void> {
+    this.#starting ??= this.#start();
+    return this.#starting;
+  }
+
+  async #start(): Promise<void> {
+    if (this.#stopping !== undefined) throw new Error('RedisMembership cannot start after stop()');
+    const subscriber = this.#redis.duplicate();
+    this.#subscriber = subscriber;
+    subscriber.on('error', (err: Error) => this.#onError(err));
+    subscriber.on('message', (channel: string) => {
+      if (channel === this.#channel && this.#stopping === undefined) this.#syncInBackground();
+    });
+    try {
+      await subscriber.subscribe(this.#channel);
+      await this.#sync();
+      if (this.#self !== undefined) await this.#redis.publish(this.#channel, JSON.stringify({ type: 'join', id: this.#self.id }));
+    } catch (err) {
+      subscriber.disconnect();
+      this.#subscriber = undefined;
+      throw err;
+    }
+    if (this.#stopping !== undefined) return;
+    this.#timer = setInterval(() => this.#syncInBackground(), this.#heartbeatMs);
+    this.#timer.unref();
+  }
+
+  /**
+   * Stops heartbeating and watching; a node then removes itself (ZREM) and announces the leave, so
+   * everyone drops it at once instead of after `deadAfterMs`. Waits at most `heartbeatMs` for each
+   * Redis step and never throws (an unreachable Redis is reported to `onError`; the entry then
+   * expires after `deadAfterMs`). The ring keeps its last view. Idempotent.
+   */
+  stop(): Promise<void> {
+    this.#stopping ??= this.#stop();
+    return this.#stopping;
+  }
+
+  async #stop(): Promise<void> {
+    clearInterval(this.#timer);
+    this.#timer = undefined;
+    if (this.#starting !== undefined) await within(this.#starting.catch(() => {}), this.#heartbeatMs);
+    if (this.#inFlight !== undefined) await within(this.#inFlight, this.#heartbeatMs);
+    if (this.#self !== undefined && this.#lastSync !== undefined) {
+      const leave = this.#redis
+        .pipeline()
+        .zrem(this.#key, this.#selfJson ?? '')
+        .publish(this.#channel, JSON.stringify({ type: 'leave', id: this.#self.id }))
+        .exec()
+        .then((results) => {
+          const failed = results?.find(([err]) => err !== null)?.[0];
+          if (failed) throw failed;
+        })
+        .catch((err: unknown) => this.#onError(asError(err)));
+      if ((await within(leave.then(() => true), this.#heartbeatMs)) === undefined) {
+        this.#onError(new Error(`membership leave of ${this.#self.id} did not answer within ${this.#heartbeatMs} ms`));
+      }
+    }
+    this.#subscriber?.disconnect();
+    this.#subscriber = undefined;
+  }
+
+  /** The current ring; empty before the first read. */
+  ring(): Ring {
+    return this.#ring;
+  }
+
+  /** Calls `listener` with each new ring; returns the unsubscribe function. */
+  onChange(listener: (ring: Ring) => void): () => void {
+    const wrapped = (ring: Ring): void => listener(ring);
+    this.#listeners.add(wrapped);
+    return () => {
+      this.#listeners.delete(wrapped);
+    };
+  }
+
+  /** Clock ms of the last successful read of the member list (undefined before the first). */
+  lastSyncMs(): number | undefined {
+    return this.#lastSync;
+  }
+
+  /** Runs a sync now, or once more right after the one in flight; faults go to onError. */
+  #syncInBackground(): void {
+    if (this.#inFlight !== undefined) {
+      this.#again = true;
+      return;
+    }
+    this.#sync().catch((err: unknown) => this.#onError(asError(err)));
+  }
+
+  /** One heartbeat + read; coalesces callers while one is in flight. @throws the Redis error. */
+  #sync(): Promise<void> {
+    if (this.#inFlight !== undefined) {
+      this.#again = true;
+      return this.#inFlight;
+    }
+    const run = async (): Promise<void> => {
+      try {
+        do {
+          this.#again = false;
+          await this.#syncOnce();
+        } while (this.#again && this.#stopping === undefined);
+      } finally {
+        this.#inFlight = undefined;
+      }
+    };
+    this.#inFlight = run();
+    return this.#inFlight;
+  }
+
+  async #syncOnce(): Promise<void> {
+    try {
+      const [sec, usec] = await this.#redis.time();
+      const nowMs = Number(sec) * 1000 + Math.floor(Number(usec) / 1000);
+      const p = this.#redis.pipeline();
+      // Checked after TIME: stop() may have sent the ZREM meanwhile, and a ZADD now would re-add us.
+      if (this.#selfJson !== undefined && this.#stopping === undefined) p.zadd(this.#key, nowMs, this.#selfJson);
+      const t = this.#clock.now();
+      if (this.#lastSync !== undefined && (this.#failed || t - this.#lastSync > this.#deadAfterMs - this.#heartbeatMs)) this.#contactSince = t;
+      const prune = t - this.#contactSince >= this.#deadAfterMs;
+      if (prune) p.zremrangebyscore(this.#key, '-inf', `(${nowMs - this.#deadAfterMs}`);
+      p.zrange(this.#key, 0, -1, 'WITHSCORES');
+      const results = await p.exec();
+      if (results === null) throw new Error('membership pipeline was discarded');
+      for (const [err] of results) if (err) throw err;
+      const flat = results[results.length - 1]?.[1];
+      if (!Array.isArray(flat)) throw new Error('membership ZRANGE returned no list');
+      this.#apply(flat as string[], prune ? nowMs - this.#deadAfterMs : -Infinity);
+      this.#lastSync = this.#clock.now();
+      this.#failed = false;
+    } catch (err) {
+      this.#failed = true;
+      throw err;
+    }
+  }
+
+  /** Takes `[json, score, json, score, ...]`, keeps the newest entry per id above `minScore`, rebuilds on change. */
+  #apply(flat: readonly string[], minScore: number): void {
+    const newest = new Map<string, { member: Member; score: number }>();
+    for (let i = 0; i + 1 < flat.length; i += 2) {
+      const member = parseMember(flat[i] ?? '');
+      const score = Number(flat[i + 1]);
+      if (member === undefined || !(score >= minScore)) continue;
+      const seen = newest.get(member.id);
+      if (seen === undefined || score > seen.score) newest.set(member.id, { member, score });
+    }
+    const members = sortMembers([...newest.values()].map((e) => e.member));
+    const listKey = members.map(memberJson).join('\n');
+    if (listKey === this.#listKey) return;
+    this.#listKey = listKey;
+    this.#ring = createRing(members, this.#ringOptions);
+    for (const listener of [...this.#listeners]) {
+      try {
+        listener(this.#ring);
+      } catch (err) {
+        this.#onError(asError(err));
+      }
+    }
+  }
+}

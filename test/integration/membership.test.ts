@@ -1,0 +1,254 @@
+import { test, describe, before, after, beforeEach } from 'node:test';
+import assert from 'node:assert/strict';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Redis } from 'ioredis';
+import { ManualClock } from '../../src/clock.ts';
+import { RedisMembership, memberJson, membersKey } from '../../src/coord/redis-membership.ts';
+import { createRing } from '../../src/coord/ring.ts';
+import type { Member, Ring } from '../../src/coord/types.ts';
+import { freePort } from '../helpers/processes.ts';
+import { startRedis } from '../helpers/redis.ts';
+import type { RunningRedis } from '../helpers/redis.ts';
+
+const CLUSTER = 'test';
+const member = (i: number): Member => ({ id: `node-${i}`, url: `http://127.0.0.1:${8080 + i}` });
+const ids = (ring: Ring): string[] => ring.members.map((m) => m.id);
+
+/** Polls `cond` every 5 ms; resolves with the ms it took. @throws after `timeoutMs` with `what`. */
+async function waitFor(what: string, cond: () => boolean, timeoutMs: number): Promise<number> {
+  const t0 = performance.now();
+  while (!cond()) {
+    if (performance.now() - t0 > timeoutMs) throw new Error(`${what}: not within ${timeoutMs} ms`);
+    await sleep(5);
+  }
+  return performance.now() - t0;
+}
+
+let redis: RunningRedis;
+before(async () => {
+  redis = await startRedis();
+});
+after(async () => {
+  await redis.stop();
+});
+beforeEach(async () => {
+  await redis.flush();
+});
+
+/** Memberships of one test, each on its own connection (as separate processes would be); stopped at the end. */
+function cluster(heartbeatMs: number, deadAfterMs: number) {
+  const all: RedisMembership[] = [];
+  const errors: Error[] = [];
+  return {
+    errors,
+    add(self: Member | undefined, client: Redis = redis.client()): RedisMembership {
+      const m = new RedisMembership({
+        redis: client,
+        cluster: CLUSTER,
+        ...(self === undefined ? {} : { self }),
+        heartbeatMs,
+        deadAfterMs,
+        onError: (err) => errors.push(err),
+      });
+      all.push(m);
+      return m;
+    },
+    stopAll: () => Promise.all(all.map((m) => m.stop())),
+  };
+}
+
+describe('RedisMembership (real redis-server)', () => {
+  test('three nodes and a router started in any order agree on one ring version within 2 s', async () => {
+    const expected = createRing([member(1), member(2), member(3)]).version;
+    for (const order of [['router', 3, 1, 2], [2, 'router', 3, 1], [1, 2, 3, 'router']] as const) {
+      await redis.flush();
+      const c = cluster(100, 300);
+      try {
+        const started: RedisMembership[] = [];
+        for (const who of order) {
+          const m = c.add(who === 'router' ? undefined : member(who));
+          await m.start();
+          started.push(m);
+          await sleep(30);
+        }
+        const ms = await waitFor(`agreement (order ${order.join(',')})`, () => started.every((m) => m.ring().version === expected), 2_000);
+        assert.ok(ms < 2_000);
+        for (const m of started) assert.deepEqual(ids(m.ring()), ['node-1', 'node-2', 'node-3']);
+        assert.deepEqual(c.errors, []);
+      } finally {
+        await c.stopAll();
+      }
+    }
+  });
+
+  test('joins and a graceful stop() reach everyone by pub/sub, well inside one heartbeat', async () => {
+    // 1 s heartbeats: a change seen within 200 ms can only have come from the announcement.
+    const c = cluster(1_000, 3_000);
+    try {
+      const router = c.add(undefined);
+      await router.start();
+      const rings: Ring[] = [];
+      router.onChange((r) => rings.push(r));
+      const nodes = [c.add(member(1)), c.add(member(2)), c.add(member(3))];
+      for (const n of nodes) await n.start();
+      const everyone = [router, ...nodes];
+      const three = createRing([member(1), member(2), member(3)]).version;
+      await waitFor('join of node-3', () => everyone.every((m) => m.ring().version === three), 200);
+
+      await nodes[1]!.stop();
+      const two = createRing([member(1), member(3)]).version;
+      const others = [router, nodes[0]!, nodes[2]!];
+      await waitFor('leave of node-2', () => others.every((m) => m.ring().version === two), 200);
+      assert.deepEqual(await redis.client().zrange(membersKey(CLUSTER), 0, -1), [memberJson(member(1)), memberJson(member(3))]);
+      assert.deepEqual(rings.map(ids), [['node-1'], ['node-1', 'node-2'], ['node-1', 'node-2', 'node-3'], ['node-1', 'node-3']]);
+      assert.deepEqual(c.errors, []);
+    } finally {
+      await c.stopAll();
+    }
+  });
+
+  test('a node that stops heartbeating (SIGKILL) is dropped after deadAfterMs, and keeps its own last view', async () => {
+    const c = cluster(100, 300);
+    try {
+      const router = c.add(undefined);
+      const killedClient = redis.client();
+      const nodes = [c.add(member(1)), c.add(member(2), killedClient), c.add(member(3))];
+      await router.start();
+      for (const n of nodes) await n.start();
+      const three = createRing([member(1), member(2), member(3)]).version;
+      await waitFor('agreement', () => [router, ...nodes].every((m) => m.ring().version === three), 2_000);
+
+      killedClient.disconnect(); // no ZREM, no announcement: its heartbeats fail from now on
+      const killedAt = performance.now();
+      await sleep(150);
+      // Its last heartbeat is at most ~100 ms old at the kill, so it is still live 150 ms later.
+      assert.equal(router.ring().version, three);
+      const two = createRing([member(1), member(3)]).version;
+      const others = [router, nodes[0]!, nodes[2]!];
+      await waitFor('drop of node-2', () => others.every((m) => m.ring().version === two), 1_000);
+      const tookMs = performance.now() - killedAt;
+      assert.ok(tookMs >= 150 && tookMs < 800, `dropped ${tookMs.toFixed(0)} ms after the kill`);
+      // The cut-off node saw only failures: it kept its last view and reported them.
+      assert.equal(nodes[1]!.ring().version, three);
+      assert.ok(c.errors.length >= 1);
+      assert.ok(c.errors.every((e) => /Connection is closed/.test(e.message)), c.errors.map((e) => e.message).join('; '));
+    } finally {
+      await c.stopAll();
+    }
+  });
+
+  test('the ring is rebuilt only when the member list changes', async () => {
+    const c = cluster(100, 300);
+    try {
+      const router = c.add(undefined);
+      const nodes = [c.add(member(1)), c.add(member(2))];
+      await router.start();
+      for (const n of nodes) await n.start();
+      await waitFor('agreement', () => router.ring().members.length === 2, 2_000);
+      const ring = router.ring();
+      let changes = 0;
+      router.onChange(() => changes++);
+      await sleep(600); // six heartbeats of everyone
+      assert.equal(changes, 0);
+      assert.equal(router.ring(), ring);
+      await c.add(member(3)).start();
+      await waitFor('join', () => router.ring().members.length === 3, 500);
+      assert.equal(changes, 1);
+    } finally {
+      await c.stopAll();
+    }
+  });
+
+  test('heartbeat scores come from Redis TIME, not the caller\'s clock; keys are hash-tagged by cluster', async () => {
+    const client = redis.client();
+    const m = new RedisMembership({ redis: client, cluster: CLUSTER, self: member(1), heartbeatMs: 100, deadAfterMs: 300, clock: new ManualClock(978_307_200_000) });
+    try {
+      await m.start();
+      const [sec, usec] = await client.time();
+      const redisNow = Number(sec) * 1000 + Number(usec) / 1000;
+      const entries = await client.zrange('qr:{test}:members', 0, -1, 'WITHSCORES');
+      assert.equal(entries.length, 2);
+      assert.equal(entries[0], '{"id":"node-1","url":"http://127.0.0.1:8081"}');
+      const score = Number(entries[1]);
+      assert.ok(redisNow - score >= 0 && redisNow - score < 1_000, `score ${score} vs Redis TIME ${redisNow}`);
+      assert.equal(m.lastSyncMs(), 978_307_200_000);
+    } finally {
+      await m.stop();
+    }
+  });
+
+  test('a stalled Redis (CLIENT PAUSE longer than deadAfterMs) makes no one drop live members; a dead one still goes', async () => {
+    const c = cluster(100, 300);
+    try {
+      const router = c.add(undefined);
+      const killedClient = redis.client();
+      const nodes = [c.add(member(1)), c.add(member(2)), c.add(member(3), killedClient)];
+      await router.start();
+      for (const n of nodes) await n.start();
+      const three = createRing([member(1), member(2), member(3)]).version;
+      await waitFor('agreement', () => [router, ...nodes].every((m) => m.ring().version === three), 2_000);
+      const seen: string[][] = [];
+      router.onChange((r) => seen.push(ids(r)));
+      nodes[0]!.onChange((r) => seen.push(ids(r)));
+
+      killedClient.disconnect();
+      await redis.client().call('CLIENT', 'PAUSE', '800', 'ALL');
+      await sleep(900);
+      // Everyone's first read after the pause finds every heartbeat ~900 ms old; nobody prunes yet.
+      assert.equal(router.ring().version, three);
+      assert.equal(nodes[0]!.ring().version, three);
+      assert.deepEqual(seen, []);
+      // node-3 really is gone: it is dropped once the others have been in contact for deadAfterMs.
+      const two = createRing([member(1), member(2)]).version;
+      await waitFor('drop of node-3 after the pause', () => router.ring().version === two && nodes[0]!.ring().version === two, 1_500);
+      assert.deepEqual(seen, [['node-1', 'node-2'], ['node-1', 'node-2']]);
+    } finally {
+      await c.stopAll();
+    }
+  });
+
+  test('Redis gone: every view stays, stop() still returns within about a heartbeat', async () => {
+    const own = await startRedis();
+    const errors: Error[] = [];
+    const make = (self?: Member) =>
+      new RedisMembership({ redis: own.client({ maxRetriesPerRequest: 1 }), cluster: CLUSTER, ...(self ? { self } : {}), heartbeatMs: 100, deadAfterMs: 300, onError: (e) => errors.push(e) });
+    const router = make();
+    const node = make(member(1));
+    try {
+      await router.start();
+      await node.start();
+      await waitFor('agreement', () => router.ring().members.length === 1, 1_000);
+      const ring = router.ring();
+      await own.stop();
+      await sleep(500);
+      assert.equal(router.ring(), ring);
+      assert.deepEqual(ids(node.ring()), ['node-1']);
+      const t0 = performance.now();
+      await Promise.all([router.stop(), node.stop()]);
+      const ms = performance.now() - t0;
+      assert.ok(ms < 500, `stop took ${ms.toFixed(0)} ms`);
+    } finally {
+      await Promise.all([router.stop(), node.stop(), own.stop()]);
+    }
+  });
+
+  test('start() rejects when Redis cannot be reached', async () => {
+    const client = new Redis({ host: '127.0.0.1', port: await freePort(), lazyConnect: true, enableOfflineQueue: false, retryStrategy: () => null });
+    client.on('error', () => {});
+    const m = new RedisMembership({ redis: client, cluster: CLUSTER, self: member(1) });
+    try {
+      await assert.rejects(m.start(), /enableOfflineQueue|Connection is closed|ECONNREFUSED/);
+      assert.equal(m.ring().version, '');
+    } finally {
+      await m.stop();
+      client.disconnect();
+    }
+  });
+
+  test('rejects a cluster name that would break the hash tag, and deadAfterMs ≤ heartbeatMs', () => {
+    const client = redis.client({ lazyConnect: true });
+    assert.throws(() => new RedisMembership({ redis: client, cluster: 'a}b' }), /cluster name/);
+    assert.throws(() => new RedisMembership({ redis: client, cluster: '' }), /cluster name/);
+    assert.throws(() => new RedisMembership({ redis: client, cluster: 'x', heartbeatMs: 500, deadAfterMs: 500 }), /must exceed/);
+  });
+});
