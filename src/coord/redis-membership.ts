@@ -185,7 +185,11 @@ export class RedisMembership implements Membership {
       this.#subscriber = undefined;
       throw err;
     }
-    if (this.#stopping !== undefined) return;
+    if (this.#stopping !== undefined) {
+      // stop() gave up waiting for this start: close what it could not see yet.
+      subscriber.disconnect();
+      return;
+    }
     this.#timer = setInterval(() => this.#syncInBackground(), this.#heartbeatMs);
     this.#timer.unref();
   }
@@ -205,7 +209,7 @@ export class RedisMembership implements Membership {
     clearInterval(this.#timer);
     this.#timer = undefined;
     if (this.#starting !== undefined) await within(this.#starting.catch(() => {}), this.#heartbeatMs);
-    if (this.#inFlight !== undefined) await within(this.#inFlight, this.#heartbeatMs);
+    if (this.#inFlight !== undefined) await within(this.#inFlight.catch(() => {}), this.#heartbeatMs);
     if (this.#self !== undefined && this.#lastSync !== undefined) {
       const leave = this.#redis
         .pipeline()

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { ManualClock } from '../../src/clock.ts';
-import { RedisMembership, memberJson, membersKey } from '../../src/coord/redis-membership.ts';
+import { RedisMembership, memberJson, membersKey, membershipChannel } from '../../src/coord/redis-membership.ts';
 import { createRing } from '../../src/coord/ring.ts';
 import type { Member, Ring } from '../../src/coord/types.ts';
 import { freePort } from '../helpers/processes.ts';
@@ -230,6 +230,17 @@ describe('RedisMembership (real redis-server)', () => {
     } finally {
       await Promise.all([router.stop(), node.stop(), own.stop()]);
     }
+  });
+
+  test('stop() while start() is still running leaves no entry and no heartbeat behind', async () => {
+    const client = redis.client();
+    const m = new RedisMembership({ redis: client, cluster: CLUSTER, self: member(1), heartbeatMs: 100, deadAfterMs: 300 });
+    const starting = m.start();
+    await m.stop();
+    await starting;
+    await sleep(300);
+    assert.equal(await client.zcard(membersKey(CLUSTER)), 0);
+    assert.deepEqual(await client.pubsub('NUMSUB', membershipChannel(CLUSTER)), [membershipChannel(CLUSTER), 0]);
   });
 
   test('start() rejects when Redis cannot be reached', async () => {
