@@ -1,0 +1,20 @@
+/**
+ * Which member a request goes to: the tenant's owner on the ring, or, when the owner is suspect or
+ * excluded, the next member of the tenant's range that is not.
+ */
+import type { Member, Ring } from '../coord/types.ts';
+
+/**
+ * The first member of `ring.range(tenant, all)` that is not suspect and not `excludeId`.
+ * The owner is tried first without computing the range (the common case costs one ring lookup).
+ * @returns undefined when the ring is empty or every member is suspect or excluded.
+ */
+export function chooseMember(ring: Ring, tenant: string, isSuspect: (id: string) => boolean, excludeId?: string): Member | undefined {
+  const owner = ring.owner(tenant);
+  if (owner === undefined) return undefined;
+  if (owner.id !== excludeId && !isSuspect(owner.id)) return owner;
+  for (const member of ring.range(tenant, ring.members.length)) {
+    if (member.id !== excludeId && !isSuspect(member.id)) return member;
+  }
+  return undefined;
+}

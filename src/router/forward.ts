@@ -1,0 +1,180 @@
+/**
+ * Forwarding one client request to the tenant's owner node and streaming the answer back, with at
+ * most one retry: on another member when the first refused or dropped the connection before any
+ * response byte (replayable bodies only), or on the named owner when the node answered 421.
+ */
+import { EventEmitter } from 'node:events';
+import type { Readable } from 'node:stream';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { Dispatcher } from 'undici';
+import type { Member, Membership } from '../coord/types.ts';
+import { errorBody, ERRORS } from '../errors.ts';
+import type { ErrorCode, ErrorDialect } from '../errors.ts';
+import { chooseMember } from './choose-member.ts';
+import { endToEndHeaders } from './hop-by-hop.ts';
+import type { MemberPools } from './member-pools.ts';
+import { drainUnsent, isReplayable, requestBodyOf } from './request-body.ts';
+import type { RequestBody } from './request-body.ts';
+import type { Suspects } from './suspects.ts';
+
+/** Request header: the version of the ring the router routed by. */
+export const RING_HEADER = 'x-quotaring-ring';
+/** Request header: the tenant id the router resolved from the key. */
+export const TENANT_HEADER = 'x-quotaring-tenant';
+/** Response header of a 421: the id of the member that owns the tenant under the node's ring. */
+export const OWNER_HEADER = 'x-quotaring-owner';
+
+/** What {@link forward} needs from the router. */
+export interface ForwardContext {
+  readonly membership: Membership;
+  readonly pools: MemberPools;
+  readonly suspects: Suspects;
+  /** How long a member that refused or dropped a connection stays suspect, ms. */
+  readonly suspectMs: number;
+  /** Largest body (bytes) buffered to allow a retry. */
+  readonly maxReplayBytes: number;
+}
+
+/** Client headers never forwarded besides hop-by-hop ones: undici sets `host`, refuses `expect`; the router sets its own `x-quotaring-*`. */
+const DROP_REQUEST = new Set(['host', 'expect', 'content-length', RING_HEADER, TENANT_HEADER]);
+const DROP_RESPONSE = new Set<string>();
+
+/** Errors that mean the member never started answering: the connection was refused, reset or closed before headers. */
+const CONNECT_FAILURES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'EPIPE',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'UND_ERR_SOCKET',
+  'UND_ERR_CONNECT_TIMEOUT',
+  'UND_ERR_CLOSED',
+  'UND_ERR_DESTROYED',
+]);
+
+/** Whether an undici `request()` rejection is a connection failure before any response byte. */
+export function isConnectFailure(err: unknown): boolean {
+  if (typeof err !== 'object' || err === null) return false;
+  const code = (err as { code?: unknown }).code;
+  if (typeof code === 'string' && CONNECT_FAILURES.has(code)) return true;
+  const cause = (err as { cause?: unknown }).cause;
+  return cause !== undefined && cause !== err && isConnectFailure(cause);
+}
+
+/** Error dialect of a URL: Anthropic's shape on `/v1/messages`, OpenAI's elsewhere. */
+export function dialectOf(url: string): ErrorDialect {
+  return url.startsWith('/v1/messages') ? 'anthropic' : 'openai';
+}
+
+/** Sends a catalogue error in the route's dialect, with `x-quotaring-error: <code>`. */
+export function sendError(request: FastifyRequest, reply: FastifyReply, code: ErrorCode, message?: string): FastifyReply {
+  return reply.code(ERRORS[code].status).header('x-quotaring-error', code).send(errorBody(dialectOf(request.url), code, message));
+}
+
+/** One attempt's outcome: the node's response, or the failure that prevented one. */
+type Attempt = { readonly ok: true; readonly res: Dispatcher.ResponseData } | { readonly ok: false; readonly err: unknown };
+
+/**
+ * Proxies `request` for `tenant` and sends the node's answer (status, end-to-end headers, body
+ * streamed chunk by chunk) on `reply`. Errors the router answers itself:
+ * 503 `no_healthy_node` (empty ring, or every member suspect), 502 `upstream_unavailable` (the
+ * chosen member failed and no retry was possible or the retry failed too).
+ * A 421 that cannot be retried (large body, no other owner) is relayed as the node sent it.
+ */
+export async function forward(ctx: ForwardContext, request: FastifyRequest, reply: FastifyReply, tenant: string): Promise<FastifyReply> {
+  const isSuspect = (id: string): boolean => ctx.suspects.has(id);
+  let ring = ctx.membership.ring();
+  const first = chooseMember(ring, tenant, isSuspect);
+  if (first === undefined) return sendError(request, reply, 'no_healthy_node');
+
+  let body: RequestBody;
+  try {
+    body = await requestBodyOf(request.raw, ctx.maxReplayBytes);
+  } catch {
+    return clientGone(reply);
+  }
+  const abort = new EventEmitter();
+  reply.raw.once('close', () => {
+    if (!reply.raw.writableFinished) abort.emit('abort');
+  });
+  const headers = endToEndHeaders(request.headers, DROP_REQUEST);
+  headers[TENANT_HEADER] = tenant;
+  const send = (member: Member, version: string): Promise<Attempt> => attempt(ctx, member, request, headers, version, body, abort);
+
+  let target = first;
+  let result = await send(first, ring.version);
+  if (!result.ok) {
+    if (!isConnectFailure(result.err)) return failed(request, reply, body, first, result.err);
+    ctx.suspects.markFor(first.id, ctx.suspectMs);
+    if (!isReplayable(body)) return failed(request, reply, body, first, result.err);
+    const next = chooseMember(ring, tenant, isSuspect, first.id);
+    if (next === undefined) return sendError(request, reply, 'no_healthy_node');
+    request.log.warn({ member: first.id, retry: next.id, err: result.err }, 'member unreachable; retrying once on the next member');
+    target = next;
+    result = await send(next, ring.version);
+  } else if (result.res.statusCode === 421 && isReplayable(body)) {
+    const named = header(result.res.headers[OWNER_HEADER]);
+    let owner = ring.members.find((m) => m.id === named && m.id !== first.id && !isSuspect(m.id));
+    if (owner === undefined) {
+      ring = ctx.membership.ring();
+      owner = chooseMember(ring, tenant, isSuspect, first.id);
+    }
+    if (owner !== undefined) {
+      await result.res.body.dump().catch(() => undefined);
+      request.log.info({ member: first.id, named, retry: owner.id }, 'misdirected; retrying once on the owner');
+      target = owner;
+      result = await send(owner, ring.version);
+    }
+  }
+  if (!result.ok) {
+    if (isConnectFailure(result.err)) ctx.suspects.markFor(target.id, ctx.suspectMs);
+    return failed(request, reply, body, target, result.err);
+  }
+  const { res } = result;
+  return reply.code(res.statusCode).headers(endToEndHeaders(res.headers, DROP_RESPONSE)).send(res.body);
+}
+
+async function attempt(
+  ctx: ForwardContext,
+  member: Member,
+  request: FastifyRequest,
+  headers: Record<string, string | string[]>,
+  ringVersion: string,
+  body: RequestBody,
+  abort: EventEmitter,
+): Promise<Attempt> {
+  const { pool, prefix } = ctx.pools.get(member);
+  const h: Record<string, string | string[]> = { ...headers, [RING_HEADER]: ringVersion };
+  let payload: Buffer | Readable | null = null;
+  if (body.kind === 'buffer') {
+    payload = body.bytes;
+    h['content-length'] = String(body.bytes.length);
+  } else if (body.kind === 'stream') {
+    payload = body.stream;
+    if (body.length !== undefined) h['content-length'] = String(body.length);
+  }
+  try {
+    const res = await pool.request({ method: request.method as Dispatcher.HttpMethod, path: prefix + request.url, headers: h, body: payload, signal: abort });
+    return { ok: true, res };
+  } catch (err) {
+    return { ok: false, err };
+  }
+}
+
+function header(value: string | string[] | undefined): string | undefined {
+  return Array.isArray(value) ? value[0] : value;
+}
+
+function failed(request: FastifyRequest, reply: FastifyReply, body: RequestBody, member: Member, err: unknown): FastifyReply {
+  if (reply.raw.destroyed || request.raw.socket.destroyed) return clientGone(reply);
+  drainUnsent(body);
+  request.log.warn({ member: member.id, err }, 'member failed before answering');
+  return sendError(request, reply, 'upstream_unavailable', `Gateway node "${member.id}" could not be reached; retry the request.`);
+}
+
+/** The client left: nothing to answer. */
+function clientGone(reply: FastifyReply): FastifyReply {
+  reply.hijack();
+  if (!reply.raw.destroyed) reply.raw.destroy();
+  return reply;
+}

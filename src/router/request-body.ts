@@ -1,0 +1,52 @@
+/**
+ * The body a proxied request carries: none, a small body read into memory so a failed attempt can
+ * be replayed on another member, or the client's stream itself (never buffered).
+ */
+import type { IncomingMessage } from 'node:http';
+import { PassThrough } from 'node:stream';
+
+/** Bodies up to this size (bytes, known from `content-length`) are buffered so a retry can resend them. */
+export const MAX_REPLAY_BYTES = 64 * 1024;
+
+/** A request body for one or two attempts. */
+export type RequestBody =
+  /** GET/HEAD, or no body: replayable. */
+  | { readonly kind: 'none' }
+  /** The whole body in memory: replayable. */
+  | { readonly kind: 'buffer'; readonly bytes: Buffer }
+  /**
+   * The client's stream (large or of unknown length): one attempt only. `stream` is a pass-through
+   * piped from the request, so undici destroying it on a failed attempt leaves the client's
+   * connection open for the router's error answer; `source` is the request itself.
+   */
+  | { readonly kind: 'stream'; readonly stream: PassThrough; readonly source: IncomingMessage; readonly length: number | undefined };
+
+/** Discards what is left of a streamed body that will not be forwarded, so the router can answer on the same connection. */
+export function drainUnsent(body: RequestBody): void {
+  if (body.kind !== 'stream' || body.source.readableEnded) return;
+  body.source.unpipe(body.stream);
+  body.source.resume();
+}
+
+/** Whether a body can be sent a second time. */
+export function isReplayable(body: RequestBody): boolean {
+  return body.kind !== 'stream';
+}
+
+/**
+ * Reads the body of `raw` when it is small (`content-length` ≤ `maxReplayBytes`), else leaves the stream untouched.
+ * @param maxReplayBytes @default MAX_REPLAY_BYTES (64 KiB)
+ * @throws the stream's error when the client aborts while a small body is being read.
+ */
+export async function requestBodyOf(raw: IncomingMessage, maxReplayBytes: number = MAX_REPLAY_BYTES): Promise<RequestBody> {
+  if (raw.method === 'GET' || raw.method === 'HEAD') return { kind: 'none' };
+  const header = raw.headers['content-length'];
+  const length = header === undefined ? undefined : Number(header);
+  if (raw.headers['transfer-encoding'] === undefined && (length === undefined || length === 0)) return { kind: 'none' };
+  if (length === undefined || !Number.isSafeInteger(length) || length > maxReplayBytes) {
+    return { kind: 'stream', stream: raw.pipe(new PassThrough()), source: raw, length };
+  }
+  const chunks: Buffer[] = [];
+  for await (const chunk of raw) chunks.push(chunk as Buffer);
+  return { kind: 'buffer', bytes: chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks) };
+}

@@ -1,0 +1,160 @@
+/**
+ * The router: a stateless fastify proxy in front of the gateway nodes. It resolves the tenant from
+ * the API key, finds the tenant's owner on the ring and streams request and response through.
+ */
+import Fastify, { LogController } from 'fastify';
+import type { FastifyInstance } from 'fastify';
+import type { Clock } from '../clock.ts';
+import { systemClock } from '../clock.ts';
+import type { LoadedConfig } from '../config/load.ts';
+import type { Membership } from '../coord/types.ts';
+import { apiKeyOf } from '../gateway/auth.ts';
+import { forward, sendError } from './forward.ts';
+import type { ForwardContext } from './forward.ts';
+import { HealthCheck } from './health-check.ts';
+import { MemberPools } from './member-pools.ts';
+import { MAX_REPLAY_BYTES } from './request-body.ts';
+import { Suspects } from './suspects.ts';
+
+/** Options of {@link buildRouter}. */
+export interface RouterOptions {
+  /** Tenants and their keys (the same file the nodes load). */
+  readonly config: LoadedConfig;
+  /** Where the ring comes from; must be started before the router serves (see {@link startRouter}). */
+  readonly membership: Membership;
+  /** Use fastify's pino logger at `server.log_level`. @default true */
+  readonly logger?: boolean;
+  /** Period of member health checks, ms; also how long a member that refused a connection stays suspect. @default config `cluster.health_check` (1000) */
+  readonly healthCheckMs?: number;
+  /** Time source of suspect marks. @default systemClock */
+  readonly clock?: Clock;
+}
+
+/** Introspection and manual control of a router, for tests and operators. */
+export interface RouterControl {
+  /** Runs one health-check round now; resolves when every member answered or timed out (500 ms). */
+  checkHealth(): Promise<void>;
+  /** Ids of the members routed around now, sorted. */
+  suspects(): string[];
+  /** Member URLs with an open connection pool, sorted. */
+  pooledUrls(): string[];
+}
+
+const controls = new WeakMap<FastifyInstance, RouterControl>();
+
+/** The control of a router built by {@link buildRouter}. @throws Error for another fastify instance. */
+export function routerControl(app: FastifyInstance): RouterControl {
+  const control = controls.get(app);
+  if (control === undefined) throw new Error('not a router built by buildRouter()');
+  return control;
+}
+
+/**
+ * Builds the router (not listening). Routes: `GET|POST /v1/*` proxied to the tenant's owner;
+ * `GET /healthz`; `GET /readyz` (503 while the ring is empty). Health checks run every
+ * `healthCheckMs` from `onReady` until `close()`, which also closes the member pools. The
+ * membership is not started or stopped here.
+ */
+export function buildRouter(opts: RouterOptions): FastifyInstance {
+  const { config, membership } = opts;
+  const server = config.config.server;
+  const clock = opts.clock ?? systemClock;
+  const healthCheckMs = opts.healthCheckMs ?? config.config.cluster.health_check;
+  const app = Fastify({
+    logger: opts.logger === false ? false : { level: server.log_level, redact: ['req.headers.authorization', 'req.headers["x-api-key"]'] },
+    logController: new LogController({ disableRequestLogging: true }),
+    return503OnClosing: true,
+  });
+  const pools = new MemberPools();
+  const suspects = new Suspects(clock);
+  const health = new HealthCheck({ ring: () => membership.ring(), pools, suspects, intervalMs: healthCheckMs });
+  const ctx: ForwardContext = { membership, pools, suspects, suspectMs: healthCheckMs, maxReplayBytes: MAX_REPLAY_BYTES };
+  controls.set(app, { checkHealth: () => health.checkOnce(), suspects: () => suspects.list(), pooledUrls: () => pools.urls() });
+
+  // Bodies are never parsed: the raw stream is handed to undici as it arrives.
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('*', (_request, _payload, done) => done(null));
+
+  app.setErrorHandler((err, request, reply) => {
+    request.log.error({ err }, 'unhandled error');
+    return sendError(request, reply, 'internal_error');
+  });
+  app.setNotFoundHandler((request, reply) => sendError(request, reply, 'not_found', `No route for ${request.method} ${request.url.split('?')[0]}.`));
+
+  app.get('/healthz', async () => ({ status: 'ok' }));
+  app.get('/readyz', async (_request, reply) => {
+    const ring = membership.ring();
+    return ring.members.length > 0 ? { status: 'ready', ring: ring.version, members: ring.members.length } : reply.code(503).send({ status: 'no members' });
+  });
+  app.route({
+    method: ['GET', 'POST'],
+    url: '/v1/*',
+    handler: async (request, reply) => {
+      const key = apiKeyOf(request);
+      const tenant = key === undefined ? undefined : config.tenantByKey.get(key);
+      if (tenant === undefined) {
+        return sendError(request, reply, 'invalid_api_key', key === undefined ? undefined : 'Incorrect API key provided. Use a key configured for a tenant of this gateway.');
+      }
+      return forward(ctx, request, reply, tenant.id);
+    },
+  });
+
+  let unsubscribe: (() => void) | undefined;
+  app.addHook('onReady', async () => {
+    unsubscribe = membership.onChange((ring) => {
+      suspects.retain(new Set(ring.members.map((m) => m.id)));
+      pools.retain(ring.members).catch((err: unknown) => app.log.warn({ err }, 'closing the pool of a departed member failed'));
+    });
+    health.start();
+  });
+  app.addHook('onClose', async () => {
+    health.stop();
+    unsubscribe?.();
+    await pools.close();
+  });
+  return app;
+}
+
+/** Options of {@link startRouter}; host and port override `router.host` / `router.port`. */
+export interface StartRouterOptions extends RouterOptions {
+  readonly host?: string;
+  readonly port?: number;
+  /** Install SIGTERM/SIGINT handlers that close the router (in-flight requests finish) and exit 0. @default false */
+  readonly handleSignals?: boolean;
+}
+
+/**
+ * Starts the membership, builds the router and listens.
+ * @returns the listening URL and a `close()` that waits for requests in flight, then stops the membership.
+ * @throws whatever `membership.start()` throws; listen errors (port in use) as thrown by fastify.
+ */
+export async function startRouter(opts: StartRouterOptions): Promise<{ url: string; close(): Promise<void> }> {
+  await opts.membership.start();
+  const app = buildRouter(opts);
+  const settings = opts.config.config.router;
+  let url: string;
+  try {
+    url = await app.listen({ host: opts.host ?? settings.host, port: opts.port ?? settings.port });
+  } catch (err) {
+    await opts.membership.stop();
+    throw err;
+  }
+  const ring = opts.membership.ring();
+  app.log.info({ url, ring: ring.version, members: ring.members.length }, 'quotaring router listening');
+  const close = async (): Promise<void> => {
+    await app.close();
+    await opts.membership.stop();
+  };
+  if (opts.handleSignals === true) {
+    const stop = (signal: string): void => {
+      app.log.info({ signal }, 'shutting down');
+      close().then(
+        () => process.exit(0),
+        () => process.exit(1),
+      );
+    };
+    process.once('SIGTERM', stop);
+    process.once('SIGINT', stop);
+  }
+  return { url, close };
+}
