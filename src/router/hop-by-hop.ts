@@ -22,7 +22,7 @@ export type HeaderBag = Record<string, string | string[] | undefined>;
 
 function connectionTokens(headers: HeaderBag): Set<string> | undefined {
   const value = headers.connection;
-  if (value === undefined) return undefined;
+  if (value === undefined || value === 'keep-alive' || value === 'close') return undefined;
   const joined = Array.isArray(value) ? value.join(',') : value;
   return new Set(joined.split(',').map((t) => t.trim().toLowerCase()).filter((t) => t.length > 0));
 }

@@ -46,7 +46,26 @@ export async function requestBodyOf(raw: IncomingMessage, maxReplayBytes: number
   if (length === undefined || !Number.isSafeInteger(length) || length > maxReplayBytes) {
     return { kind: 'stream', stream: raw.pipe(new PassThrough()), source: raw, length };
   }
-  const chunks: Buffer[] = [];
-  for await (const chunk of raw) chunks.push(chunk as Buffer);
-  return { kind: 'buffer', bytes: chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks) };
+  return { kind: 'buffer', bytes: await readAll(raw) };
+}
+
+/** The whole stream as one Buffer (events, not an async iterator: cheaper per request). */
+function readAll(raw: IncomingMessage): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    const onData = (chunk: Buffer): void => {
+      chunks.push(chunk);
+    };
+    const onError = (err: Error): void => {
+      raw.off('data', onData);
+      reject(err);
+    };
+    raw.on('data', onData);
+    raw.once('error', onError);
+    raw.once('aborted', () => onError(new Error('client aborted the request body')));
+    raw.once('end', () => {
+      raw.off('error', onError);
+      resolve(chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks));
+    });
+  });
 }
