@@ -14,7 +14,8 @@ import { request } from 'undici';
 import { ManualClock } from '../../src/clock.ts';
 import { buildConfig } from '../../src/config/load.ts';
 import type { Member, Membership, Ring } from '../../src/coord/types.ts';
-import { buildRouter, routerControl } from '../../src/router/server.ts';
+import { StaticMembership } from '../../src/coord/static-membership.ts';
+import { buildRouter, routerControl, startRouter } from '../../src/router/server.ts';
 import { freePort } from '../helpers/processes.ts';
 
 const KEY = 'key-acme-00000';
@@ -460,5 +461,20 @@ describe('router', () => {
     await a.streamClosed.promise;
     release.resolve();
     assert.equal(a.seen.length, 1);
+  });
+
+  test('with the real StaticMembership ring: startRouter routes to ring.owner() and sends its version', async () => {
+    const real = new StaticMembership([a.member, b.member, c.member]);
+    const started = await startRouter({ config, membership: real, logger: false, host: '127.0.0.1', port: 0 });
+    try {
+      const owner = real.ring().owner('acme');
+      const res = await request(`${started.url}/v1/chat/completions`, { method: 'POST', headers: auth, body: chatBody });
+      assert.equal(((await res.body.json()) as { node: string }).node, owner?.id);
+      const node = [a, b, c].find((n) => n.id === owner?.id);
+      assert.equal(node?.seen[0]?.headers['x-quotaring-ring'], real.ring().version);
+      assert.match(real.ring().version, /^[0-9a-f]{12}$/);
+    } finally {
+      await started.close();
+    }
   });
 });
