@@ -1,11 +1,13 @@
 #!/usr/bin/env node
 /**
- * The `quotaring` command: `node`, `simulate`, `config check`, `demo`, `replay`.
+ * The `quotaring` command: `node`, `router`, `simulate`, `config check`, `demo`, `replay`.
  */
 import { Command, InvalidArgumentError } from 'commander';
 import { runDemo } from '../cluster/demo.ts';
 import { ConfigError, loadConfig } from './config/load.ts';
+import { membershipFromConfig } from './coord/from-config.ts';
 import { startGateway } from './gateway/start.ts';
+import { startRouter } from './router/server.ts';
 import { replayCommand } from './replay/cli.ts';
 import { startSimulator } from './simulator/server.ts';
 
@@ -36,9 +38,41 @@ program
   .requiredOption('-c, --config <file>', 'YAML config file')
   .option('--host <host>', 'listen address (overrides server.host)')
   .option('-p, --port <port>', 'listen port (overrides server.port)', int)
+  .option('--id <id>', 'node id in the cluster (default: node-<port>)')
+  .option('--url <url>', 'URL routers reach this node at (default: http://<host>:<port>)')
+  .action(async (opts: { config: string; host?: string; port?: number; id?: string; url?: string }) => {
+    try {
+      await startGateway({
+        configFile: opts.config,
+        handleSignals: true,
+        ...(opts.host === undefined ? {} : { host: opts.host }),
+        ...(opts.port === undefined ? {} : { port: opts.port }),
+        ...(opts.id === undefined ? {} : { id: opts.id }),
+        ...(opts.url === undefined ? {} : { advertiseUrl: opts.url }),
+      });
+    } catch (err) {
+      fail(err);
+    }
+  });
+
+program
+  .command('router')
+  .description('run a router: proxies each request to its tenant\'s owner on the ring (members from cluster.members or Redis)')
+  .requiredOption('-c, --config <file>', 'YAML config file (the one the nodes load)')
+  .option('--host <host>', 'listen address (overrides router.host)')
+  .option('-p, --port <port>', 'listen port (overrides router.port)', int)
   .action(async (opts: { config: string; host?: string; port?: number }) => {
     try {
-      await startGateway({ configFile: opts.config, handleSignals: true, ...(opts.host === undefined ? {} : { host: opts.host }), ...(opts.port === undefined ? {} : { port: opts.port }) });
+      const config = loadConfig(opts.config);
+      const configured = membershipFromConfig(config.config.cluster);
+      if (configured === undefined) throw new Error(`${opts.config}: a router needs cluster.members or cluster.redis.url`);
+      await startRouter({
+        config,
+        membership: configured.membership,
+        handleSignals: true,
+        ...(opts.host === undefined ? {} : { host: opts.host }),
+        ...(opts.port === undefined ? {} : { port: opts.port }),
+      });
     } catch (err) {
       fail(err);
     }

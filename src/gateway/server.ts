@@ -90,7 +90,8 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
   app.setNotFoundHandler((request, reply) => sendError(request, reply, 'not_found', `No route for ${request.method} ${request.url.split('?')[0]}.`));
 
   let ready = false;
-  app.get('/healthz', async () => ({ status: 'ok' }));
+  const cluster = opts.cluster;
+  app.get('/healthz', async () => (cluster === undefined ? { status: 'ok' } : { status: 'ok', node: cluster.self.id, ring: cluster.membership.ring().version }));
   app.get('/readyz', async (_request, reply) => (ready ? { status: 'ready' } : reply.code(503).send({ status: 'starting' })));
 
   app.register(async (v1) => {

@@ -81,7 +81,7 @@ export function buildRouter(opts: RouterOptions): FastifyInstance {
   });
   app.setNotFoundHandler((request, reply) => sendError(request, reply, 'not_found', `No route for ${request.method} ${request.url.split('?')[0]}.`));
 
-  app.get('/healthz', async () => ({ status: 'ok' }));
+  app.get('/healthz', async () => ({ status: 'ok', ring: membership.ring().version }));
   app.get('/readyz', async (_request, reply) => {
     const ring = membership.ring();
     return ring.members.length > 0 ? { status: 'ready', ring: ring.version, members: ring.members.length } : reply.code(503).send({ status: 'no members' });

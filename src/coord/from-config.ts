@@ -1,0 +1,47 @@
+/**
+ * Chooses the membership source from the config: Redis when `cluster.redis.url` is set, the static
+ * `cluster.members` list otherwise, none for a single node.
+ */
+import { Redis } from 'ioredis';
+import type { ClusterConfig } from '../config/schema.ts';
+import { RedisMembership } from './redis-membership.ts';
+import { StaticMembership } from './static-membership.ts';
+import type { Member, Membership } from './types.ts';
+
+/** A membership and what to close with it. */
+export interface ConfiguredMembership {
+  readonly membership: Membership;
+  /** Stops the membership (a node deregisters) and closes its Redis connection. */
+  close(): Promise<void>;
+}
+
+/**
+ * Builds (does not start) the membership of a node (`self` given) or a router.
+ * @returns undefined when the config describes no cluster (a single node owns every tenant).
+ * @throws Error when a node with static members is not one of them.
+ */
+export function membershipFromConfig(cluster: ClusterConfig, self?: Member): ConfiguredMembership | undefined {
+  if (cluster.redis !== undefined) {
+    const redis = new Redis(cluster.redis.url, { maxRetriesPerRequest: 2, connectTimeout: 2_000 });
+    const membership = new RedisMembership({
+      redis,
+      cluster: cluster.name,
+      ...(self === undefined ? {} : { self }),
+      heartbeatMs: cluster.heartbeat,
+      deadAfterMs: cluster.dead_after,
+    });
+    return {
+      membership,
+      close: async () => {
+        await membership.stop();
+        redis.disconnect();
+      },
+    };
+  }
+  if (cluster.members.length === 0) return undefined;
+  if (self !== undefined && !cluster.members.some((m) => m.id === self.id)) {
+    throw new Error(`node id "${self.id}" is not in cluster.members (${cluster.members.map((m) => m.id).join(', ')})`);
+  }
+  const membership = new StaticMembership(cluster.members.map((m) => ({ id: m.id, url: m.url, ...(m.weight === undefined ? {} : { weight: m.weight }) })));
+  return { membership, close: () => membership.stop() };
+}

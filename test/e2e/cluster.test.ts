@@ -1,0 +1,138 @@
+/**
+ * End to end: the simulator, three gateway nodes and two routers as real processes (`quotaring up`),
+ * with static members and with Redis membership, driven by the official OpenAI SDK.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import OpenAI from 'openai';
+import { request } from 'undici';
+import { startCluster } from '../../cluster/up.ts';
+import type { LaunchedGroup } from '../../cluster/launcher.ts';
+import { PromptBuilder } from '../../src/replay/prompt.ts';
+import { freePort, writeConfig } from '../helpers/processes.ts';
+import { startRedis } from '../helpers/redis.ts';
+
+const prompts = new PromptBuilder({ model: 'gpt-4o-mini' });
+/** A chat body of about `tokens` prompt tokens asking for `maxTokens` of output. */
+const chat = (tokens: number, maxTokens: number): OpenAI.ChatCompletionCreateParamsNonStreaming => ({ ...prompts.body(tokens), messages: [...prompts.body(tokens).messages], max_tokens: maxTokens });
+const tenant = (id: string, limits: unknown[]) => ({ id, keys: [`key-${id}-0000`], limits });
+
+/** A config of the test tenants against a simulator on `simPort`. */
+function clusterTestConfig(simPort: number): string {
+  return writeConfig({
+    server: { log_level: 'warn' },
+    cluster: { heartbeat: '200ms', dead_after: '1s', health_check: '200ms' },
+    tenants: [
+      tenant('tpm', [{ requests: 100, window: '1m', algorithm: 'sliding_window' }, { tokens: 10_000, window: '1m', algorithm: 'sliding_window' }]),
+      tenant('rpm', [{ requests: 24, window: '1m' }]),
+      ...Array.from({ length: 12 }, (_, i) => tenant(`t${i}`, [{ requests: 1_000, window: '1m' }])),
+    ],
+    models: [{ name: 'gpt-4o-mini', encoding: 'o200k_base', estimator: 'exact', deployments: ['sim'] }],
+    deployments: [{ name: 'sim', provider: 'openai', base_url: `http://127.0.0.1:${simPort}`, api_key_env: 'QUOTARING_SIM_KEY' }],
+  });
+}
+
+/** Consecutive free-looking ports from a random base (the launcher takes consecutive ports). */
+function basePort(): number {
+  return 20_000 + Math.floor(Math.random() * 20_000);
+}
+
+async function ringOf(url: string): Promise<string> {
+  const res = await request(`${url}/healthz`);
+  return ((await res.body.json()) as { ring?: string }).ring ?? '';
+}
+
+describe('cluster with static members: 3 nodes, 2 routers', () => {
+  let group: LaunchedGroup;
+  let routers: string[];
+  let nodes: string[];
+  before(async () => {
+    const simPort = await freePort();
+    const base = basePort();
+    ({ group, routers, nodes } = await startCluster({ config: clusterTestConfig(simPort), nodes: 3, routers: 2, nodePort: base, routerPort: base + 10, simulatorPort: simPort, simulatorArgs: [] }));
+  });
+  after(async () => group.stop());
+
+  test('every node builds the same ring', async () => {
+    const versions = await Promise.all(nodes.map(ringOf));
+    assert.equal(new Set(versions).size, 1);
+    assert.match(versions[0] ?? '', /^[0-9a-f]{12}$/);
+  });
+
+  test('{tpm 10,000, rpm 100} (sliding windows): 4 requests of 3,000 + 1,000 through two routers: exactly 2 admitted', async () => {
+    const clients = routers.map((url) => new OpenAI({ baseURL: `${url}/v1`, apiKey: 'key-tpm-0000', maxRetries: 0 }));
+    const body = chat(3_000, 1_000);
+    const outcomes: (string | number)[] = [];
+    for (let i = 0; i < 4; i++) {
+      try {
+        const res = await clients[i % 2]!.chat.completions.create(body).withResponse();
+        assert.deepEqual([res.data.usage?.prompt_tokens, res.data.usage?.completion_tokens], [3_000, 1_000]);
+        outcomes.push(Number(res.response.headers.get('x-ratelimit-remaining-tokens')));
+      } catch (err) {
+        assert.ok(err instanceof OpenAI.RateLimitError, String(err));
+        const ms = Number(err.headers.get('retry-after-ms'));
+        // 4,000 tokens needed, 2,000 left: the first request's 4,000 leave the window 60 s after it.
+        assert.ok(ms > 55_000 && ms <= 60_000, `retry-after-ms ${ms}`);
+        assert.equal(err.headers.get('retry-after'), String(Math.ceil(ms / 1_000)));
+        outcomes.push('429');
+      }
+    }
+    assert.deepEqual(outcomes, [6_000, 2_000, '429', '429']);
+  });
+
+  test('30 requests of a tenant {rpm 24} at once through two routers: exactly 24 admitted', async () => {
+    const clients = routers.map((url) => new OpenAI({ baseURL: `${url}/v1`, apiKey: 'key-rpm-0000', maxRetries: 0 }));
+    const body = chat(20, 5);
+    const results = await Promise.allSettled(Array.from({ length: 30 }, (_, i) => clients[i % 2]!.chat.completions.create(body)));
+    assert.equal(results.filter((r) => r.status === 'fulfilled').length, 24);
+    assert.ok(results.every((r) => r.status === 'fulfilled' || r.reason instanceof OpenAI.RateLimitError));
+  });
+
+  test('a node asked for a tenant it does not own answers 421 naming the owner, and counts nothing', async () => {
+    const replies = await Promise.all(
+      nodes.map(async (url) => {
+        const res = await request(`${url}/v1/chat/completions`, {
+          method: 'POST',
+          headers: { authorization: 'Bearer key-t0-0000', 'content-type': 'application/json' },
+          body: JSON.stringify(chat(20, 5)),
+        });
+        return { status: res.statusCode, owner: res.headers['x-quotaring-owner'], body: await res.body.text() };
+      }),
+    );
+    assert.equal(replies.filter((r) => r.status === 200).length, 1, JSON.stringify(replies));
+    const misdirected = replies.filter((r) => r.status === 421);
+    assert.equal(misdirected.length, 2);
+    const ownerIndex = replies.findIndex((r) => r.status === 200);
+    assert.ok(misdirected.every((r) => r.owner === `node-${ownerIndex + 1}`));
+  });
+});
+
+describe('cluster with Redis membership', () => {
+  let redis: Awaited<ReturnType<typeof startRedis>>;
+  let group: LaunchedGroup | undefined;
+  before(async () => {
+    redis = await startRedis();
+  });
+  after(async () => {
+    await group?.stop();
+    await redis.stop();
+  });
+
+  test('nodes and routers agree on one ring version within 2 s, and requests flow', async () => {
+    const simPort = await freePort();
+    const base = basePort();
+    const started = await startCluster({ config: clusterTestConfig(simPort), nodes: 3, routers: 2, redis: redis.url, nodePort: base, routerPort: base + 10, simulatorPort: simPort, simulatorArgs: [] });
+    group = started.group;
+    const deadline = Date.now() + 2_000;
+    let versions: string[] = [];
+    while (Date.now() < deadline) {
+      versions = await Promise.all([...started.nodes, ...started.routers].map(ringOf));
+      if (new Set(versions).size === 1 && versions[0] !== '') break;
+      await sleep(50);
+    }
+    assert.equal(new Set(versions).size, 1, versions.join(','));
+    const client = new OpenAI({ baseURL: `${started.routers[0]}/v1`, apiKey: 'key-t1-0000', maxRetries: 0 });
+    for (let i = 0; i < 5; i++) await client.chat.completions.create(chat(20, 5));
+  });
+});
