@@ -18,3 +18,16 @@ export function chooseMember(ring: Ring, tenant: string, isSuspect: (id: string)
   }
   return undefined;
 }
+
+/**
+ * The owner a request to `target` stands in for: the tenant's owner on `ring` when `target` is not
+ * that owner and the owner is suspect (so {@link chooseMember} skipped it). The router sends it as
+ * `x-quotaring-fallback-for` so the node can accept a tenant it does not own instead of answering 421.
+ * @returns the owner's id, or undefined when `target` is the owner or the owner is not suspect
+ *   (e.g. it was only excluded because it answered 421).
+ */
+export function fallbackFor(ring: Ring, tenant: string, target: Member, isSuspect: (id: string) => boolean): string | undefined {
+  const owner = ring.owner(tenant);
+  if (owner === undefined || owner.id === target.id || !isSuspect(owner.id)) return undefined;
+  return owner.id;
+}

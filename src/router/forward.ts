@@ -7,10 +7,10 @@ import { EventEmitter } from 'node:events';
 import type { Readable } from 'node:stream';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Dispatcher } from 'undici';
-import type { Member, Membership } from '../coord/types.ts';
+import type { Member, Membership, Ring } from '../coord/types.ts';
 import { errorBody, ERRORS } from '../errors.ts';
 import type { ErrorCode, ErrorDialect } from '../errors.ts';
-import { chooseMember } from './choose-member.ts';
+import { chooseMember, fallbackFor } from './choose-member.ts';
 import { endToEndHeaders } from './hop-by-hop.ts';
 import type { MemberPools } from './member-pools.ts';
 import { drainUnsent, isReplayable, requestBodyOf } from './request-body.ts';
@@ -23,6 +23,13 @@ export const RING_HEADER = 'x-quotaring-ring';
 export const TENANT_HEADER = 'x-quotaring-tenant';
 /** Response header of a 421: the id of the member that owns the tenant under the node's ring. */
 export const OWNER_HEADER = 'x-quotaring-owner';
+/**
+ * Request header: the id of the tenant's owner (under the ring in {@link RING_HEADER}) that the
+ * router routed around because it is suspect (refused a connection, or fails health checks). Set
+ * only on a request sent to a member that is not the owner for that reason; never on a request to
+ * the owner, nor on the retry to the owner a 421 named. A client's own value is dropped.
+ */
+export const FALLBACK_HEADER = 'x-quotaring-fallback-for';
 
 /** What {@link forward} needs from the router. */
 export interface ForwardContext {
@@ -36,7 +43,7 @@ export interface ForwardContext {
 }
 
 /** Client headers never forwarded besides hop-by-hop ones: undici sets `host`, refuses `expect`; the router sets its own `x-quotaring-*`. */
-const DROP_REQUEST = new Set(['host', 'expect', 'content-length', RING_HEADER, TENANT_HEADER]);
+const DROP_REQUEST = new Set(['host', 'expect', 'content-length', RING_HEADER, TENANT_HEADER, FALLBACK_HEADER]);
 const DROP_RESPONSE = new Set<string>();
 
 /** Errors that mean the member never started answering: the connection was refused, reset or closed before headers. */
@@ -80,6 +87,8 @@ type Attempt = { readonly ok: true; readonly res: Dispatcher.ResponseData } | { 
  * 503 `no_healthy_node` (empty ring, or every member suspect), 502 `upstream_unavailable` (the
  * chosen member failed and no retry was possible or the retry failed too).
  * A 421 that cannot be retried (large body, no other owner) is relayed as the node sent it.
+ * A request sent to a member other than the ring owner because the owner is suspect carries
+ * {@link FALLBACK_HEADER} naming the owner.
  */
 export async function forward(ctx: ForwardContext, request: FastifyRequest, reply: FastifyReply, tenant: string): Promise<FastifyReply> {
   const isSuspect = (id: string): boolean => ctx.suspects.has(id);
@@ -99,10 +108,14 @@ export async function forward(ctx: ForwardContext, request: FastifyRequest, repl
   });
   const headers = endToEndHeaders(request.headers, DROP_REQUEST);
   headers[TENANT_HEADER] = tenant;
-  const send = (member: Member, version: string): Promise<Attempt> => attempt(ctx, member, request, headers, version, body, abort);
+  /** Sends to `member`, routed by `routedBy`; `fallback` says whether to name a suspect owner it stands in for. */
+  const send = (member: Member, routedBy: Ring, fallback: boolean): Promise<Attempt> => {
+    const owner = fallback ? fallbackFor(routedBy, tenant, member, isSuspect) : undefined;
+    return attempt(ctx, member, request, owner === undefined ? headers : { ...headers, [FALLBACK_HEADER]: owner }, routedBy.version, body, abort);
+  };
 
   let target = first;
-  let result = await send(first, ring.version);
+  let result = await send(first, ring, true);
   if (!result.ok) {
     if (!isConnectFailure(result.err)) return failed(request, reply, body, first, result.err);
     ctx.suspects.markFor(first.id, ctx.suspectMs);
@@ -111,19 +124,22 @@ export async function forward(ctx: ForwardContext, request: FastifyRequest, repl
     if (next === undefined) return sendError(request, reply, 'no_healthy_node');
     request.log.warn({ member: first.id, retry: next.id, err: result.err }, 'member unreachable; retrying once on the next member');
     target = next;
-    result = await send(next, ring.version);
+    result = await send(next, ring, true);
   } else if (result.res.statusCode === 421 && isReplayable(body)) {
     const named = header(result.res.headers[OWNER_HEADER]);
     let owner = ring.members.find((m) => m.id === named && m.id !== first.id && !isSuspect(m.id));
+    // The owner the node named is sent to as the owner; a member chosen on a re-read ring may stand in for a suspect owner.
+    let chosen = false;
     if (owner === undefined) {
       ring = ctx.membership.ring();
       owner = chooseMember(ring, tenant, isSuspect, first.id);
+      chosen = true;
     }
     if (owner !== undefined) {
       await result.res.body.dump().catch(() => undefined);
       request.log.info({ member: first.id, named, retry: owner.id }, 'misdirected; retrying once on the owner');
       target = owner;
-      result = await send(owner, ring.version);
+      result = await send(owner, ring, chosen);
     }
   }
   if (!result.ok) {

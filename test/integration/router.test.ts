@@ -15,6 +15,7 @@ import { ManualClock } from '../../src/clock.ts';
 import { buildConfig } from '../../src/config/load.ts';
 import type { Member, Membership, Ring } from '../../src/coord/types.ts';
 import { StaticMembership } from '../../src/coord/static-membership.ts';
+import { FALLBACK_HEADER } from '../../src/router/forward.ts';
 import { buildRouter, routerControl, startRouter } from '../../src/router/server.ts';
 import { freePort } from '../helpers/processes.ts';
 
@@ -178,6 +179,8 @@ describe('router', () => {
       n.seen.length = 0;
       n.behaviour = 'echo';
       n.healthy = true;
+      n.owner = '';
+      n.onMisdirect = () => {};
       n.firstBytes = deferred();
       n.streamClosed = deferred();
     }
@@ -196,7 +199,7 @@ describe('router', () => {
 
   describe('proxying', () => {
     test('forwards method, path, body and headers with the ring version and tenant; relays status and headers', async () => {
-      const res = await post('/v1/chat/completions?x=1', { ...auth, 'x-quotaring-tenant': 'forged', 'x-custom': 'kept' });
+      const res = await post('/v1/chat/completions?x=1', { ...auth, 'x-quotaring-tenant': 'forged', [FALLBACK_HEADER]: 'forged', 'x-custom': 'kept' });
       assert.equal(res.statusCode, 201);
       assert.equal(res.headers['x-node'], 'a');
       assert.deepEqual(await res.body.json(), { node: 'a', length: Buffer.byteLength(chatBody), sha: sha(chatBody) });
@@ -208,6 +211,7 @@ describe('router', () => {
       assert.equal(seen.headers['x-quotaring-tenant'], 'acme');
       assert.equal(seen.headers.authorization, `Bearer ${KEY}`);
       assert.equal(seen.headers['x-custom'], 'kept');
+      assert.equal(seen.headers[FALLBACK_HEADER], undefined);
       assert.equal(seen.headers['content-type'], 'application/json');
       assert.equal(seen.headers['content-length'], String(Buffer.byteLength(chatBody)));
       assert.equal(b.seen.length + c.seen.length, 0);
@@ -406,6 +410,82 @@ describe('router', () => {
       assert.equal(res.statusCode, 421);
       await res.body.dump();
       assert.deepEqual([a.seen.length, b.seen.length], [1, 0]);
+    });
+  });
+
+  describe(`fallback header (${FALLBACK_HEADER})`, () => {
+    test('a member standing in for an owner that fails health checks is told which owner', async () => {
+      a.healthy = false;
+      await routerControl(router).checkHealth();
+      const res = await post();
+      assert.equal(((await res.body.json()) as { node: string }).node, 'b');
+      assert.equal(b.seen[0]?.headers[FALLBACK_HEADER], 'a');
+      assert.equal(b.seen[0]?.headers['x-quotaring-ring'], 'v-a-b-c');
+    });
+
+    test('the retry after a refused owner names it; later requests routed around it too', async () => {
+      const dead = await refusing('dead');
+      membership.set(listRing([dead, a.member, b.member]));
+      await (await post()).body.dump();
+      await (await post()).body.dump();
+      assert.deepEqual(
+        a.seen.map((s) => s.headers[FALLBACK_HEADER]),
+        ['dead', 'dead'],
+      );
+    });
+
+    test('the retry after an owner reset the connection before headers names it', async () => {
+      a.behaviour = 'reset-before-headers';
+      await (await post()).body.dump();
+      assert.equal(a.seen[0]?.headers[FALLBACK_HEADER], undefined);
+      assert.equal(b.seen[0]?.headers[FALLBACK_HEADER], 'a');
+    });
+
+    test('never on a request to the owner, and gone once the owner is healthy again', async () => {
+      a.healthy = false;
+      await routerControl(router).checkHealth();
+      await (await post()).body.dump();
+      a.healthy = true;
+      await routerControl(router).checkHealth();
+      await (await post()).body.dump();
+      assert.deepEqual(a.seen.map((s) => s.headers[FALLBACK_HEADER]), [undefined]);
+      assert.deepEqual(b.seen.map((s) => s.headers[FALLBACK_HEADER]), ['a']);
+    });
+
+    test('not on the retry to the owner a 421 named, nor to a non-suspect next member', async () => {
+      a.behaviour = 'misdirect';
+      a.owner = 'c';
+      await (await post()).body.dump();
+      assert.equal(c.seen[0]?.headers[FALLBACK_HEADER], undefined);
+      // Owner not in the router ring: the re-read ring's owner is a itself (excluded, not suspect) → b, without the header.
+      a.owner = 'node-9';
+      await (await post()).body.dump();
+      assert.deepEqual([a.seen.length, b.seen.length, c.seen.length], [2, 1, 1]);
+      assert.equal(b.seen[0]?.headers[FALLBACK_HEADER], undefined);
+    });
+
+    test('a stand-in that answers 421 naming another owner: the retry goes to that owner without the header', async () => {
+      a.healthy = false;
+      await routerControl(router).checkHealth();
+      b.behaviour = 'misdirect';
+      b.owner = 'c';
+      const res = await post();
+      assert.equal(((await res.body.json()) as { node: string }).node, 'c');
+      assert.equal(b.seen[0]?.headers[FALLBACK_HEADER], 'a');
+      assert.equal(c.seen[0]?.headers[FALLBACK_HEADER], undefined);
+    });
+
+    test('after a 421, a member chosen on the re-read ring in place of its suspect owner names that owner', async () => {
+      c.healthy = false;
+      await routerControl(router).checkHealth();
+      a.behaviour = 'misdirect';
+      a.owner = 'node-9';
+      a.onMisdirect = () => membership.set(listRing([c.member, b.member, a.member]), false);
+      const res = await post();
+      assert.equal(((await res.body.json()) as { node: string }).node, 'b');
+      assert.equal(a.seen[0]?.headers[FALLBACK_HEADER], undefined);
+      assert.equal(b.seen[0]?.headers[FALLBACK_HEADER], 'c');
+      assert.equal(b.seen[0]?.headers['x-quotaring-ring'], 'v-c-b-a');
     });
   });
 

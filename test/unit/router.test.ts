@@ -9,7 +9,7 @@ import { describe, test } from 'node:test';
 import { ManualClock } from '../../src/clock.ts';
 import { buildConfig } from '../../src/config/load.ts';
 import type { Member, Membership, Ring } from '../../src/coord/types.ts';
-import { chooseMember } from '../../src/router/choose-member.ts';
+import { chooseMember, fallbackFor } from '../../src/router/choose-member.ts';
 import { isConnectFailure } from '../../src/router/forward.ts';
 import { endToEndHeaders } from '../../src/router/hop-by-hop.ts';
 import { isReplayable, requestBodyOf } from '../../src/router/request-body.ts';
@@ -68,6 +68,22 @@ describe('chooseMember', () => {
   test('undefined on an empty ring or when all are suspect', () => {
     assert.equal(chooseMember(listRing([]), 't', none), undefined);
     assert.equal(chooseMember(ring, 't', () => true), undefined);
+  });
+});
+
+describe('fallbackFor', () => {
+  const ring = listRing([A, B, C]);
+  test('names the owner when the target is another member and the owner is suspect', () => {
+    assert.equal(fallbackFor(ring, 't', B, (id) => id === 'a'), 'a');
+    assert.equal(fallbackFor(ring, 't', C, (id) => id !== 'c'), 'a');
+  });
+  test('nothing for the owner itself, suspect or not', () => {
+    assert.equal(fallbackFor(ring, 't', A, () => false), undefined);
+    assert.equal(fallbackFor(ring, 't', A, () => true), undefined);
+  });
+  test('nothing when the owner is not suspect (only excluded after a 421), or the ring is empty', () => {
+    assert.equal(fallbackFor(ring, 't', B, () => false), undefined);
+    assert.equal(fallbackFor(listRing([]), 't', B, () => true), undefined);
   });
 });
 
