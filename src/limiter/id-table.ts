@@ -47,6 +47,12 @@ export class IdTable<V> {
     return true;
   }
 
+  /** Calls `fn` for every entry (the inline one first, then in insertion order). O(size). */
+  forEach(fn: (value: V, id: string) => void): void {
+    if (this.#soloId !== null) fn(this.#solo as V, this.#soloId);
+    if (this.#map !== null) for (const [id, v] of this.#map) fn(v, id);
+  }
+
   /** Calls `fn` for every entry; removes the entries for which it returns true. O(size). */
   removeWhere(fn: (value: V, id: string) => boolean): void {
     if (this.#soloId !== null && fn(this.#solo as V, this.#soloId)) {

@@ -16,6 +16,15 @@ export {
 export { SlidingWindow } from './sliding-window.ts';
 export { Semaphore, SEMAPHORE_SLOTS } from './semaphore.ts';
 export { compilePolicy, applicableLimits, DEFAULT_RESERVATION_TTL_MS, type CompiledPolicy } from './compiled-policy.ts';
+export {
+  parseTenantSnapshot,
+  type TenantSnapshot,
+  type LimitSnapshot,
+  type TokenBucketSnapshot,
+  type SlidingWindowSnapshot,
+  type SemaphoreSnapshot,
+  type ReservationSnapshot,
+} from './snapshot.ts';
 export type {
   Algorithm,
   RateLimitSpec,

@@ -15,6 +15,8 @@ import {
   type LimitObject,
   type TenantLimits,
 } from './tenant-limits.ts';
+import { restoreLimits, snapshotLimits } from './snapshot-limits.ts';
+import type { ReservationSnapshot, TenantSnapshot } from './snapshot.ts';
 import type { AcquireRequest, AcquireResult, LimitSpec, LimitState, Policy, SettleResult } from './types.ts';
 
 /** Options of a `Limiter`. */
@@ -291,6 +293,106 @@ export class Limiter {
       }
     }
     return dropped;
+  }
+
+  /**
+   * The complete state of `tenant` now, for a handoff to another node or a checkpoint
+   * (see `TenantSnapshot`): every limit's state and every open reservation. Expired
+   * reservations, window entries and leases are purged first; a tenant whose policy object
+   * changed is first rebuilt onto the new one (as its next acquire would). O(state).
+   * @returns undefined when the limiter holds no state for the tenant, which means fresh
+   *   (full buckets, empty windows, no lease, no reservation).
+   */
+  exportTenant(tenant: string): TenantSnapshot | undefined {
+    const st = this.#tenants.get(tenant);
+    if (st === undefined) return undefined;
+    const now = this.#clock.now();
+    const policy = this.#policyFor(tenant);
+    if (policy !== undefined && st.policy !== policy) this.#rebuild(st, policy, now);
+    this.#purgeReservations(st, now);
+    const c = st.compiled;
+    const reservations: ReservationSnapshot[] = [];
+    st.forEach((res, id) => {
+      // Only the limits on which settle/release still act: since a reload, the limit of the same
+      // name and kind that kept this reservation's window/semaphore object, or is still a bucket.
+      const limits: string[] = [];
+      for (const i of res.applied) {
+        const spec = res.compiled.limits[i] as LimitSpec;
+        const j = res.compiled === c ? i : c.indexByName.get(spec.name);
+        if (j === undefined || (c.limits[j] as LimitSpec).kind !== spec.kind) continue;
+        if ((st.objs[j] ?? null) === (res.objs[i] ?? null)) limits.push(spec.name);
+      }
+      reservations.push({
+        id,
+        tokens: res.tokens,
+        requests: res.requests,
+        expiresAt: res.expiresAt,
+        settled: res.settled,
+        released: res.released,
+        limits,
+      });
+    });
+    return { v: 1, at: now, limits: snapshotLimits(c, st, now), reservations };
+  }
+
+  /**
+   * Replaces the state of `tenant` (if any) with `snap` mapped onto the tenant's current
+   * policy by limit name, as a policy reload keeps usage (see `restoreLimits`): limits absent
+   * from the snapshot, or whose kind or algorithm changed, start fresh; snapshot limits absent
+   * from the policy are ignored; entries, leases and reservations already expired now are
+   * dropped. Restored reservations settle, release and renew exactly as if admitted here: a
+   * settlement adjusts the window entry with the reservation's id at its original timestamp
+   * (and the buckets), a release frees the lease with its id. No-op when the tenant has no
+   * policy. Trusts `snap` (untrusted JSON goes through `parseTenantSnapshot` first).
+   * @throws RangeError when the tenant's policy is invalid (see `compilePolicy`).
+   */
+  importTenant(tenant: string, snap: TenantSnapshot): void {
+    const policy = this.#policyFor(tenant);
+    if (policy === undefined) return;
+    const now = this.#clock.now();
+    const c = this.#compile(policy);
+    const restored = restoreLimits(c, snap.limits, now);
+    const st = new TenantState(policy, c, restored);
+    let next = Infinity;
+    for (const r of snap.reservations) {
+      if (r.expiresAt <= now || (r.settled && r.released)) continue;
+      const applied: number[] = [];
+      let seqs: number[] | null = null;
+      for (const name of r.limits) {
+        const i = c.indexByName.get(name);
+        if (i === undefined || applied.includes(i)) continue;
+        const entries = restored.entryOf[i];
+        if (entries !== null && entries !== undefined) {
+          (seqs ??= new Array<number>(applied.length).fill(-1)).push(entries.get(r.id) ?? -1);
+        } else if (seqs !== null) {
+          seqs.push(-1);
+        }
+        applied.push(i);
+      }
+      const res = new Reservation(r.tokens, r.requests, c, st.objs, applied, seqs, now);
+      res.expiresAt = r.expiresAt;
+      res.settled = r.settled;
+      res.released = r.released;
+      st.set(r.id, res);
+      if (r.expiresAt < next) next = r.expiresAt;
+    }
+    st.num[0] = next;
+    this.#tenants.set(tenant, st);
+  }
+
+  /** Forgets the state of `tenant` (it now reads as fresh). @returns true when there was some. */
+  dropTenant(tenant: string): boolean {
+    return this.#tenants.delete(tenant);
+  }
+
+  /** Ids of the tenants with state in memory (insertion order; do not import/drop while iterating). */
+  tenants(): IterableIterator<string> {
+    return this.#tenants.keys();
+  }
+
+  /** True when the limiter holds state for `tenant`. */
+  hasTenant(tenant: string): boolean {
+    return this.#tenants.has(tenant);
   }
 
   #isIdle(st: TenantState, now: number): boolean {

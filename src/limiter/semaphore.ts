@@ -167,6 +167,34 @@ export class Semaphore {
     return this.held() === 0;
   }
 
+  /**
+   * The leases held, as `[request id, expiresAt ms]` (for a snapshot). Call `purge(now)` first
+   * to leave out expired ones. O(leases); not on the decision path.
+   */
+  leases(): [id: string, expiresAt: number][] {
+    const out: [string, number][] = [];
+    if (this.#soloId !== null) out.push([this.#soloId, this.#s[this.#o] as number]);
+    if (this.#more !== null) for (const lease of this.#more) out.push(lease);
+    return out;
+  }
+
+  /**
+   * Gives `id` a lease that expires at `expiresAt` (ms), as taken on another limiter
+   * (restoring a snapshot); replaces `id`'s lease if it holds one. Ignores the slot count.
+   */
+  restore(id: string, expiresAt: number): void {
+    const s = this.#s;
+    const o = this.#o;
+    if (this.#soloId === id || (this.#soloId === null && (this.#more === null || !this.#more.has(id)))) {
+      this.#soloId = id;
+      s[o] = expiresAt;
+    } else {
+      (this.#more ??= new Map()).set(id, expiresAt);
+    }
+    if (expiresAt < (s[o + 1] as number)) s[o + 1] = expiresAt;
+    if (expiresAt > (s[o + 2] as number)) s[o + 2] = expiresAt;
+  }
+
   /** Changes slots and TTL; existing leases keep their expiry. */
   reconfigure(limit: number, leaseTtlMs: number): void {
     this.limit = limit;

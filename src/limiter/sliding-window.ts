@@ -127,6 +127,20 @@ export class SlidingWindow {
     return this.#tail === this.#head;
   }
 
+  /**
+   * The live entries, oldest first, as `[timestamp ms, cost, request id]` (for a snapshot).
+   * Call `purge(now)` first. O(entries); not on the decision path.
+   */
+  entries(): [ts: number, cost: number, id: string][] {
+    const out: [number, number, string][] = [];
+    const mask = this.#mask;
+    for (let s = this.#head; s < this.#tail; s++) {
+      const i = s & mask;
+      out.push([this.#tc[i << 1] as number, this.#tc[(i << 1) + 1] as number, this.#id[i] as string]);
+    }
+    return out;
+  }
+
   /** Changes limit and window; entries are kept at their timestamps (usage is kept). */
   reconfigure(limit: number, windowMs: number): void {
     this.limit = limit;
