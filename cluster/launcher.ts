@@ -10,6 +10,9 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { request } from 'undici';
 
+/** How long after a child's exit a SIGINT/SIGTERM of this process still counts as the cause, ms. */
+const UNEXPECTED_EXIT_GRACE_MS = 200;
+
 /** One child process: `quotaring <args...>` with extra environment. */
 export interface ChildSpec {
   readonly name: string;
@@ -62,12 +65,17 @@ export interface LaunchedGroup {
 }
 
 /**
- * Starts children in order, each after the previous answers its health URL.
- * @throws Error when a child exits or stays silent for 20 s during start (all started ones are stopped).
+ * Starts children in order, each after the previous answers its health URL. With `handleSignals`,
+ * SIGINT/SIGTERM stop every child (SIGTERM, SIGKILL after 5 s) and resolve `done` with 0, also
+ * during the start.
+ * @throws Error when a child exits or stays silent for 20 s during start, or a signal arrives during
+ *   start (all started ones are stopped).
  */
 export async function launch(specs: readonly ChildSpec[], opts: { handleSignals?: boolean } = {}): Promise<LaunchedGroup> {
   const children: { spec: ChildSpec; proc: ChildProcess }[] = [];
   let stopping = false;
+  /** What `done` resolves with: 1 once a child died unexpectedly, 0 otherwise. */
+  let outcome = 0;
   let resolveDone!: (code: number) => void;
   const done = new Promise<number>((resolve) => {
     resolveDone = resolve;
@@ -84,7 +92,17 @@ export async function launch(specs: readonly ChildSpec[], opts: { handleSignals?
     clearTimeout(timer);
   };
 
+  if (opts.handleSignals === true) {
+    const onSignal = (): void => {
+      process.stdout.write('\nstopping...\n');
+      void stop().then(() => resolveDone(outcome));
+    };
+    process.once('SIGINT', onSignal);
+    process.once('SIGTERM', onSignal);
+  }
+
   for (const spec of specs) {
+    if (stopping) break;
     const proc = spawn(process.execPath, [...loaderArgs(), cliPath(), ...spec.args], {
       env: { ...process.env, ...spec.env },
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -94,29 +112,31 @@ export async function launch(specs: readonly ChildSpec[], opts: { handleSignals?
       if (stream !== null) createInterface({ input: stream }).on('line', (line) => process.stdout.write(prefix + line + '\n'));
     }
     proc.once('exit', (code, signal) => {
-      if (!stopping) {
-        process.stdout.write(`${prefix}exited unexpectedly (${signal ?? code}); stopping the others\n`);
-        void stop().then(() => resolveDone(1));
-      } else if (children.every((c) => c.proc.exitCode !== null || c.proc.signalCode !== null)) {
-        resolveDone(0);
+      if (stopping) {
+        if (children.every((c) => c.proc.exitCode !== null || c.proc.signalCode !== null)) resolveDone(outcome);
+        return;
       }
+      // Ctrl-C in a terminal signals the whole process group: a child may exit before this process
+      // has run its own SIGINT handler. Only an exit not followed by a stop is unexpected.
+      setTimeout(() => {
+        if (stopping) return;
+        process.stdout.write(`${prefix}exited unexpectedly (${signal ?? code}); stopping the others\n`);
+        outcome = 1;
+        void stop().then(() => resolveDone(1));
+      }, UNEXPECTED_EXIT_GRACE_MS);
     });
     children.push({ spec, proc });
     try {
       await waitHealthy(spec.healthUrl, proc, 20_000);
     } catch (err) {
+      const interrupted = stopping;
       await stop();
-      throw new Error(`${spec.name}: ${(err as Error).message}`);
+      throw new Error(interrupted ? 'stopped by a signal while starting' : `${spec.name}: ${(err as Error).message}`);
     }
   }
-
-  if (opts.handleSignals === true) {
-    const onSignal = (): void => {
-      process.stdout.write('\nstopping...\n');
-      void stop().then(() => resolveDone(0));
-    };
-    process.once('SIGINT', onSignal);
-    process.once('SIGTERM', onSignal);
+  if (stopping) {
+    await stop();
+    throw new Error('stopped by a signal while starting');
   }
   return { stop, done };
 }

@@ -7,15 +7,23 @@ import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parse, stringify } from 'yaml';
-import { demoConfigPath } from './demo.ts';
+import { loadConfig } from '../src/config/load.ts';
+import type { LoadedConfig } from '../src/config/load.ts';
+import { clusterBanner } from './banner.ts';
+import { DEMO_MODELS, DEMO_TENANTS, demoConfigPath } from './demo.ts';
 import { launch } from './launcher.ts';
 import type { ChildSpec, LaunchedGroup } from './launcher.ts';
+import { checkUpOptions } from './up-options.ts';
 
-/** Options of {@link startCluster}. */
+/** Options of {@link startCluster} and {@link runUp}. */
 export interface UpOptions {
-  /** Config file whose tenants, models and deployments the cluster serves. @default cluster/demo.yaml */
+  /**
+   * Config file whose tenants, models and deployments the cluster serves; its deployments are used
+   * as written. Without it, `cluster/demo.yaml` with every deployment pointed at the launched
+   * simulator. @default cluster/demo.yaml
+   */
   readonly config?: string;
-  /** Gateway nodes. @default 3 */
+  /** Gateway nodes, ids `node-1`..`node-N`. @default 3 */
   readonly nodes?: number;
   /** Routers. @default 1 */
   readonly routers?: number;
@@ -25,7 +33,7 @@ export interface UpOptions {
   readonly routerPort?: number;
   /** First node port; nodes take consecutive ports. @default 8101 */
   readonly nodePort?: number;
-  /** Simulator port; the config's deployments must point at it. @default 9090 */
+  /** Simulator port; a `--config` file's deployments must point at it. @default 9090 */
   readonly simulatorPort?: number;
   /** Extra `quotaring simulate` arguments. @default ['--tps', '200', '--ttft-ms', '150'] */
   readonly simulatorArgs?: readonly string[];
@@ -35,12 +43,33 @@ export interface UpOptions {
   readonly handleSignals?: boolean;
 }
 
-/** The config the cluster runs with: the given one plus the members (or Redis) of this launch. */
-function clusterConfig(opts: Required<Pick<UpOptions, 'nodes' | 'nodePort'>> & UpOptions): string {
-  const raw = parse(readFileSync(opts.config ?? demoConfigPath(), 'utf8')) as Record<string, unknown>;
-  const members = Array.from({ length: opts.nodes }, (_, i) => ({ id: `node-${i + 1}`, url: `http://127.0.0.1:${opts.nodePort + i}` }));
+/** A running local cluster. */
+export interface StartedCluster {
+  readonly group: LaunchedGroup;
+  /** Router base URLs, first router first. */
+  readonly routers: string[];
+  /** Node base URLs, `node-1` first. */
+  readonly nodes: string[];
+  /** Base URL of the simulator. */
+  readonly simulator: string;
+  /** The generated config file every child loads. */
+  readonly config: string;
+}
+
+/** Simulator key the launched deployments use (`QUOTARING_SIM_KEY`); the simulator accepts any key. */
+const SIM_KEY = 'sim-demo-key';
+
+/**
+ * The config the cluster runs with: the given one plus the members (or Redis) of this launch; for
+ * the demo config, deployments pointed at `simulatorUrl`. Written to a temp file; @returns its path.
+ */
+function clusterConfig(source: string, isDemo: boolean, nodes: readonly { id: string; url: string }[], simulatorUrl: string, redis: string | undefined): string {
+  const raw = parse(readFileSync(source, 'utf8')) as Record<string, unknown>;
   const cluster = (raw.cluster ?? {}) as Record<string, unknown>;
-  raw.cluster = opts.redis === undefined ? { ...cluster, members } : { ...cluster, members: [], redis: { url: opts.redis } };
+  raw.cluster = redis === undefined ? { ...cluster, members: nodes } : { ...cluster, members: [], redis: { url: redis } };
+  if (isDemo && Array.isArray(raw.deployments)) {
+    raw.deployments = (raw.deployments as Record<string, unknown>[]).map((d) => ({ ...d, base_url: simulatorUrl }));
+  }
   const file = join(mkdtempSync(join(tmpdir(), 'quotaring-up-')), 'cluster.yaml');
   writeFileSync(file, stringify(raw));
   return file;
@@ -48,32 +77,69 @@ function clusterConfig(opts: Required<Pick<UpOptions, 'nodes' | 'nodePort'>> & U
 
 /**
  * Starts the simulator, then the nodes, then the routers, each once the previous answers its health
- * URL. @returns the group (stop(), done) and the router URLs.
- * @throws Error when a child fails to start (the others are stopped).
+ * URL (`/sim/stats`, `/healthz`, `/readyz`).
+ * @throws Error for invalid options (see {@link checkUpOptions}) before anything starts, or when a
+ *   child fails to start (the others are stopped).
  */
-export async function startCluster(opts: UpOptions = {}): Promise<{ group: LaunchedGroup; routers: string[]; nodes: string[]; config: string }> {
-  const nodes = opts.nodes ?? 3;
-  const routers = opts.routers ?? 1;
+export async function startCluster(opts: UpOptions = {}): Promise<StartedCluster> {
+  checkUpOptions(opts);
+  const nodeCount = opts.nodes ?? 3;
+  const routerCount = opts.routers ?? 1;
   const nodePort = opts.nodePort ?? 8101;
   const routerPort = opts.routerPort ?? 8080;
   const simPort = opts.simulatorPort ?? 9090;
-  const config = clusterConfig({ ...opts, nodes, nodePort });
-  const env = { QUOTARING_SIM_KEY: 'sim-demo-key', ...opts.env };
+  const simulator = `http://127.0.0.1:${simPort}`;
+  const members = Array.from({ length: nodeCount }, (_, i) => ({ id: `node-${i + 1}`, url: `http://127.0.0.1:${nodePort + i}` }));
+  const config = clusterConfig(opts.config ?? demoConfigPath(), opts.config === undefined, members, simulator, opts.redis);
+  const env = { QUOTARING_SIM_KEY: SIM_KEY, ...opts.env };
   const specs: ChildSpec[] = [
-    { name: 'simulator', args: ['simulate', '--port', String(simPort), ...(opts.simulatorArgs ?? ['--tps', '200', '--ttft-ms', '150'])], env, healthUrl: `http://127.0.0.1:${simPort}/sim/stats` },
+    { name: 'simulator', args: ['simulate', '--port', String(simPort), ...(opts.simulatorArgs ?? ['--tps', '200', '--ttft-ms', '150'])], env, healthUrl: `${simulator}/sim/stats` },
   ];
-  const nodeUrls: string[] = [];
-  for (let i = 0; i < nodes; i++) {
-    const port = nodePort + i;
-    nodeUrls.push(`http://127.0.0.1:${port}`);
-    specs.push({ name: `node-${i + 1}`, args: ['node', '--config', config, '--id', `node-${i + 1}`, '--port', String(port)], env, healthUrl: `http://127.0.0.1:${port}/healthz` });
+  for (const [i, m] of members.entries()) {
+    specs.push({ name: m.id, args: ['node', '--config', config, '--id', m.id, '--port', String(nodePort + i)], env, healthUrl: `${m.url}/healthz` });
   }
-  const routerUrls: string[] = [];
-  for (let i = 0; i < routers; i++) {
+  const routers: string[] = [];
+  for (let i = 0; i < routerCount; i++) {
     const port = routerPort + i;
-    routerUrls.push(`http://127.0.0.1:${port}`);
+    routers.push(`http://127.0.0.1:${port}`);
     specs.push({ name: `router-${i + 1}`, args: ['router', '--config', config, '--port', String(port)], env, healthUrl: `http://127.0.0.1:${port}/readyz` });
   }
   const group = await launch(specs, { handleSignals: opts.handleSignals ?? false });
-  return { group, routers: routerUrls, nodes: nodeUrls, config };
+  return { group, routers, nodes: members.map((m) => m.url), simulator, config };
+}
+
+/** The first model served by a deployment of `provider`, for the banner's examples. */
+function modelOf(loaded: LoadedConfig, provider: 'openai' | 'anthropic'): string | undefined {
+  const byName = new Map(loaded.config.deployments.map((d) => [d.name, d.provider]));
+  return loaded.config.models.find((m) => byName.get(m.deployments[0] ?? '') === provider)?.name;
+}
+
+/**
+ * What `quotaring up` runs: validates the options and the config (before starting anything),
+ * starts the cluster with signal handling, prints the banner and waits.
+ * @returns the exit code: 0 after Ctrl-C/SIGTERM stopped every child, 1 when a child died.
+ * @throws Error for invalid options; ConfigError for an invalid config; Error when a child fails to start.
+ */
+export async function runUp(opts: UpOptions = {}, out: (text: string) => void = (t) => process.stdout.write(t)): Promise<number> {
+  checkUpOptions(opts);
+  const source = opts.config ?? demoConfigPath();
+  const loaded = loadConfig(source, { ...process.env, QUOTARING_SIM_KEY: SIM_KEY, ...opts.env });
+  const started = await startCluster({ ...opts, handleSignals: true });
+  const isDemo = opts.config === undefined;
+  out(
+    clusterBanner({
+      routers: started.routers,
+      nodes: started.nodes.map((url, i) => ({ id: `node-${i + 1}`, url })),
+      ...(opts.redis === undefined ? {} : { redis: opts.redis }),
+      simulator: started.simulator,
+      configSource: isDemo ? 'cluster/demo.yaml' : source,
+      ...(isDemo ? { tenants: DEMO_TENANTS } : {}),
+      models: isDemo ? DEMO_MODELS : { ...optional('openai', modelOf(loaded, 'openai')), ...optional('anthropic', modelOf(loaded, 'anthropic')) },
+    }),
+  );
+  return started.group.done;
+}
+
+function optional<K extends string>(key: K, value: string | undefined): Partial<Record<K, string>> {
+  return value === undefined ? {} : ({ [key]: value } as Record<K, string>);
 }

@@ -1,9 +1,10 @@
 #!/usr/bin/env node
 /**
- * The `quotaring` command: `node`, `router`, `simulate`, `config check`, `demo`, `replay`.
+ * The `quotaring` command: `node`, `router`, `up`, `demo`, `simulate`, `config check`, `replay`.
  */
 import { Command, InvalidArgumentError } from 'commander';
-import { runDemo } from '../cluster/demo.ts';
+import { runUp } from '../cluster/up.ts';
+import type { UpOptions } from '../cluster/up.ts';
 import { ConfigError, loadConfig } from './config/load.ts';
 import { membershipFromConfig } from './coord/from-config.ts';
 import { startGateway } from './gateway/start.ts';
@@ -131,17 +132,60 @@ program
     }
   });
 
-program
-  .command('demo')
-  .description('run the provider simulator and a gateway node with the demo config (what `npm start` runs)')
-  .option('-c, --config <file>', 'config file (default: cluster/demo.yaml)')
-  .action(async (opts: { config?: string }) => {
-    try {
-      process.exitCode = await runDemo(opts.config === undefined ? {} : { config: opts.config });
-    } catch (err) {
-      fail(err);
-    }
-  });
+/** Options of `up` and `demo` as commander parses them. */
+interface UpFlags {
+  config?: string;
+  nodes?: number;
+  routers?: number;
+  redis?: string;
+  port?: number;
+  nodePort?: number;
+  simulatorPort?: number;
+}
+
+/** `up` / `demo` flags as {@link UpOptions} (ranges are checked by runUp before anything starts). */
+function upOptions(flags: UpFlags, nodes = flags.nodes): UpOptions {
+  return {
+    ...(flags.config === undefined ? {} : { config: flags.config }),
+    ...(nodes === undefined ? {} : { nodes }),
+    ...(flags.routers === undefined ? {} : { routers: flags.routers }),
+    ...(flags.redis === undefined ? {} : { redis: flags.redis }),
+    ...(flags.port === undefined ? {} : { routerPort: flags.port }),
+    ...(flags.nodePort === undefined ? {} : { nodePort: flags.nodePort }),
+    ...(flags.simulatorPort === undefined ? {} : { simulatorPort: flags.simulatorPort }),
+  };
+}
+
+/** Adds the flags shared by `up` and `demo`. */
+function withClusterFlags(command: Command, nodes: boolean): Command {
+  command.option('-c, --config <file>', 'config file (default: cluster/demo.yaml, pointed at the launched simulator; a file you give is used as written)');
+  if (nodes) command.option('-n, --nodes <n>', 'gateway nodes, 1 to 16 (default: 3)', int);
+  return command
+    .option('-r, --routers <n>', 'routers, 1 to 8, on consecutive ports (default: 1)', int)
+    .option('--redis <url>', 'Redis membership (redis://host:port) instead of a static member list')
+    .option('-p, --port <port>', 'port of the first router (default: 8080)', int)
+    .option('--node-port <port>', 'port of the first node; nodes take consecutive ports (default: 8101)', int)
+    .option('--simulator-port <port>', 'port of the provider simulator (default: 9090)', int);
+}
+
+withClusterFlags(
+  program.command('up').description('run a local cluster: the provider simulator, gateway nodes and routers as child processes, until Ctrl-C (what `npm start` runs)'),
+  true,
+).action(async (flags: UpFlags) => {
+  try {
+    process.exit(await runUp(upOptions(flags)));
+  } catch (err) {
+    fail(err);
+  }
+});
+
+withClusterFlags(program.command('demo').description('`quotaring up --nodes 1`: the simulator, one gateway node and a router'), false).action(async (flags: UpFlags) => {
+  try {
+    process.exit(await runUp(upOptions(flags, 1)));
+  } catch (err) {
+    fail(err);
+  }
+});
 
 program.addCommand(replayCommand());
 

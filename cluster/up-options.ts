@@ -1,0 +1,74 @@
+/**
+ * Checks of `quotaring up` options before anything starts: counts in range, a Redis URL that parses,
+ * ports that exist and do not collide (routers and nodes take consecutive ports).
+ */
+import type { UpOptions } from './up.ts';
+
+/** Bounds of `quotaring up`. A local cluster bigger than this is a mistake, not a test. */
+export const UP_LIMITS = { nodes: { min: 1, max: 16 }, routers: { min: 1, max: 8 } } as const;
+
+/**
+ * Validates the options of a launch.
+ * @throws Error naming the flag and the accepted values, e.g.
+ *   `--nodes must be an integer from 1 to 16 (got 20)`.
+ */
+export function checkUpOptions(opts: UpOptions): void {
+  const nodes = opts.nodes ?? 3;
+  const routers = opts.routers ?? 1;
+  count('--nodes', nodes, UP_LIMITS.nodes);
+  count('--routers', routers, UP_LIMITS.routers);
+  if (opts.redis !== undefined) checkRedisUrl(opts.redis);
+  const ranges = [
+    { flag: '--port', first: opts.routerPort ?? 8080, n: routers, what: `the ${routers} router${routers === 1 ? '' : 's'}` },
+    { flag: '--node-port', first: opts.nodePort ?? 8101, n: nodes, what: `the ${nodes} node${nodes === 1 ? '' : 's'}` },
+    { flag: '--simulator-port', first: opts.simulatorPort ?? 9090, n: 1, what: 'the simulator' },
+  ];
+  for (const r of ranges) {
+    if (!Number.isInteger(r.first) || r.first < 1 || r.first + r.n - 1 > 65_535) {
+      throw new Error(`${r.flag} must leave ${r.n} port${r.n === 1 ? '' : 's'} within 1..65535 for ${r.what} (got ${r.first})`);
+    }
+  }
+  for (let i = 0; i < ranges.length; i++) {
+    for (let j = i + 1; j < ranges.length; j++) {
+      const a = ranges[i]!;
+      const b = ranges[j]!;
+      if (a.first <= b.first + b.n - 1 && b.first <= a.first + a.n - 1) {
+        throw new Error(`${a.flag} ${a.first} (${span(a.first, a.n)} for ${a.what}) overlaps ${b.flag} ${b.first} (${span(b.first, b.n)} for ${b.what}); choose ports that do not collide`);
+      }
+    }
+  }
+}
+
+function count(flag: string, value: number, bounds: { readonly min: number; readonly max: number }): void {
+  if (!Number.isInteger(value) || value < bounds.min || value > bounds.max) {
+    throw new Error(`${flag} must be an integer from ${bounds.min} to ${bounds.max} (got ${value})`);
+  }
+}
+
+function checkRedisUrl(url: string): void {
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    throw new Error(`--redis must be a redis:// or rediss:// URL such as redis://127.0.0.1:6379 (got "${url}")`);
+  }
+  if ((parsed.protocol !== 'redis:' && parsed.protocol !== 'rediss:') || parsed.hostname === '') {
+    throw new Error(`--redis must be a redis:// or rediss:// URL such as redis://127.0.0.1:6379 (got "${redactUrl(url)}")`);
+  }
+}
+
+function span(first: number, n: number): string {
+  return n === 1 ? `port ${first}` : `ports ${first}-${first + n - 1}`;
+}
+
+/** `url` with any password replaced by `***`, for logs and the banner; unparseable input is returned as is. */
+export function redactUrl(url: string): string {
+  try {
+    const parsed = new URL(url);
+    if (parsed.password === '') return url;
+    parsed.password = '***';
+    return parsed.toString();
+  } catch {
+    return url;
+  }
+}

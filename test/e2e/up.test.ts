@@ -1,0 +1,182 @@
+/**
+ * End to end: `quotaring up` (what `npm start` runs) as a real child process of the built CLI —
+ * the banner, one OpenAI SDK and one Anthropic SDK call through the router with a demo key, Ctrl-C
+ * (SIGINT) stopping every child with exit code 0; a child that dies taking the others down with
+ * exit code 1; and the argument checks.
+ */
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { connect, createServer } from 'node:net';
+import { describe, test } from 'node:test';
+import Anthropic from '@anthropic-ai/sdk';
+import OpenAI from 'openai';
+import { BANNER_HEADLINE } from '../../cluster/banner.ts';
+import { CLI, freePort } from '../helpers/processes.ts';
+
+/** Whether something accepts TCP connections on 127.0.0.1:`port`. */
+async function listening(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect(port, '127.0.0.1');
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once('error', () => resolve(false));
+  });
+}
+
+/** Whether `port` can be bound on 127.0.0.1 now. */
+async function bindable(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const srv = createServer();
+    srv.once('error', () => resolve(false));
+    srv.listen(port, '127.0.0.1', () => srv.close(() => resolve(true)));
+  });
+}
+
+/** `n` consecutive free ports, none in `avoid`. */
+async function freeRange(n: number, avoid: readonly number[]): Promise<number> {
+  for (let tries = 0; tries < 50; tries++) {
+    const first = await freePort();
+    const ports = Array.from({ length: n }, (_, i) => first + i);
+    if (ports.some((p) => avoid.includes(p) || p > 65_535)) continue;
+    if ((await Promise.all(ports.map(bindable))).every(Boolean)) return first;
+  }
+  throw new Error(`no ${n} consecutive free ports`);
+}
+
+/** Runs the CLI to completion; @returns its exit code and output. */
+async function runToExit(args: readonly string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const proc = spawn(process.execPath, [CLI, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  let stderr = '';
+  proc.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+  proc.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+  const [code] = (await once(proc, 'exit')) as [number | null];
+  return { code, stdout, stderr };
+}
+
+describe('quotaring up', () => {
+  test('2 nodes + 1 router: banner, SDK calls through the router, SIGINT stops every child and exits 0', { timeout: 20_000 }, async () => {
+    const routerPort = await freePort();
+    const simPort = await freeRange(1, [routerPort]);
+    const nodePort = await freeRange(2, [routerPort, simPort]);
+    const proc = spawn(process.execPath, [CLI, 'up', '--nodes', '2', '--port', String(routerPort), '--node-port', String(nodePort), '--simulator-port', String(simPort)], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    const exited = once(proc, 'exit') as Promise<[number | null, NodeJS.Signals | null]>;
+    try {
+      await new Promise<void>((resolve, reject) => {
+        const onData = (d: Buffer): void => {
+          out += d.toString();
+          if (out.includes('Press Ctrl-C')) resolve();
+        };
+        proc.stdout.on('data', onData);
+        proc.stderr.on('data', onData);
+        proc.once('exit', (code) => reject(new Error(`up exited with ${code} before its banner:\n${out}`)));
+      });
+      const router = `http://127.0.0.1:${routerPort}`;
+      assert.match(out, new RegExp(`${BANNER_HEADLINE}: 1 router, 2 nodes`));
+      assert.ok(out.includes(`routers    ${router}`), out);
+      assert.ok(out.includes(`node-1   http://127.0.0.1:${nodePort}\n`), out);
+      assert.ok(out.includes(`node-2   http://127.0.0.1:${nodePort + 1}\n`), out);
+      assert.ok(out.includes(`simulator  http://127.0.0.1:${simPort}\n`), out);
+      assert.ok(out.includes('ring       static members (no Redis)'), out);
+      assert.ok(out.includes(`curl -si ${router}/v1/chat/completions`), out);
+      assert.ok(out.includes(`curl -si ${router}/v1/messages`), out);
+      assert.ok(out.includes("-H 'Authorization: Bearer qr-demo-alice'"), out);
+      // Every child's lines carry its name, padded to the longest ('simulator').
+      for (const name of ['simulator', 'node-1   ', 'node-2   ', 'router-1 ']) assert.ok(`\n${out}`.includes(`\n[${name}] `), `no line of ${name}:\n${out}`);
+
+      const openai = new OpenAI({ baseURL: `${router}/v1`, apiKey: 'qr-demo-alice', maxRetries: 0 });
+      const chat = await openai.chat.completions.create({ model: 'gpt-4o-mini', max_tokens: 7, messages: [{ role: 'user', content: 'Hello' }] }).withResponse();
+      assert.equal(chat.response.status, 200);
+      assert.equal(chat.data.usage?.completion_tokens, 7);
+      // alice's limits from demo.yaml, set by the owning node behind the router.
+      assert.equal(chat.response.headers.get('x-ratelimit-limit-requests'), '60');
+      assert.equal(chat.response.headers.get('x-ratelimit-limit-tokens'), '20000');
+
+      const anthropic = new Anthropic({ baseURL: router, apiKey: 'qr-demo-alice', maxRetries: 0 });
+      const message = await anthropic.messages.create({ model: 'claude-sonnet-5', max_tokens: 5, messages: [{ role: 'user', content: 'Hello' }] });
+      assert.equal(message.usage.output_tokens, 5);
+
+      proc.kill('SIGINT');
+      const [code, signal] = await exited;
+      assert.deepEqual({ code, signal }, { code: 0, signal: null });
+      assert.match(out, /\nstopping\.\.\.\n/);
+      for (const port of [routerPort, nodePort, nodePort + 1, simPort]) assert.equal(await listening(port), false, `port ${port} still open`);
+    } finally {
+      if (proc.exitCode === null && proc.signalCode === null) {
+        proc.kill('SIGKILL');
+        await exited;
+      }
+    }
+  });
+
+  test('a child that dies stops the others: exit code 1, every port closed', { timeout: 15_000 }, async () => {
+    const routerPort = await freePort();
+    const simPort = await freeRange(1, [routerPort]);
+    const nodePort = await freeRange(1, [routerPort, simPort]);
+    const proc = spawn(process.execPath, [CLI, 'up', '--nodes', '1', '--port', String(routerPort), '--node-port', String(nodePort), '--simulator-port', String(simPort)], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    const exited = once(proc, 'exit') as Promise<[number | null, NodeJS.Signals | null]>;
+    try {
+      await new Promise<void>((resolve, reject) => {
+        proc.stdout.on('data', (d: Buffer) => {
+          out += d.toString();
+          if (out.includes('Press Ctrl-C')) resolve();
+        });
+        proc.once('exit', (code) => reject(new Error(`up exited with ${code} before its banner:\n${out}`)));
+      });
+      const pid = /\[node-1 {3}\] \{[^\n]*"pid":(\d+)/.exec(out)?.[1];
+      assert.ok(pid !== undefined, out);
+      process.kill(Number(pid), 'SIGKILL');
+      const [code, signal] = await exited;
+      assert.deepEqual({ code, signal }, { code: 1, signal: null });
+      assert.ok(out.includes('[node-1   ] exited unexpectedly (SIGKILL); stopping the others'), out);
+      for (const port of [routerPort, nodePort, simPort]) assert.equal(await listening(port), false, `port ${port} still open`);
+    } finally {
+      if (proc.exitCode === null && proc.signalCode === null) {
+        proc.kill('SIGKILL');
+        await exited;
+      }
+    }
+  });
+
+  describe('argument checks: a clear error and exit code 1 before anything starts', () => {
+    const cases: [string[], string][] = [
+      [['--nodes', '0'], '--nodes must be an integer from 1 to 16 (got 0)'],
+      [['--nodes', '17'], '--nodes must be an integer from 1 to 16 (got 17)'],
+      [['--routers', '9'], '--routers must be an integer from 1 to 8 (got 9)'],
+      [['--redis', 'http://127.0.0.1:6379'], '--redis must be a redis:// or rediss:// URL such as redis://127.0.0.1:6379 (got "http://127.0.0.1:6379")'],
+      [
+        ['--port', '8100', '--routers', '2', '--node-port', '8101'],
+        '--port 8100 (ports 8100-8101 for the 2 routers) overlaps --node-port 8101 (ports 8101-8103 for the 3 nodes); choose ports that do not collide',
+      ],
+      [['--node-port', '65534'], '--node-port must leave 3 ports within 1..65535 for the 3 nodes (got 65534)'],
+    ];
+    for (const [args, message] of cases) {
+      test(args.join(' '), async () => {
+        const res = await runToExit(['up', ...args]);
+        assert.deepEqual({ code: res.code, stderr: res.stderr, stdout: res.stdout }, { code: 1, stderr: `error: ${message}\n`, stdout: '' });
+      });
+    }
+
+    test('a config file that does not load: exit code 2 naming the file', async () => {
+      const res = await runToExit(['up', '--config', '/nonexistent/quotaring.yaml']);
+      assert.equal(res.code, 2);
+      assert.match(res.stderr, /\/nonexistent\/quotaring\.yaml/);
+      assert.equal(res.stdout, '');
+    });
+
+    test('a non-integer count is refused by the parser', async () => {
+      const res = await runToExit(['up', '--nodes', 'three']);
+      assert.equal(res.code, 1);
+      assert.match(res.stderr, /option '-n, --nodes <n>' argument 'three' is invalid\. must be a non-negative integer/);
+    });
+  });
+});
