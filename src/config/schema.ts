@@ -181,6 +181,19 @@ export const ClusterSchema = z.strictObject({
   vnodes: z.number().int().min(1).max(1_000).default(160),
   /** Router health checks of members. @default 1s */
   health_check: duration.default(1_000),
+  /** Limiter-state handoff between owners (Redis membership only). */
+  handoff: z
+    .strictObject({
+      /** How long a new owner waits for the previous owner's handoff before its first decision for a tenant. @default 250ms */
+      wait_ms: duration.default(250),
+      /** Period of the owners' checkpoints of recently touched tenants to Redis. @default 1s */
+      checkpoint: duration.default(1_000),
+      /** After a graceful leave is announced, how long a node keeps answering 421 (so routers catch up) before it stops accepting connections. @default 500ms */
+      drain: duration.default(500),
+      /** On SIGTERM, how long in-flight requests (streams) may take to finish before the node exits anyway. @default 30s */
+      grace: duration.default(30_000),
+    })
+    .prefault({}),
 });
 
 /** Listening settings of a router. */

@@ -5,12 +5,17 @@
 import { Redis } from 'ioredis';
 import type { ClusterConfig } from '../config/schema.ts';
 import { RedisMembership } from './redis-membership.ts';
+import type { RingOptions } from './ring.ts';
 import { StaticMembership } from './static-membership.ts';
 import type { Member, Membership } from './types.ts';
 
 /** A membership and what to close with it. */
 export interface ConfiguredMembership {
   readonly membership: Membership;
+  /** The options every ring of this membership is built with (`cluster.vnodes`). */
+  readonly ringOptions: RingOptions;
+  /** The Redis connection of a Redis membership (commands only; shared with the handoff store). */
+  readonly redis?: Redis;
   /** Stops the membership (a node deregisters) and closes its Redis connection. */
   close(): Promise<void>;
 }
@@ -21,7 +26,9 @@ export interface ConfiguredMembership {
  * @throws Error when a node with static members is not one of them.
  */
 export function membershipFromConfig(cluster: ClusterConfig, self?: Member): ConfiguredMembership | undefined {
+  const ringOptions: RingOptions = { vnodes: cluster.vnodes };
   if (cluster.redis !== undefined) {
+    // Membership and handoff calls fail fast rather than queue while Redis is away.
     const redis = new Redis(cluster.redis.url, { maxRetriesPerRequest: 2, connectTimeout: 2_000 });
     const membership = new RedisMembership({
       redis,
@@ -29,9 +36,12 @@ export function membershipFromConfig(cluster: ClusterConfig, self?: Member): Con
       ...(self === undefined ? {} : { self }),
       heartbeatMs: cluster.heartbeat,
       deadAfterMs: cluster.dead_after,
+      ring: ringOptions,
     });
     return {
       membership,
+      ringOptions,
+      redis,
       close: async () => {
         await membership.stop();
         redis.disconnect();
@@ -42,6 +52,9 @@ export function membershipFromConfig(cluster: ClusterConfig, self?: Member): Con
   if (self !== undefined && !cluster.members.some((m) => m.id === self.id)) {
     throw new Error(`node id "${self.id}" is not in cluster.members (${cluster.members.map((m) => m.id).join(', ')})`);
   }
-  const membership = new StaticMembership(cluster.members.map((m) => ({ id: m.id, url: m.url, ...(m.weight === undefined ? {} : { weight: m.weight }) })));
-  return { membership, close: () => membership.stop() };
+  const membership = new StaticMembership(
+    cluster.members.map((m) => ({ id: m.id, url: m.url, ...(m.weight === undefined ? {} : { weight: m.weight }) })),
+    ringOptions,
+  );
+  return { membership, ringOptions, close: () => membership.stop() };
 }

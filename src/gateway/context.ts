@@ -3,6 +3,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { Clock } from '../clock.ts';
+import type { Handoff } from '../coord/handoff.ts';
 import type { LoadedConfig } from '../config/load.ts';
 import type { Limiter } from '../limiter/limiter.ts';
 import type { PromptCounter } from '../tokens/index.ts';
@@ -13,6 +14,8 @@ export interface GatewayContext {
   readonly config: LoadedConfig;
   readonly clock: Clock;
   readonly limiter: Limiter;
+  /** Ownership and handoff in a cluster: settlements of tenants that moved away go to their owner. */
+  readonly handoff?: Handoff;
   readonly tokens: PromptCounter;
   readonly upstreams: Upstreams;
   /** A request id unique in the cluster: a random per-process prefix and a counter. */

@@ -113,6 +113,7 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
   const cost = ex.promptTokens + ex.reservedOutput;
   const admitted = ctx.limiter.acquire(tenantId, { id, tokens: cost, model: ex.model.name });
   if (!admitted.ok) return sendRefusal(ctx, reply, ex, admitted, cost);
+  ctx.handoff?.touched(tenantId);
 
   const headers = limitHeaders(ctx, ex.dialect, admitted.limits);
   headers['x-quotaring-request-id'] = id;
@@ -173,8 +174,22 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
     return reply;
   } finally {
     raw.off('close', onClose);
-    ctx.limiter.settle(tenantId, id, actual);
-    ctx.limiter.release(tenantId, id);
+    finish(ctx, tenantId, id, actual);
+  }
+}
+
+/**
+ * Settles reservation `id` on `actual` tokens and releases its slot: in this node's limiter while it
+ * holds the tenant (synchronously: the next decision sees it), at the tenant's new owner otherwise.
+ */
+function finish(ctx: GatewayContext, tenant: string, id: string, actual: number): void {
+  const handoff = ctx.handoff;
+  if (handoff === undefined || handoff.holds(tenant)) {
+    ctx.limiter.settle(tenant, id, actual);
+    ctx.limiter.release(tenant, id);
+    handoff?.touched(tenant);
+  } else {
+    void handoff.finish(tenant, id, actual);
   }
 }
 
@@ -207,7 +222,12 @@ async function pipeStream(
       }
       const now = ctx.clock.now();
       if (now - lastRenew >= renewEvery) {
-        ctx.limiter.renew(ex.tenant.id, id);
+        if (ctx.handoff === undefined || ctx.handoff.holds(ex.tenant.id)) {
+          ctx.limiter.renew(ex.tenant.id, id);
+          ctx.handoff?.touched(ex.tenant.id);
+        } else {
+          void ctx.handoff.renew(ex.tenant.id, id);
+        }
         lastRenew = now;
       }
       if (out.length > 0 && !raw.write(out)) await drained(raw);

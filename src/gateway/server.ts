@@ -7,18 +7,24 @@ import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from
 import type { Clock } from '../clock.ts';
 import { systemClock } from '../clock.ts';
 import type { LoadedConfig } from '../config/load.ts';
+import { Handoff } from '../coord/handoff.ts';
+import type { RingOptions } from '../coord/ring.ts';
+import type { TenantStateStore } from '../coord/state-store.ts';
+import type { Member, Membership } from '../coord/types.ts';
 import { GatewayError, errorBody } from '../errors.ts';
 import type { ErrorCode, ErrorDialect } from '../errors.ts';
 import { Limiter } from '../limiter/limiter.ts';
-import { PromptCounter } from '../tokens/index.ts';
+import type { Policy } from '../limiter/types.ts';
+import { PromptCounter, exactCounter } from '../tokens/index.ts';
 import { authHook } from './auth.ts';
 import type { GatewayContext } from './context.ts';
 import { requestIdGenerator } from './context.ts';
 import { registerJsonBody } from './json-body.ts';
 import { ownershipHook } from './ownership.ts';
-import type { NodeCluster } from './ownership.ts';
 import { anthropicRoutes } from './routes/anthropic.ts';
 import { openAIRoutes } from './routes/openai.ts';
+import { sendSettlement, settlementRoutes } from './routes/settlements.ts';
+import { tenantStateRoutes } from './routes/tenant-state.ts';
 import { Upstreams } from './upstream.ts';
 
 /** Options of {@link buildGateway}. */
@@ -29,7 +35,32 @@ export interface GatewayOptions {
   /** Use fastify's pino logger at `server.log_level`. @default true */
   readonly logger?: boolean;
   /** This node's place in a cluster; absent for a single node, which owns every tenant. */
-  readonly cluster?: NodeCluster;
+  readonly cluster?: NodeClusterOptions;
+}
+
+/** A node's place in a cluster. Handoff timings come from the config's `cluster.handoff`. */
+export interface NodeClusterOptions {
+  readonly self: Member;
+  /** Source of the ring; started by the caller after the gateway listens (then call `nodeHandoff(app).joined()`). */
+  readonly membership: Membership;
+  /** Options the membership builds its rings with. */
+  readonly ringOptions?: RingOptions;
+  /** Where tenant state is handed over and checkpointed (Redis membership); absent with static members. */
+  readonly store?: TenantStateStore;
+}
+
+const handoffs = new WeakMap<FastifyInstance, Handoff>();
+
+/** The handoff of a node built by {@link buildGateway} with a cluster; undefined for a single node. */
+export function nodeHandoff(app: FastifyInstance): Handoff | undefined {
+  return handoffs.get(app);
+}
+
+/** Redis expiry of a tenant's stored state, ms: its longest window (or lease), plus a minute. */
+function stateTtlMs(policy: Policy | undefined): number {
+  let longest = 0;
+  for (const limit of policy?.limits ?? []) longest = Math.max(longest, limit.kind === 'concurrent' ? limit.leaseTtlMs : limit.windowMs);
+  return longest + 60_000;
 }
 
 /** Error dialect of a URL: Anthropic's shape on `/v1/messages`, OpenAI's elsewhere. */
@@ -52,6 +83,17 @@ function sendError(request: FastifyRequest, reply: FastifyReply, code: ErrorCode
 }
 
 /**
+ * Builds the vocabularies exact counting will use (~100 ms each, o200k_base), so that a node does not
+ * stall its event loop on its first requests (and fail routers' health checks) after it joins.
+ */
+function warmExactCounters(config: LoadedConfig, cacheEntries: number): void {
+  const anyTenantExact = config.config.tenants.some((t) => t.estimator === 'exact');
+  for (const model of config.config.models) {
+    if (model.encoding !== 'none' && (model.estimator === 'exact' || anyTenantExact)) exactCounter(model.encoding, cacheEntries).count('warm up');
+  }
+}
+
+/**
  * Builds the gateway (not listening). The limiter's idle sweep runs every `server.sweep_interval`;
  * `app.close()` stops it, the token pool and the upstream pools.
  */
@@ -65,10 +107,31 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     bodyLimit: server.body_limit,
     return503OnClosing: true,
   });
+  const limiter = new Limiter({ clock, policyFor: (tenant) => config.policies.get(tenant) });
+  const clusterOpts = opts.cluster;
+  const handoffSettings = config.config.cluster.handoff;
+  const handoff =
+    clusterOpts === undefined
+      ? undefined
+      : new Handoff({
+          self: clusterOpts.self,
+          membership: clusterOpts.membership,
+          limiter,
+          ...(clusterOpts.store === undefined ? {} : { store: clusterOpts.store }),
+          clock,
+          ...(clusterOpts.ringOptions === undefined ? {} : { ringOptions: clusterOpts.ringOptions }),
+          waitMs: handoffSettings.wait_ms,
+          checkpointMs: handoffSettings.checkpoint,
+          stateTtlMs: (tenant) => stateTtlMs(config.policies.get(tenant)),
+          send: sendSettlement,
+          log: app.log,
+        });
+  if (handoff !== undefined) handoffs.set(app, handoff);
   const ctx: GatewayContext = {
     config,
     clock,
-    limiter: new Limiter({ clock, policyFor: (tenant) => config.policies.get(tenant) }),
+    limiter,
+    ...(handoff === undefined ? {} : { handoff }),
     tokens: new PromptCounter({
       poolSize: config.config.tokens.pool_size,
       workerThresholdChars: config.config.tokens.worker_threshold_chars,
@@ -90,20 +153,26 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
   app.setNotFoundHandler((request, reply) => sendError(request, reply, 'not_found', `No route for ${request.method} ${request.url.split('?')[0]}.`));
 
   let ready = false;
-  const cluster = opts.cluster;
-  app.get('/healthz', async () => (cluster === undefined ? { status: 'ok' } : { status: 'ok', node: cluster.self.id, ring: cluster.membership.ring().version }));
+  app.get('/healthz', async () => (clusterOpts === undefined || handoff === undefined ? { status: 'ok' } : { status: 'ok', node: clusterOpts.self.id, ring: handoff.ring().version }));
   app.get('/readyz', async (_request, reply) => (ready ? { status: 'ready' } : reply.code(503).send({ status: 'starting' })));
 
   app.register(async (v1) => {
     v1.addHook('onRequest', authHook(ctx));
-    if (opts.cluster !== undefined) v1.addHook('preHandler', ownershipHook(opts.cluster));
+    if (clusterOpts !== undefined && handoff !== undefined) v1.addHook('preHandler', ownershipHook({ ...clusterOpts, handoff }));
     openAIRoutes(v1, ctx);
     anthropicRoutes(v1, ctx);
   });
 
-  const sweep = setInterval(() => ctx.limiter.sweep(), server.sweep_interval);
+  if (handoff !== undefined) settlementRoutes(app, config, handoff);
+  tenantStateRoutes(app, config, limiter, clusterOpts?.self.id ?? 'single', handoff);
+
+  const sweep = setInterval(() => {
+    ctx.limiter.sweep();
+    handoff?.forgetIdle();
+  }, server.sweep_interval);
   sweep.unref();
   app.addHook('onReady', async () => {
+    warmExactCounters(config, config.config.tokens.cache_entries);
     ready = true;
   });
   app.addHook('preClose', async () => {
@@ -111,6 +180,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
   });
   app.addHook('onClose', async () => {
     clearInterval(sweep);
+    handoff?.stop();
     await Promise.all([ctx.tokens.close(), ctx.upstreams.close()]);
   });
   return app;

@@ -1,9 +1,14 @@
 /**
- * Starts a gateway node from a config file and stops it gracefully on SIGTERM/SIGINT.
+ * Starts a gateway node from a config file and stops it gracefully on SIGTERM/SIGINT: in a cluster
+ * with Redis, a graceful stop hands every tenant over, deregisters, keeps answering 421 for
+ * `cluster.handoff.drain` so routers catch up, then finishes in-flight requests within
+ * `cluster.handoff.grace` and exits 0.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import { loadConfig } from '../config/load.ts';
 import { membershipFromConfig } from '../coord/from-config.ts';
-import { buildGateway } from './server.ts';
+import { TenantStateStore } from '../coord/state-store.ts';
+import { buildGateway, nodeHandoff } from './server.ts';
 
 /** Options of {@link startGateway}; host and port override `server.host` / `server.port`. */
 export interface StartGatewayOptions {
@@ -14,31 +19,59 @@ export interface StartGatewayOptions {
   readonly id?: string;
   /** URL routers reach this node at. @default `http://<host>:<port>` */
   readonly advertiseUrl?: string;
-  /** Install SIGTERM/SIGINT handlers that close the server (in-flight requests finish) and exit 0. @default false */
+  /** Install SIGTERM/SIGINT handlers that stop the node gracefully and exit 0. @default false */
   readonly handleSignals?: boolean;
 }
 
 /**
- * Loads the config, builds the gateway and listens.
- * @returns the listening URL and a `close()` that waits for requests in flight.
- * @throws ConfigError for an invalid config; listen errors (port in use) as thrown by fastify.
+ * Loads the config, builds the gateway, listens, then joins the cluster (if one is configured).
+ * @returns the listening URL and a graceful `close()`.
+ * @throws ConfigError for a bad config file; listen errors (port in use) as thrown by fastify;
+ *   the Redis error when the membership cannot start.
  */
 export async function startGateway(opts: StartGatewayOptions): Promise<{ url: string; close(): Promise<void> }> {
   const config = loadConfig(opts.configFile);
   const server = config.config.server;
+  const settings = config.config.cluster;
   const host = opts.host ?? server.host;
   const port = opts.port ?? server.port;
   const self = { id: opts.id ?? `node-${port}`, url: opts.advertiseUrl ?? `http://${host}:${port}` };
-  const configured = membershipFromConfig(config.config.cluster, self);
-  const app = buildGateway({ config, ...(configured === undefined ? {} : { cluster: { self, membership: configured.membership } }) });
+  const configured = membershipFromConfig(settings, self);
+  const store = configured?.redis === undefined ? undefined : new TenantStateStore(configured.redis, settings.name);
+  const app = buildGateway({
+    config,
+    ...(configured === undefined
+      ? {}
+      : { cluster: { self, membership: configured.membership, ringOptions: configured.ringOptions, ...(store === undefined ? {} : { store }) } }),
+  });
   const url = await app.listen({ host, port });
+  const handoff = nodeHandoff(app);
   // Join the ring only once this node can serve.
+  await handoff?.start();
   await configured?.membership.start();
-  app.log.info({ url, node: self.id, ring: configured?.membership.ring().version, tenants: config.config.tenants.length }, 'quotaring node listening');
-  const close = async (): Promise<void> => {
-    // Leave the ring first, so routers stop sending here, then finish what is in flight.
-    await configured?.close();
-    await app.close();
+  handoff?.joined();
+  app.log.info({ url, node: self.id, ring: handoff?.ring().version, tenants: config.config.tenants.length }, 'quotaring node listening');
+
+  let closing: Promise<void> | undefined;
+  const close = (): Promise<void> => {
+    closing ??= (async () => {
+      if (handoff !== undefined && store !== undefined) {
+        // Hand over first (the new owners find the states before they see the new ring), then leave.
+        await handoff.leave();
+        await configured?.membership.stop();
+        await sleep(settings.handoff.drain);
+      }
+      const grace = setTimeout(() => {
+        app.log.warn({ graceMs: settings.handoff.grace }, 'grace period over: closing open connections');
+        app.server.closeAllConnections();
+      }, settings.handoff.grace);
+      grace.unref();
+      await app.close();
+      clearTimeout(grace);
+      // In-flight settlements were forwarded during close; now stop the Redis connection.
+      await configured?.close();
+    })();
+    return closing;
   };
   if (opts.handleSignals === true) {
     const stop = (signal: string): void => {

@@ -16,20 +16,9 @@ import type { MemberPools } from './member-pools.ts';
 import { drainUnsent, isReplayable, requestBodyOf } from './request-body.ts';
 import type { RequestBody } from './request-body.ts';
 import type { Suspects } from './suspects.ts';
+import { FALLBACK_HEADER, OWNER_HEADER, RING_HEADER, TENANT_HEADER } from '../coord/headers.ts';
 
-/** Request header: the version of the ring the router routed by. */
-export const RING_HEADER = 'x-quotaring-ring';
-/** Request header: the tenant id the router resolved from the key. */
-export const TENANT_HEADER = 'x-quotaring-tenant';
-/** Response header of a 421: the id of the member that owns the tenant under the node's ring. */
-export const OWNER_HEADER = 'x-quotaring-owner';
-/**
- * Request header: the id of the tenant's owner (under the ring in {@link RING_HEADER}) that the
- * router routed around because it is suspect (refused a connection, or fails health checks). Set
- * only on a request sent to a member that is not the owner for that reason; never on a request to
- * the owner, nor on the retry to the owner a 421 named. A client's own value is dropped.
- */
-export const FALLBACK_HEADER = 'x-quotaring-fallback-for';
+export { FALLBACK_HEADER, OWNER_HEADER, RING_HEADER, TENANT_HEADER } from '../coord/headers.ts';
 
 /** What {@link forward} needs from the router. */
 export interface ForwardContext {
@@ -88,7 +77,7 @@ type Attempt = { readonly ok: true; readonly res: Dispatcher.ResponseData } | { 
  * chosen member failed and no retry was possible or the retry failed too).
  * A 421 that cannot be retried (large body, no other owner) is relayed as the node sent it.
  * A request sent to a member other than the ring owner because the owner is suspect carries
- * {@link FALLBACK_HEADER} naming the owner.
+ * {@link FALLBACK_HEADER} naming the owner; so does the retry after a 421 (see the header's doc).
  */
 export async function forward(ctx: ForwardContext, request: FastifyRequest, reply: FastifyReply, tenant: string): Promise<FastifyReply> {
   const isSuspect = (id: string): boolean => ctx.suspects.has(id);
@@ -108,9 +97,12 @@ export async function forward(ctx: ForwardContext, request: FastifyRequest, repl
   });
   const headers = endToEndHeaders(request.headers, DROP_REQUEST);
   headers[TENANT_HEADER] = tenant;
-  /** Sends to `member`, routed by `routedBy`; `fallback` says whether to name a suspect owner it stands in for. */
-  const send = (member: Member, routedBy: Ring, fallback: boolean): Promise<Attempt> => {
-    const owner = fallback ? fallbackFor(routedBy, tenant, member, isSuspect) : undefined;
+  /**
+   * Sends to `member`, routed by `routedBy`. `fallback`: true names the suspect owner it stands in
+   * for (if any); a string names that member; false names none.
+   */
+  const send = (member: Member, routedBy: Ring, fallback: boolean | string): Promise<Attempt> => {
+    const owner = fallback === true ? fallbackFor(routedBy, tenant, member, isSuspect) : fallback === false || fallback === member.id ? undefined : fallback;
     return attempt(ctx, member, request, owner === undefined ? headers : { ...headers, [FALLBACK_HEADER]: owner }, routedBy.version, body, abort);
   };
 
@@ -126,20 +118,26 @@ export async function forward(ctx: ForwardContext, request: FastifyRequest, repl
     target = next;
     result = await send(next, ring, true);
   } else if (result.res.statusCode === 421 && isReplayable(body)) {
+    // Rings in transition: the node and this router disagree on the owner. The retry names, as the
+    // owner it stands in for, the member the retried node may still believe owns the tenant, so the
+    // second hop decides instead of answering 421 again:
+    // - the named owner is a live member here: retry there, naming the node that redirected;
+    // - it is not (it left or died, and the node has not seen it yet): retry on this router's choice
+    //   on a re-read ring; when that is the same node, name the owner it believes in, otherwise the
+    //   suspect owner the choice stands in for (if any).
     const named = header(result.res.headers[OWNER_HEADER]);
     let owner = ring.members.find((m) => m.id === named && m.id !== first.id && !isSuspect(m.id));
-    // The owner the node named is sent to as the owner; a member chosen on a re-read ring may stand in for a suspect owner.
-    let chosen = false;
+    let standsInFor: boolean | string = first.id;
     if (owner === undefined) {
       ring = ctx.membership.ring();
-      owner = chooseMember(ring, tenant, isSuspect, first.id);
-      chosen = true;
+      owner = chooseMember(ring, tenant, isSuspect);
+      standsInFor = owner?.id === first.id ? (named ?? true) : true;
     }
     if (owner !== undefined) {
       await result.res.body.dump().catch(() => undefined);
       request.log.info({ member: first.id, named, retry: owner.id }, 'misdirected; retrying once on the owner');
       target = owner;
-      result = await send(owner, ring, chosen);
+      result = await send(owner, ring, standsInFor);
     }
   }
   if (!result.ok) {

@@ -452,19 +452,20 @@ describe('router', () => {
       assert.deepEqual(b.seen.map((s) => s.headers[FALLBACK_HEADER]), ['a']);
     });
 
-    test('not on the retry to the owner a 421 named, nor to a non-suspect next member', async () => {
+    test('after a 421 the retry names the node that redirected; a named owner the router does not know is named back to the same node', async () => {
       a.behaviour = 'misdirect';
       a.owner = 'c';
       await (await post()).body.dump();
-      assert.equal(c.seen[0]?.headers[FALLBACK_HEADER], undefined);
-      // Owner not in the router ring: the re-read ring's owner is a itself (excluded, not suspect) → b, without the header.
+      assert.equal(a.seen[0]?.headers[FALLBACK_HEADER], undefined);
+      assert.equal(c.seen[0]?.headers[FALLBACK_HEADER], 'a');
+      // Owner not in the router ring: the re-read ring's owner is a itself → a again, told it stands in for node-9.
       a.owner = 'node-9';
       await (await post()).body.dump();
-      assert.deepEqual([a.seen.length, b.seen.length, c.seen.length], [2, 1, 1]);
-      assert.equal(b.seen[0]?.headers[FALLBACK_HEADER], undefined);
+      assert.deepEqual([a.seen.length, b.seen.length, c.seen.length], [3, 0, 1]);
+      assert.equal(a.seen[1]?.headers[FALLBACK_HEADER], undefined);
+      assert.equal(a.seen[2]?.headers[FALLBACK_HEADER], 'node-9');
     });
-
-    test('a stand-in that answers 421 naming another owner: the retry goes to that owner without the header', async () => {
+    test('a stand-in that answers 421 naming another owner: the retry goes to that owner, naming the stand-in', async () => {
       a.healthy = false;
       await routerControl(router).checkHealth();
       b.behaviour = 'misdirect';
@@ -472,7 +473,7 @@ describe('router', () => {
       const res = await post();
       assert.equal(((await res.body.json()) as { node: string }).node, 'c');
       assert.equal(b.seen[0]?.headers[FALLBACK_HEADER], 'a');
-      assert.equal(c.seen[0]?.headers[FALLBACK_HEADER], undefined);
+      assert.equal(c.seen[0]?.headers[FALLBACK_HEADER], 'b');
     });
 
     test('after a 421, a member chosen on the re-read ring in place of its suspect owner names that owner', async () => {

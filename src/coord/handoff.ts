@@ -1,0 +1,425 @@
+/**
+ * Ownership and handoff of tenants on one node: which tenants this node decides for, how their
+ * limiter state arrives when they move here, leaves when they move away, and survives a crash.
+ *
+ * - A node decides for a tenant once it has *claimed* it: it owns the tenant under its ring (or a
+ *   router sent the request here because the owner is suspect) and has loaded the tenant's state
+ *   from Redis. Claimed tenants cost nothing more per request: no Redis command.
+ * - On a ring change the node exports every claimed tenant it no longer owns, drops it from its
+ *   limiter, writes the states in one pipeline and announces the handoff (`HandoffDone`).
+ * - A node claiming a tenant reads its state from Redis first. When the tenant's previous owner is
+ *   still in the ring (a join) and has not announced its handoff for this ring, the node waits for
+ *   the announcement up to `waitMs`. After that wait, or when the previous owner is gone (a crash),
+ *   it starts from whatever Redis holds: the last checkpoint, at most one checkpoint period old
+ *   (the conservative start: usage that old is still counted, only the last period can be missing),
+ *   or fresh limits when Redis holds nothing.
+ * - Every `checkpointMs` the tenants touched since the last checkpoint are written (pipelined).
+ * - Settlements, releases and renewals of requests admitted here for a tenant that has since moved
+ *   are forwarded to its owner, which applies them to the reservation it received in the handoff.
+ * - A graceful leave hands every tenant over to the ring without this node before it deregisters.
+ *
+ * Without a store (static members, no Redis) nothing is handed over: a tenant moves only when a
+ * router routes around a dead owner, and then starts fresh on the next member.
+ */
+import type { Clock } from '../clock.ts';
+import type { Limiter } from '../limiter/limiter.ts';
+import { parseTenantSnapshot } from '../limiter/snapshot.ts';
+import { createRing } from './ring.ts';
+import type { RingOptions } from './ring.ts';
+import type { HandoffDone, StoredState, TenantStateStore } from './state-store.ts';
+import type { Member, Membership, Ring } from './types.ts';
+
+/** A settlement or renewal of a reservation, sent to the tenant's owner. */
+export type ForwardedSettlement =
+  | { readonly op: 'finish'; readonly tenant: string; readonly id: string; /** Actual tokens used. */ readonly tokens: number }
+  | { readonly op: 'renew'; readonly tenant: string; readonly id: string };
+
+/** Sends a settlement to another node. @throws when the node did not accept it. */
+export type SettlementSender = (to: Member, settlement: ForwardedSettlement, hops: number) => Promise<void>;
+
+/** Where a tenant's requests are decided, as seen by this node. */
+export type Placement = { readonly here: true } | { readonly here: false; /** The owner under this node's ring. */ readonly owner: Member | undefined };
+
+/** Log sink (pino's shape). */
+export interface HandoffLog {
+  info(obj: object, msg: string): void;
+  warn(obj: object, msg: string): void;
+}
+
+/** Options of a {@link Handoff}. */
+export interface HandoffOptions {
+  readonly self: Member;
+  readonly membership: Membership;
+  readonly limiter: Limiter;
+  /** Redis state store; absent with static members (no handoff). */
+  readonly store?: TenantStateStore;
+  readonly clock: Clock;
+  /** Options the membership builds its rings with (for the ring without this node on leave). */
+  readonly ringOptions?: RingOptions;
+  /** Longest wait for a previous owner's handoff, ms. @default 250 */
+  readonly waitMs?: number;
+  /** Checkpoint period, ms. @default 1000 */
+  readonly checkpointMs?: number;
+  /** Redis expiry of a tenant's stored state, ms (its longest window plus a margin). */
+  readonly stateTtlMs: (tenant: string) => number;
+  /** Sends forwarded settlements. */
+  readonly send: SettlementSender;
+  readonly log: HandoffLog;
+}
+
+/** Counters of a node's handoffs, for tests and operators. */
+export interface HandoffStats {
+  /** Tenants claimed with state loaded from Redis. */
+  loaded: number;
+  /** Claims that waited for a previous owner's announcement and got it. */
+  waited: number;
+  /** Claims whose wait ended at `waitMs` without the announcement. */
+  timedOut: number;
+  /** Tenants exported to Redis because they moved away. */
+  handedOff: number;
+  /** Checkpoint writes (tenants). */
+  checkpointed: number;
+  /** Settlements and renewals forwarded to another owner. */
+  forwarded: number;
+  /** Forwarded settlements that could not be delivered (lost). */
+  lost: number;
+  /** Duration of the last handoff (export, write, announce), ms. */
+  lastHandoffMs: number;
+}
+
+const SEEN_ANNOUNCEMENTS = 256;
+/** Forwarding hops before a settlement is dropped (owner changed again while it travelled). */
+export const MAX_FORWARD_HOPS = 2;
+
+/** A node's ownership of tenants and the handoff of their limiter state. See the module comment. */
+export class Handoff {
+  readonly #self: Member;
+  readonly #membership: Membership;
+  readonly #limiter: Limiter;
+  readonly #store: TenantStateStore | undefined;
+  readonly #clock: Clock;
+  readonly #ringOptions: RingOptions;
+  readonly #waitMs: number;
+  readonly #checkpointMs: number;
+  readonly #ttlMs: (tenant: string) => number;
+  readonly #send: SettlementSender;
+  readonly #log: HandoffLog;
+
+  #ring: Ring;
+  #previous: Ring;
+  #leaving = false;
+  readonly #claimed = new Set<string>();
+  readonly #loading = new Map<string, Promise<void>>();
+  readonly #dirty = new Set<string>();
+  /** `from|ring` of announcements seen, oldest first. */
+  readonly #seen = new Set<string>();
+  readonly #waiters = new Map<string, Set<() => void>>();
+  /** Handoffs run one after another, so states are written in ring order. */
+  #chain: Promise<void> = Promise.resolve();
+  #timer: NodeJS.Timeout | undefined;
+  #unsubscribe: (() => void) | undefined;
+  readonly stats: HandoffStats = { loaded: 0, waited: 0, timedOut: 0, handedOff: 0, checkpointed: 0, forwarded: 0, lost: 0, lastHandoffMs: 0 };
+
+  constructor(opts: HandoffOptions) {
+    this.#self = opts.self;
+    this.#membership = opts.membership;
+    this.#limiter = opts.limiter;
+    this.#store = opts.store;
+    this.#clock = opts.clock;
+    this.#ringOptions = opts.ringOptions ?? {};
+    this.#waitMs = opts.waitMs ?? 250;
+    this.#checkpointMs = opts.checkpointMs ?? 1_000;
+    this.#ttlMs = opts.stateTtlMs;
+    this.#send = opts.send;
+    this.#log = opts.log;
+    this.#ring = createRing([], this.#ringOptions);
+    this.#previous = this.#ring;
+  }
+
+  /**
+   * Subscribes to handoff announcements and starts checkpoints. Call before the membership starts,
+   * so the first ring (and the ring before this node joined) are seen.
+   * @throws the Redis error when subscribing fails.
+   */
+  async start(): Promise<void> {
+    await this.#store?.subscribe(
+      (done) => this.#announced(done),
+      (err) => this.#log.warn({ err: err.message }, 'handoff subscriber error'),
+    );
+    this.#unsubscribe = this.#membership.onChange((ring) => this.#ringChanged(ring));
+    if (this.#store !== undefined) {
+      this.#timer = setInterval(() => void this.checkpoint(), this.#checkpointMs);
+      this.#timer.unref();
+    }
+  }
+
+  /** After the membership started: takes its first ring, with the ring before this node joined as the previous one. */
+  joined(): void {
+    const ring = this.#membership.ring();
+    this.#previous = createRing(
+      ring.members.filter((m) => m.id !== this.#self.id),
+      this.#ringOptions,
+    );
+    this.#ring = ring;
+  }
+
+  /** The ring this node decides by (without itself once leaving). */
+  ring(): Ring {
+    return this.#ring;
+  }
+
+  /**
+   * Where a tenant's request is decided. Here when this node owns it, or when `fallbackFor` names
+   * the owner (a router routes around it as suspect) and this node is not leaving.
+   */
+  place(tenant: string, fallbackFor?: string): Placement {
+    const owner = this.#ring.owner(tenant);
+    if (owner === undefined) return this.#leaving ? { here: false, owner } : { here: true };
+    if (owner.id === this.#self.id) return { here: true };
+    if (fallbackFor !== undefined && fallbackFor === owner.id && !this.#leaving) return { here: true };
+    return { here: false, owner };
+  }
+
+  /**
+   * Resolves once this node may decide for `tenant` (its state loaded). Undefined when it already
+   * may: the per-request fast path. Never rejects: a Redis failure starts the tenant fresh (logged).
+   * @param fallback the owner is suspect: do not wait for its handoff.
+   */
+  ready(tenant: string, fallback = false): Promise<void> | undefined {
+    if (this.#store === undefined || this.#claimed.has(tenant)) return undefined;
+    let loading = this.#loading.get(tenant);
+    if (loading === undefined) {
+      loading = this.#claim(tenant, this.#store, fallback).finally(() => this.#loading.delete(tenant));
+      this.#loading.set(tenant, loading);
+    }
+    return loading;
+  }
+
+  /** True when this node's limiter holds the tenant's state now (settle it here, synchronously). */
+  holds(tenant: string): boolean {
+    return this.#store === undefined || this.#claimed.has(tenant);
+  }
+
+  /** Marks a tenant's state as changed, for the next checkpoint. */
+  touched(tenant: string): void {
+    if (this.#store !== undefined) this.#dirty.add(tenant);
+  }
+
+  /**
+   * Settles reservation `id` on `tokens` actually used and releases its slot: here when this node
+   * holds the tenant, otherwise at the tenant's owner (forwarded, one retry, then logged as lost).
+   */
+  async finish(tenant: string, id: string, tokens: number, hops = 0): Promise<{ settled: boolean; released: boolean }> {
+    if (await this.#holdsOrForwards(tenant, { op: 'finish', tenant, id, tokens }, hops)) {
+      const settled = this.#limiter.settle(tenant, id, tokens).settled;
+      const released = this.#limiter.release(tenant, id);
+      this.touched(tenant);
+      return { settled, released };
+    }
+    return { settled: false, released: false };
+  }
+
+  /** Renews reservation `id` (a long stream) here or at the tenant's owner. */
+  async renew(tenant: string, id: string, hops = 0): Promise<boolean> {
+    if (await this.#holdsOrForwards(tenant, { op: 'renew', tenant, id }, hops)) {
+      const renewed = this.#limiter.renew(tenant, id);
+      this.touched(tenant);
+      return renewed;
+    }
+    return false;
+  }
+
+  /**
+   * Graceful leave: from now on this node decides for no tenant; every claimed tenant is handed to
+   * its owner in the ring without this node, and the handoff announced. Call before the membership
+   * deregisters, so the new owners find the states before they see the new ring.
+   */
+  async leave(): Promise<void> {
+    this.#leaving = true;
+    this.#ring = this.#without(this.#membership.ring());
+    await this.#handOver(this.#ring);
+  }
+
+  /** Writes the tenants touched since the last checkpoint (one pipeline). Never rejects. */
+  async checkpoint(): Promise<void> {
+    const store = this.#store;
+    if (store === undefined || this.#dirty.size === 0) return;
+    const states: StoredState[] = [];
+    for (const tenant of this.#dirty) {
+      if (!this.#claimed.has(tenant)) continue;
+      const state = this.#state(tenant);
+      if (state !== undefined) states.push(state);
+    }
+    this.#dirty.clear();
+    try {
+      await store.write(states);
+      this.stats.checkpointed += states.length;
+    } catch (err) {
+      this.#log.warn({ err: (err as Error).message, tenants: states.length }, 'checkpoint failed');
+    }
+  }
+
+  /** Forgets claims of tenants the limiter no longer holds (swept idle: their state is fresh). */
+  forgetIdle(): void {
+    for (const tenant of this.#claimed) if (!this.#limiter.hasTenant(tenant)) this.#claimed.delete(tenant);
+  }
+
+  /** Stops checkpoints and announcements (writes nothing; call `leave()` first for a graceful exit). */
+  stop(): void {
+    clearInterval(this.#timer);
+    this.#unsubscribe?.();
+    this.#store?.close();
+    for (const waiters of this.#waiters.values()) for (const wake of waiters) wake();
+    this.#waiters.clear();
+  }
+
+  /** Tenants this node decides for now. */
+  claimed(): ReadonlySet<string> {
+    return this.#claimed;
+  }
+
+  /** Until the handoff chain is idle (tests). */
+  settledDown(): Promise<void> {
+    return this.#chain;
+  }
+
+  /** True when the tenant is held here (after loading it if this node owns it); false after forwarding. */
+  async #holdsOrForwards(tenant: string, settlement: ForwardedSettlement, hops: number): Promise<boolean> {
+    if (this.#store === undefined || this.#claimed.has(tenant)) return true;
+    const placed = this.place(tenant);
+    if (placed.here) {
+      await this.ready(tenant);
+      return true;
+    }
+    const owner = placed.owner;
+    if (owner === undefined || hops >= MAX_FORWARD_HOPS) {
+      this.stats.lost++;
+      this.#log.warn({ tenant, id: settlement.id, op: settlement.op, hops }, 'settlement lost: no owner to forward it to');
+      return false;
+    }
+    this.stats.forwarded++;
+    try {
+      await this.#send(owner, settlement, hops + 1);
+    } catch {
+      try {
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        await this.#send(this.#ring.owner(tenant) ?? owner, settlement, hops + 1);
+      } catch (err) {
+        this.stats.lost++;
+        this.#log.warn({ tenant, id: settlement.id, op: settlement.op, to: owner.id, err: (err as Error).message }, 'settlement lost: owner unreachable');
+      }
+    }
+    return false;
+  }
+
+  async #claim(tenant: string, store: TenantStateStore, fallback: boolean): Promise<void> {
+    const previous = this.#previous.owner(tenant);
+    const ring = this.#ring;
+    if (!fallback && previous !== undefined && previous.id !== this.#self.id && ring.members.some((m) => m.id === previous.id)) {
+      const key = `${previous.id}|${ring.version}`;
+      if (!this.#seen.has(key)) {
+        if (await this.#waitFor(key)) this.stats.waited++;
+        else {
+          this.stats.timedOut++;
+          this.#log.warn({ tenant, from: previous.id, ring: ring.version, waitMs: this.#waitMs }, 'handoff not announced in time: starting from the last checkpoint');
+        }
+      }
+    }
+    try {
+      const json = await store.read(tenant);
+      if (json !== null) {
+        this.#limiter.importTenant(tenant, parseTenantSnapshot(json));
+        this.stats.loaded++;
+      } else {
+        this.#limiter.dropTenant(tenant);
+      }
+    } catch (err) {
+      this.#log.warn({ tenant, err: (err as Error).message }, 'tenant state unreadable: starting fresh');
+    }
+    this.#claimed.add(tenant);
+  }
+
+  /** Waits for announcement `key` up to `waitMs`. @returns whether it came. */
+  #waitFor(key: string): Promise<boolean> {
+    return new Promise((resolve) => {
+      let waiters = this.#waiters.get(key);
+      if (waiters === undefined) this.#waiters.set(key, (waiters = new Set()));
+      const set = waiters;
+      const wake = (): void => {
+        clearTimeout(timer);
+        set.delete(wake);
+        resolve(this.#seen.has(key));
+      };
+      const timer = setTimeout(wake, this.#waitMs);
+      set.add(wake);
+    });
+  }
+
+  #announced(done: HandoffDone): void {
+    const key = `${done.from}|${done.ring}`;
+    this.#seen.add(key);
+    if (this.#seen.size > SEEN_ANNOUNCEMENTS) {
+      const oldest = this.#seen.values().next().value;
+      if (oldest !== undefined) this.#seen.delete(oldest);
+    }
+    const waiters = this.#waiters.get(key);
+    if (waiters !== undefined) {
+      this.#waiters.delete(key);
+      for (const wake of waiters) wake();
+    }
+  }
+
+  #ringChanged(ring: Ring): void {
+    const next = this.#leaving ? this.#without(ring) : ring;
+    if (next.version === this.#ring.version) return;
+    this.#previous = this.#ring;
+    this.#ring = next;
+    this.#log.info({ ring: next.version, members: next.members.map((m) => m.id) }, 'ring changed');
+    void this.#handOver(next);
+  }
+
+  /** Exports, drops and stores every claimed tenant not owned here under `ring`, then announces. */
+  #handOver(ring: Ring): Promise<void> {
+    const store = this.#store;
+    const started = this.#clock.now();
+    const states: StoredState[] = [];
+    for (const tenant of this.#claimed) {
+      if (!this.#leaving && ring.owner(tenant)?.id === this.#self.id) continue;
+      const state = this.#state(tenant);
+      if (state !== undefined) states.push(state);
+      this.#limiter.dropTenant(tenant);
+      this.#claimed.delete(tenant);
+      this.#dirty.delete(tenant);
+    }
+    if (store === undefined) return this.#chain;
+    const run = async (): Promise<void> => {
+      try {
+        await store.write(states);
+        this.stats.handedOff += states.length;
+      } catch (err) {
+        this.#log.warn({ err: (err as Error).message, tenants: states.length }, 'handoff write failed: new owners start from checkpoints');
+      }
+      try {
+        await store.announce({ from: this.#self.id, ring: ring.version });
+      } catch (err) {
+        this.#log.warn({ err: (err as Error).message }, 'handoff announcement failed');
+      }
+      this.stats.lastHandoffMs = this.#clock.now() - started;
+      this.#log.info({ ring: ring.version, tenants: states.length, ms: this.stats.lastHandoffMs }, 'handed off');
+    };
+    this.#chain = this.#chain.then(run);
+    return this.#chain;
+  }
+
+  #state(tenant: string): StoredState | undefined {
+    const snapshot = this.#limiter.exportTenant(tenant);
+    return snapshot === undefined ? undefined : { tenant, json: JSON.stringify(snapshot), ttlMs: this.#ttlMs(tenant) };
+  }
+
+  #without(ring: Ring): Ring {
+    return createRing(
+      ring.members.filter((m) => m.id !== this.#self.id),
+      this.#ringOptions,
+    );
+  }
+}

@@ -1,0 +1,64 @@
+/**
+ * Node-to-node settlements: a node that admitted a request for a tenant that has since moved sends
+ * the settlement (or a lease renewal) to the tenant's new owner, which applies it to the reservation
+ * it received in the handoff. Not proxied by routers (they proxy `/v1/*` only): nodes must be
+ * reachable by each other, not by clients.
+ */
+import type { FastifyInstance } from 'fastify';
+import { request as httpRequest } from 'undici';
+import { z } from 'zod';
+import type { ForwardedSettlement, Handoff } from '../../coord/handoff.ts';
+import { MAX_FORWARD_HOPS } from '../../coord/handoff.ts';
+import type { Member } from '../../coord/types.ts';
+import type { LoadedConfig } from '../../config/load.ts';
+import { errorBody } from '../../errors.ts';
+
+/** Path of the settlement route on every node. */
+export const SETTLEMENTS_PATH = '/_quotaring/v1/settlements';
+/** Request header: how many nodes the settlement went through. */
+export const HOPS_HEADER = 'x-quotaring-hops';
+
+const SettlementSchema = z.discriminatedUnion('op', [
+  z.strictObject({ op: z.literal('finish'), tenant: z.string().min(1), id: z.string().min(1), tokens: z.number().int().nonnegative() }),
+  z.strictObject({ op: z.literal('renew'), tenant: z.string().min(1), id: z.string().min(1) }),
+]);
+
+/**
+ * Registers `POST /_quotaring/v1/settlements` (JSON {@link ForwardedSettlement}). Answers 200
+ * `{settled, released}` (finish) or `{renewed}` (renew) once applied here or forwarded on; 400 for a
+ * body that is not a settlement; 404 for a tenant not in the config; 508 past {@link MAX_FORWARD_HOPS}.
+ */
+export function settlementRoutes(app: FastifyInstance, config: LoadedConfig, handoff: Handoff): void {
+  app.post(SETTLEMENTS_PATH, async (request, reply) => {
+    const parsed = SettlementSchema.safeParse(request.body);
+    if (!parsed.success) {
+      return reply.code(400).header('x-quotaring-error', 'invalid_request').send(errorBody('openai', 'invalid_request', `Not a settlement: ${parsed.error.issues[0]?.message ?? 'invalid'}.`));
+    }
+    const s = parsed.data;
+    if (!config.policies.has(s.tenant)) {
+      return reply.code(404).header('x-quotaring-error', 'not_found').send(errorBody('openai', 'not_found', `No tenant ${s.tenant}.`));
+    }
+    const hops = Number(request.headers[HOPS_HEADER] ?? 1);
+    if (!(hops >= 1 && hops <= MAX_FORWARD_HOPS)) {
+      return reply.code(508).send(errorBody('openai', 'invalid_request', `Settlement forwarded ${hops} times.`));
+    }
+    if (s.op === 'finish') return handoff.finish(s.tenant, s.id, s.tokens, hops);
+    return { renewed: await handoff.renew(s.tenant, s.id, hops) };
+  });
+}
+
+/**
+ * Sends a settlement to `to` (2 s timeout).
+ * @throws Error when the node answers other than 200 or cannot be reached.
+ */
+export async function sendSettlement(to: Member, settlement: ForwardedSettlement, hops: number): Promise<void> {
+  const res = await httpRequest(new URL(SETTLEMENTS_PATH, to.url), {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', [HOPS_HEADER]: String(hops) },
+    body: JSON.stringify(settlement),
+    headersTimeout: 2_000,
+    bodyTimeout: 2_000,
+  });
+  const text = await res.body.text();
+  if (res.statusCode !== 200) throw new Error(`${to.id} answered ${res.statusCode}: ${text.slice(0, 200)}`);
+}

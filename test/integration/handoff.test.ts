@@ -1,0 +1,230 @@
+/**
+ * Handoff between two nodes' limiters through a real redis-server: join (wait for the announcement),
+ * timeout (start from the checkpoint), crash (fallback from the checkpoint), graceful leave, and
+ * settlements forwarded to the new owner. The rings come from a test membership whose member list
+ * the test sets; the state store, its keys and pub/sub are real.
+ */
+import assert from 'node:assert/strict';
+import { after, before, beforeEach, describe, test } from 'node:test';
+import { Redis } from 'ioredis';
+import { ManualClock } from '../../src/clock.ts';
+import { Handoff } from '../../src/coord/handoff.ts';
+import type { ForwardedSettlement } from '../../src/coord/handoff.ts';
+import { createRing } from '../../src/coord/ring.ts';
+import { TenantStateStore, stateKey } from '../../src/coord/state-store.ts';
+import type { Member, Membership, Ring } from '../../src/coord/types.ts';
+import { Limiter } from '../../src/limiter/limiter.ts';
+import type { Policy } from '../../src/limiter/types.ts';
+import { startRedis } from '../helpers/redis.ts';
+
+const A: Member = { id: 'node-a', url: 'http://127.0.0.1:1' };
+const B: Member = { id: 'node-b', url: 'http://127.0.0.1:2' };
+const POLICY: Policy = {
+  limits: [
+    { name: 'tokens/1m', kind: 'tokens', limit: 10_000, windowMs: 60_000, algorithm: 'sliding_window' },
+    { name: 'requests/1m', kind: 'requests', limit: 100, windowMs: 60_000, algorithm: 'token_bucket' },
+    { name: 'concurrent', kind: 'concurrent', limit: 2, leaseTtlMs: 60_000 },
+  ],
+};
+/** A tenant that B owns once B joins A. */
+const ringAB = createRing([A, B]);
+const T = Array.from({ length: 100 }, (_, i) => `tenant-${i}`).find((t) => ringAB.owner(t)?.id === B.id) as string;
+
+/** A membership whose members the test sets. */
+class TestMembership implements Membership {
+  #ring: Ring;
+  readonly #listeners = new Set<(ring: Ring) => void>();
+  constructor(members: Member[]) {
+    this.#ring = createRing(members);
+  }
+  async start(): Promise<void> {}
+  async stop(): Promise<void> {}
+  ring(): Ring {
+    return this.#ring;
+  }
+  onChange(listener: (ring: Ring) => void): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+  set(members: Member[]): void {
+    this.#ring = createRing(members);
+    for (const l of this.#listeners) l(this.#ring);
+  }
+}
+
+const quiet = { info: () => {}, warn: () => {} };
+
+describe('handoff through a real Redis', () => {
+  let redis: Awaited<ReturnType<typeof startRedis>>;
+  const connections: Redis[] = [];
+  let cluster = 0;
+  let clock: ManualClock;
+
+  before(async () => {
+    redis = await startRedis();
+  });
+  after(async () => {
+    for (const c of connections) c.disconnect();
+    await redis.stop();
+  });
+  beforeEach(() => {
+    cluster++;
+    clock = new ManualClock(Date.now());
+  });
+
+  /** A node: its limiter, membership and handoff, started with the members given. */
+  async function node(self: Member, members: Member[], opts: { waitMs?: number; send?: (to: Member, s: ForwardedSettlement, hops: number) => Promise<void> } = {}) {
+    const connection = new Redis(redis.url);
+    connections.push(connection);
+    const limiter = new Limiter({ clock, policyFor: () => POLICY });
+    const membership = new TestMembership(members);
+    const handoff = new Handoff({
+      self,
+      membership,
+      limiter,
+      store: new TenantStateStore(connection, `t${cluster}`),
+      clock,
+      waitMs: opts.waitMs ?? 250,
+      checkpointMs: 60_000,
+      stateTtlMs: () => 120_000,
+      send: opts.send ?? (async () => {}),
+      log: quiet,
+    });
+    await handoff.start();
+    handoff.joined();
+    return { limiter, membership, handoff };
+  }
+
+  test('join: the old owner hands the tenant over; the new owner waits for it and decides from the same state', async () => {
+    const a = await node(A, [A]);
+    await a.handoff.ready(T);
+    assert.equal(a.limiter.acquire(T, { id: 'r0', tokens: 1_000 }).ok, true);
+    a.limiter.settle(T, 'r0', 400);
+    a.limiter.release(T, 'r0');
+    for (const id of ['r1', 'r2']) assert.equal(a.limiter.acquire(T, { id, tokens: 1_000 }).ok, true);
+    const before = a.limiter.peek(T);
+
+    const b = await node(B, [A, B]);
+    // B claims T before A has seen the ring change: it must wait for A's announcement.
+    const loading = b.handoff.ready(T);
+    assert.ok(loading !== undefined);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    a.membership.set([A, B]);
+    await loading;
+    assert.equal(b.handoff.stats.waited, 1);
+    assert.equal(b.handoff.stats.loaded, 1);
+    assert.equal(a.limiter.hasTenant(T), false);
+    assert.deepEqual(b.limiter.peek(T), before);
+    assert.deepEqual(
+      before.map((l) => [l.name, l.remaining]),
+      [
+        ['tokens/1m', 10_000 - 2_400],
+        ['requests/1m', 97],
+        ['concurrent', 0],
+      ],
+    );
+    // A no longer decides for T; B does, with no Redis command on the way.
+    assert.deepEqual(a.handoff.place(T), { here: false, owner: B });
+    assert.equal(b.handoff.ready(T), undefined);
+    a.handoff.stop();
+    b.handoff.stop();
+  });
+
+  test('a settlement of a request admitted before the move reaches the new owner: refund and slot', async () => {
+    const nodes: { b?: Awaited<ReturnType<typeof node>> } = {};
+    const a = await node(A, [A], {
+      send: async (to, s, hops) => {
+        assert.equal(to.id, B.id);
+        if (s.op === 'finish') await nodes.b?.handoff.finish(s.tenant, s.id, s.tokens, hops);
+      },
+    });
+    await a.handoff.ready(T);
+    assert.equal(a.limiter.acquire(T, { id: 'stream', tokens: 3_000 }).ok, true);
+    const b = await node(B, [A, B]);
+    nodes.b = b;
+    a.membership.set([A, B]);
+    await a.handoff.settledDown();
+    assert.equal(a.handoff.holds(T), false);
+    // The stream ends on A after the move: 1,200 tokens used of 3,000 reserved.
+    await a.handoff.finish(T, 'stream', 1_200);
+    assert.equal(a.handoff.stats.forwarded, 1);
+    const [tokens, , concurrent] = b.limiter.peek(T);
+    assert.equal(tokens?.remaining, 10_000 - 1_200);
+    assert.equal(concurrent?.remaining, 2);
+    // A second delivery changes nothing.
+    assert.deepEqual(await b.handoff.finish(T, 'stream', 1_200), { settled: false, released: false });
+    a.handoff.stop();
+    b.handoff.stop();
+  });
+
+  test('no announcement within wait_ms: the new owner starts from the last checkpoint', async () => {
+    const a = await node(A, [A]);
+    await a.handoff.ready(T);
+    assert.equal(a.limiter.acquire(T, { id: 'r0', tokens: 2_000 }).ok, true);
+    a.handoff.touched(T);
+    await a.handoff.checkpoint();
+    assert.equal(a.handoff.stats.checkpointed, 1);
+    assert.equal(a.limiter.acquire(T, { id: 'r1', tokens: 500 }).ok, true); // after the checkpoint: lost
+
+    const b = await node(B, [A, B], { waitMs: 50 });
+    const started = Date.now();
+    await b.handoff.ready(T);
+    assert.ok(Date.now() - started >= 45);
+    assert.equal(b.handoff.stats.timedOut, 1);
+    assert.equal(b.limiter.peek(T)[0]?.remaining, 8_000);
+    a.handoff.stop();
+    b.handoff.stop();
+  });
+
+  test('crash: a router routes around the dead owner; the next member starts from its checkpoint without waiting', async () => {
+    const a = await node(A, [A, B]);
+    const U = Array.from({ length: 100 }, (_, i) => `u-${i}`).find((t) => ringAB.owner(t)?.id === A.id) as string;
+    await a.handoff.ready(U);
+    assert.equal(a.limiter.acquire(U, { id: 'r0', tokens: 4_000 }).ok, true);
+    a.handoff.touched(U);
+    await a.handoff.checkpoint();
+    a.handoff.stop(); // SIGKILL: nothing more is written
+
+    const b = await node(B, [A, B], { waitMs: 5_000 });
+    assert.deepEqual(b.handoff.place(U), { here: false, owner: A });
+    assert.deepEqual(b.handoff.place(U, A.id), { here: true });
+    const started = Date.now();
+    await b.handoff.ready(U, true);
+    assert.ok(Date.now() - started < 1_000);
+    assert.equal(b.limiter.peek(U)[0]?.remaining, 6_000);
+    b.handoff.stop();
+  });
+
+  test('graceful leave: every tenant is handed over before the node deregisters; the next owner needs no wait', async () => {
+    const a = await node(A, [A, B]);
+    const U = Array.from({ length: 100 }, (_, i) => `u-${i}`).find((t) => ringAB.owner(t)?.id === A.id) as string;
+    await a.handoff.ready(U);
+    assert.equal(a.limiter.acquire(U, { id: 'r0', tokens: 2_500 }).ok, true);
+    const b = await node(B, [A, B], { waitMs: 5_000 });
+    await a.handoff.leave();
+    assert.deepEqual(a.handoff.place(U), { here: false, owner: B });
+    assert.equal(a.handoff.stats.handedOff, 1);
+    b.membership.set([B]);
+    const started = Date.now();
+    await b.handoff.ready(U);
+    assert.ok(Date.now() - started < 1_000);
+    assert.equal(b.handoff.stats.timedOut, 0);
+    assert.equal(b.limiter.peek(U)[0]?.remaining, 7_500);
+    const ttl = await connections[0]!.pttl(stateKey(`t${cluster}`, U));
+    assert.ok(ttl > 100_000 && ttl <= 120_000, `ttl ${ttl}`);
+    a.handoff.stop();
+    b.handoff.stop();
+  });
+
+  test('without a store (static members) nothing is loaded and every call is local', async () => {
+    const limiter = new Limiter({ clock, policyFor: () => POLICY });
+    const handoff = new Handoff({ self: A, membership: new TestMembership([A, B]), limiter, clock, stateTtlMs: () => 1, send: async () => {}, log: quiet });
+    await handoff.start();
+    handoff.joined();
+    assert.equal(handoff.ready(T), undefined);
+    assert.equal(handoff.holds(T), true);
+    assert.deepEqual(handoff.place(T), { here: false, owner: B });
+    assert.deepEqual(handoff.place(T, B.id), { here: true });
+    handoff.stop();
+  });
+});
