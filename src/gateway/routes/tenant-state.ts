@@ -1,5 +1,6 @@
 /**
- * Read-only view of a tenant's limits on this node, for operators and tests (not proxied by routers).
+ * Read-only views of a node for operators and tests (not proxied by routers): a tenant's limits,
+ * and the node's handoff counters.
  */
 import type { FastifyInstance } from 'fastify';
 import type { Handoff } from '../../coord/handoff.ts';
@@ -8,7 +9,8 @@ import { errorBody } from '../../errors.ts';
 import type { Limiter } from '../../limiter/limiter.ts';
 
 /**
- * Registers `GET /_quotaring/v1/tenants/:tenant`: `{tenant, node, here, owner, limits}` where `limits`
+ * Registers `GET /_quotaring/v1/handoff` (`{node, ring, claimed, stats}`: see `HandoffStats`) and
+ * `GET /_quotaring/v1/tenants/:tenant`: `{tenant, node, here, owner, limits}` where `limits`
  * is `Limiter.peek` (every limit's remaining and reset, nothing taken) when this node decides for the
  * tenant, else `[]` and `owner` names the member that does. 404 for a tenant not in the config.
  */
@@ -23,4 +25,5 @@ export function tenantStateRoutes(app: FastifyInstance, config: LoadedConfig, li
     await handoff?.ready(tenant);
     return { tenant, node, here: true, owner: node, limits: limiter.peek(tenant) };
   });
+  app.get('/_quotaring/v1/handoff', async () => ({ node, ring: handoff?.ring().version ?? null, claimed: handoff?.claimed().size ?? 0, stats: handoff?.stats ?? null }));
 }
