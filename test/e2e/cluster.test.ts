@@ -1,16 +1,21 @@
 /**
- * End to end: the simulator, three gateway nodes and two routers as real processes (`quotaring up`),
+ * End to end: the simulator, gateway nodes and routers as real processes (`quotaring up`, or one by one),
  * with static members and with Redis membership, driven by the official OpenAI SDK.
  */
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import OpenAI from 'openai';
 import { request } from 'undici';
+import { parse } from 'yaml';
 import { startCluster } from '../../cluster/up.ts';
 import type { LaunchedGroup } from '../../cluster/launcher.ts';
 import { PromptBuilder } from '../../src/replay/prompt.ts';
-import { freePort, writeConfig } from '../helpers/processes.ts';
+import { createRing, ringVersion } from '../../src/coord/ring.ts';
+import type { Member } from '../../src/coord/types.ts';
+import { freePort, runCli, writeConfig } from '../helpers/processes.ts';
+import type { Running } from '../helpers/processes.ts';
 import { startRedis } from '../helpers/redis.ts';
 
 const prompts = new PromptBuilder({ model: 'gpt-4o-mini' });
@@ -31,6 +36,18 @@ function clusterTestConfig(simPort: number): string {
     models: [{ name: 'gpt-4o-mini', encoding: 'o200k_base', estimator: 'exact', deployments: ['sim'] }],
     deployments: [{ name: 'sim', provider: 'openai', base_url: `http://127.0.0.1:${simPort}`, api_key_env: 'QUOTARING_SIM_KEY' }],
   });
+}
+
+/** A copy of a config file with Redis membership. */
+function redisConfig(file: string, url: string): string {
+  const raw = parse(readFileSync(file, 'utf8')) as { cluster: Record<string, unknown> };
+  return writeConfig({ ...raw, cluster: { ...raw.cluster, name: `order-${process.pid}`, redis: { url } } });
+}
+
+/** A copy of a config file with static members. */
+function staticConfig(file: string, members: readonly Member[]): string {
+  const raw = parse(readFileSync(file, 'utf8')) as { cluster: Record<string, unknown> };
+  return writeConfig({ ...raw, cluster: { ...raw.cluster, members } });
 }
 
 /** Consecutive free-looking ports from a random base (the launcher takes consecutive ports). */
@@ -105,6 +122,97 @@ describe('cluster with static members: 3 nodes, 2 routers', () => {
     assert.equal(misdirected.length, 2);
     const ownerIndex = replies.findIndex((r) => r.status === 200);
     assert.ok(misdirected.every((r) => r.owner === `node-${ownerIndex + 1}`));
+  });
+});
+
+describe('cluster with Redis membership: processes started in any order', () => {
+  let redis: Awaited<ReturnType<typeof startRedis>>;
+  const procs: Running[] = [];
+  before(async () => {
+    redis = await startRedis();
+  });
+  after(async () => {
+    await Promise.all(procs.map((p) => p.stop()));
+    await redis.stop();
+  });
+
+  test('router, node, node, router, node: all agree on the ring of the three nodes within 2 s of the last start, and requests flow', async () => {
+    const simPort = await freePort();
+    const config = redisConfig(clusterTestConfig(simPort), redis.url);
+    const env = { QUOTARING_SIM_KEY: 'sim-demo-key' };
+    procs.push(await runCli(['simulate', '--port', String(simPort)], `http://127.0.0.1:${simPort}/sim/stats`, env));
+    const urls: string[] = [];
+    const members: Member[] = [];
+    const startRouter = async (): Promise<void> => {
+      const port = await freePort();
+      procs.push(await runCli(['router', '--config', config, '--port', String(port)], `http://127.0.0.1:${port}/healthz`, env));
+      urls.push(`http://127.0.0.1:${port}`);
+    };
+    const startNode = async (id: string): Promise<void> => {
+      const port = await freePort();
+      const url = `http://127.0.0.1:${port}`;
+      procs.push(await runCli(['node', '--config', config, '--id', id, '--port', String(port)], `${url}/healthz`, env));
+      urls.push(url);
+      members.push({ id, url });
+    };
+    await startRouter();
+    await startNode('node-1');
+    await startNode('node-2');
+    await startRouter();
+    await startNode('node-3');
+    const expected = ringVersion(members);
+    const started = Date.now();
+    let versions: string[] = [];
+    while (Date.now() - started < 2_000) {
+      versions = await Promise.all(urls.map(ringOf));
+      if (versions.every((v) => v === expected)) break;
+      await sleep(50);
+    }
+    assert.deepEqual(versions, urls.map(() => expected));
+    const router = urls[0] as string;
+    const client = new OpenAI({ baseURL: `${router}/v1`, apiKey: 'key-t1-0000', maxRetries: 0 });
+    for (let i = 0; i < 5; i++) await client.chat.completions.create(chat(20, 5));
+  });
+});
+
+describe('static members: a SIGKILLed owner is routed around', () => {
+  const procs: Running[] = [];
+  after(async () => {
+    await Promise.all(procs.map((p) => p.stop()));
+  });
+
+  test("the next member of the tenant's range serves it (x-quotaring-fallback-for), with fresh limits", async () => {
+    const simPort = await freePort();
+    const env = { QUOTARING_SIM_KEY: 'sim-demo-key' };
+    const ports = [await freePort(), await freePort(), await freePort()];
+    const members = ports.map((port, i) => ({ id: `node-${i + 1}`, url: `http://127.0.0.1:${port}` }));
+    const config = staticConfig(clusterTestConfig(simPort), members);
+    procs.push(await runCli(['simulate', '--port', String(simPort)], `http://127.0.0.1:${simPort}/sim/stats`, env));
+    const nodes = new Map<string, Running>();
+    for (const [i, m] of members.entries()) {
+      const proc = await runCli(['node', '--config', config, '--id', m.id, '--port', String(ports[i])], `${m.url}/healthz`, env);
+      procs.push(proc);
+      nodes.set(m.id, proc);
+    }
+    const routerPort = await freePort();
+    procs.push(await runCli(['router', '--config', config, '--port', String(routerPort)], `http://127.0.0.1:${routerPort}/readyz`, env));
+    const ring = createRing(members);
+    // Tenant tpm: sliding windows, so remaining counts are exact whatever the timing.
+    const [owner, next] = ring.range('tpm', 2) as [Member, Member];
+    const client = new OpenAI({ baseURL: `http://127.0.0.1:${routerPort}/v1`, apiKey: 'key-tpm-0000', maxRetries: 0 });
+    const before = await client.chat.completions.create(chat(20, 5)).withResponse();
+    assert.equal(before.response.headers.get('x-ratelimit-remaining-requests'), '99');
+    nodes.get(owner.id)?.proc.kill('SIGKILL');
+    await sleep(100);
+    for (let i = 0; i < 3; i++) {
+      const res = await client.chat.completions.create(chat(20, 5)).withResponse();
+      // Fresh on the next member (static members hand nothing over): 100 − 1 − i.
+      assert.equal(res.response.headers.get('x-ratelimit-remaining-requests'), String(99 - i));
+    }
+    // The next member still sees the dead node as the owner (static ring): it served as a stand-in.
+    const state = await request(`${next.url}/_quotaring/v1/tenants/tpm`);
+    const body = (await state.body.json()) as { here: boolean; owner: string };
+    assert.deepEqual([body.here, body.owner], [false, owner.id]);
   });
 });
 
