@@ -1,0 +1,135 @@
+/**
+ * Load of the cluster benchmark: the request body, a fixed-connection autocannon run over many
+ * tenants' keys, requests sent one by one at a steady rate with their latencies, and the statistics
+ * (median, nearest-rank percentile) the report uses.
+ */
+import { setTimeout as sleep } from 'node:timers/promises';
+import autocannon from 'autocannon';
+import { Agent, request } from 'undici';
+import { countOpenAIChat, exactCounter } from '../src/tokens/index.ts';
+
+/** The model every benchmark config serves (o200k_base). */
+export const MODEL = 'gpt-4o-mini';
+
+/** A chat body whose prompt is exactly `n` tokens (o200k_base, message overhead included), 16 output tokens. */
+export function chatBody(n: number): string {
+  const counter = exactCounter('o200k_base');
+  const overhead = countOpenAIChat({ messages: [{ role: 'user', content: '' }] }, counter);
+  const content = ' the'.repeat(Math.max(0, n - overhead));
+  return JSON.stringify({ model: MODEL, max_tokens: 16, messages: [{ role: 'user', content }] });
+}
+
+/** Options of {@link runAutocannon}. */
+export interface AutocannonLoad {
+  /** Base URL (the simulator or a router); requests go to `<url>/v1/chat/completions`. */
+  readonly url: string;
+  readonly body: string;
+  /** API keys used round-robin, one per request. */
+  readonly keys: readonly string[];
+  readonly connections: number;
+  /** Seconds. */
+  readonly durationS: number;
+}
+
+/** POSTs `body` with fixed connections for `durationS` s, keys round-robin; autocannon's result. */
+export async function runAutocannon(load: AutocannonLoad): Promise<autocannon.Result> {
+  let i = 0;
+  return autocannon({
+    url: `${load.url}/v1/chat/completions`,
+    connections: load.connections,
+    duration: load.durationS,
+    requests: [
+      {
+        method: 'POST',
+        setupRequest: (req) => {
+          const n = i++;
+          return {
+            ...req,
+            headers: { 'content-type': 'application/json', authorization: `Bearer ${load.keys[n % load.keys.length]}` },
+            body: load.body,
+          };
+        },
+      },
+    ],
+  });
+}
+
+/** One request sent by {@link sendPaced}. */
+export interface Timed<T> {
+  readonly item: T;
+  /** HTTP status, or 0 when the request failed (connection error). */
+  status: number;
+  /** From the call to the end of the response body, ms. */
+  latencyMs: number;
+  /** How late the request left against its schedule, ms. */
+  lagMs: number;
+  /** When it left, ms after the first request left. */
+  sentAtMs: number;
+}
+
+/**
+ * Sends one chat request per item at `ratePerS` requests a second (item i leaves at start + i/rate),
+ * without waiting for earlier answers; resolves when every answer is in.
+ * @param keyOf the API key of an item.
+ */
+export async function sendPaced<T>(url: string, items: readonly T[], keyOf: (item: T) => string, body: string, ratePerS: number): Promise<Timed<T>[]> {
+  const agent = new Agent({ connections: 256, keepAliveTimeout: 30_000 });
+  const out: Timed<T>[] = [];
+  const pending: Promise<void>[] = [];
+  const start = performance.now();
+  try {
+    for (let i = 0; i < items.length; i++) {
+      const due = start + (i * 1_000) / ratePerS;
+      const wait = due - performance.now();
+      if (wait > 1) await sleep(wait);
+      const item = items[i] as T;
+      const t = performance.now();
+      const timed: Timed<T> = { item, status: 0, latencyMs: 0, lagMs: Math.max(0, t - due), sentAtMs: t - start };
+      out.push(timed);
+      pending.push(
+        (async () => {
+          try {
+            const res = await request(`${url}/v1/chat/completions`, {
+              method: 'POST',
+              dispatcher: agent,
+              headers: { 'content-type': 'application/json', authorization: `Bearer ${keyOf(item)}` },
+              body,
+            });
+            await res.body.dump();
+            timed.status = res.statusCode;
+          } catch {
+            timed.status = 0;
+          }
+          timed.latencyMs = performance.now() - t;
+        })(),
+      );
+    }
+    await Promise.all(pending);
+  } finally {
+    await agent.close();
+  }
+  return out;
+}
+
+/** Median of `xs` (mean of the middle two for an even count); NaN for none. */
+export function median(xs: readonly number[]): number {
+  if (xs.length === 0) return Number.NaN;
+  const s = [...xs].sort((a, b) => a - b);
+  const mid = Math.floor(s.length / 2);
+  return s.length % 2 === 1 ? (s[mid] as number) : ((s[mid - 1] as number) + (s[mid] as number)) / 2;
+}
+
+/** Nearest-rank percentile `p` (0-100) of `xs`; NaN for none. */
+export function percentile(xs: readonly number[], p: number): number {
+  if (xs.length === 0) return Number.NaN;
+  const s = [...xs].sort((a, b) => a - b);
+  const rank = Math.min(s.length, Math.max(1, Math.ceil((p / 100) * s.length)));
+  return s[rank - 1] as number;
+}
+
+/** Counts of each HTTP status (0 = connection error) as `{ "200": n, ... }`. */
+export function statusCounts(timed: readonly { status: number }[]): Record<string, number> {
+  const counts: Record<string, number> = {};
+  for (const t of timed) counts[String(t.status)] = (counts[String(t.status)] ?? 0) + 1;
+  return counts;
+}

@@ -1,0 +1,201 @@
+/**
+ * Processes of the cluster benchmark: free ports, temp config files, children of the built CLI
+ * (`dist/src/cli.js`) and `redis-server`, all registered in a {@link ProcessGroup} that stops them
+ * (also on Ctrl-C and on exit). A few lines adapted from test/helpers (benchmarks do not import tests).
+ */
+import { spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
+import { Redis } from 'ioredis';
+import { request } from 'undici';
+import { stringify } from 'yaml';
+
+/** The built CLI; `npm run bench:cluster` builds it first. */
+export const CLI = fileURLToPath(new URL('../dist/src/cli.js', import.meta.url));
+
+/** A free TCP port on 127.0.0.1. */
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const address = srv.address();
+      srv.close(() => (typeof address === 'object' && address !== null ? resolve(address.port) : reject(new Error('no port'))));
+    });
+  });
+}
+
+/** Writes a config object as YAML to a temp file; returns its path. */
+export function writeConfig(config: unknown): string {
+  const dir = mkdtempSync(join(tmpdir(), 'quotaring-bench-'));
+  const file = join(dir, 'quotaring.yaml');
+  writeFileSync(file, stringify(config));
+  return file;
+}
+
+/** A child process started by the benchmark. */
+export interface Child {
+  readonly name: string;
+  readonly proc: ChildProcess;
+  /** The last 64 KiB it printed. */
+  output(): string;
+  /** SIGTERM, then SIGKILL after 5 s; resolves once it exited (with its exit code, null when killed). Idempotent. */
+  stop(): Promise<number | null>;
+}
+
+/** True when `url` answers 200 (any error is false). */
+export async function answers200(url: string): Promise<boolean> {
+  try {
+    const res = await request(url, { headersTimeout: 2_000, bodyTimeout: 2_000 });
+    await res.body.dump();
+    return res.statusCode === 200;
+  } catch {
+    return false;
+  }
+}
+
+/** Polls `check` every `everyMs` until it is true. @throws Error naming `what` after `timeoutMs`. */
+export async function waitUntil(what: string, check: () => Promise<boolean>, timeoutMs = 20_000, everyMs = 50): Promise<void> {
+  const deadline = performance.now() + timeoutMs;
+  while (performance.now() < deadline) {
+    if (await check()) return;
+    await sleep(everyMs);
+  }
+  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+}
+
+/** A running `redis-server` and an admin connection to it. */
+export interface BenchRedis {
+  /** `redis://127.0.0.1:<port>` */
+  readonly url: string;
+  /** `INFO commandstats` as calls per command (lower-case names, e.g. `zadd`, `evalsha`). */
+  commandCalls(): Promise<Map<string, number>>;
+}
+
+/** Parses `INFO commandstats` (`cmdstat_<name>:calls=N,usec=...` lines) into calls per command. */
+export function parseCommandStats(info: string): Map<string, number> {
+  const calls = new Map<string, number>();
+  for (const line of info.split('\n')) {
+    const m = /^cmdstat_([^:]+):calls=(\d+)/.exec(line.trim());
+    if (m?.[1] !== undefined && m[2] !== undefined) calls.set(m[1], Number(m[2]));
+  }
+  return calls;
+}
+
+/** Calls per command of `after` minus `before`, commands with no new call left out. */
+export function commandDelta(before: ReadonlyMap<string, number>, after: ReadonlyMap<string, number>): Map<string, number> {
+  const delta = new Map<string, number>();
+  for (const [cmd, n] of after) {
+    const d = n - (before.get(cmd) ?? 0);
+    if (d > 0) delta.set(cmd, d);
+  }
+  return delta;
+}
+
+/** Children of the benchmark, stopped together (newest first) by {@link ProcessGroup.stopAll}. */
+export class ProcessGroup {
+  readonly #children: Child[] = [];
+  readonly #clients: Redis[] = [];
+
+  constructor() {
+    // Last resort: nothing outlives the benchmark, even when it crashes.
+    process.once('exit', () => {
+      for (const c of this.#children) if (c.proc.exitCode === null && c.proc.signalCode === null) c.proc.kill('SIGKILL');
+    });
+  }
+
+  /** Spawns `command args` and registers it; output is kept (last 64 KiB), not printed. */
+  spawn(name: string, command: string, args: readonly string[], env: Record<string, string> = {}): Child {
+    const proc = spawn(command, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    const keep = (d: Buffer): void => {
+      out += d.toString();
+      if (out.length > 65_536) out = out.slice(-65_536);
+    };
+    proc.stdout?.on('data', keep);
+    proc.stderr?.on('data', keep);
+    let stopping: Promise<number | null> | undefined;
+    const exited = new Promise<number | null>((resolve) => {
+      if (proc.exitCode !== null || proc.signalCode !== null) resolve(proc.exitCode);
+      else proc.once('exit', (code) => resolve(code));
+    });
+    const child: Child = {
+      name,
+      proc,
+      output: () => out,
+      stop: () => {
+        stopping ??= (async () => {
+          if (proc.exitCode === null && proc.signalCode === null) {
+            proc.kill('SIGTERM');
+            const timer = setTimeout(() => proc.kill('SIGKILL'), 5_000);
+            const code = await exited;
+            clearTimeout(timer);
+            return code;
+          }
+          return proc.exitCode;
+        })();
+        return stopping;
+      },
+    };
+    this.#children.push(child);
+    return child;
+  }
+
+  /**
+   * Runs `node dist/src/cli.js <args>` and waits until `healthUrl` answers 200.
+   * @throws Error with the child's output when it exits or does not answer within 30 s.
+   */
+  async cli(name: string, args: readonly string[], healthUrl: string, env: Record<string, string> = {}): Promise<Child> {
+    const child = this.spawn(name, process.execPath, [CLI, ...args], env);
+    try {
+      await waitUntil(`${name} at ${healthUrl}`, async () => {
+        if (child.proc.exitCode !== null) throw new Error(`${name} exited with ${child.proc.exitCode}`);
+        return answers200(healthUrl);
+      }, 30_000);
+    } catch (err) {
+      throw new Error(`${(err as Error).message}:\n${child.output().slice(-4_000)}`);
+    }
+    return child;
+  }
+
+  /**
+   * Starts `redis-server` on a free port without persistence and waits until it answers PING.
+   * @throws Error when it does not come up within 10 s (redis-server missing: `apt-get install redis-server`).
+   */
+  async redis(name: string): Promise<BenchRedis> {
+    const port = await freePort();
+    const child = this.spawn(name, 'redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no']);
+    child.proc.once('error', () => {});
+    const client = new Redis({ host: '127.0.0.1', port, lazyConnect: true, maxRetriesPerRequest: 1 });
+    client.on('error', () => {});
+    this.#clients.push(client);
+    await waitUntil(`${name} on port ${port}`, async () => {
+      if (child.proc.exitCode !== null || child.proc.signalCode !== null) throw new Error(`redis-server exited: ${child.output()}`);
+      try {
+        if (client.status !== 'ready') await client.connect();
+        return (await client.ping()) === 'PONG';
+      } catch {
+        return false;
+      }
+    }, 10_000, 20);
+    return {
+      url: `redis://127.0.0.1:${port}`,
+      commandCalls: async () => parseCommandStats(await client.info('commandstats')),
+    };
+  }
+
+  /** Stops every child, newest first (routers before nodes before the simulator and Redis). */
+  async stopAll(): Promise<void> {
+    for (const c of this.#clients.splice(0)) c.disconnect();
+    const children = this.#children.splice(0).reverse();
+    // Routers and nodes in parallel (a node's graceful leave takes ~drain), then the rest.
+    const cli = children.filter((c) => !c.name.startsWith('redis') && c.name !== 'simulator');
+    await Promise.all(cli.map((c) => c.stop()));
+    await Promise.all(children.filter((c) => !cli.includes(c)).map((c) => c.stop()));
+  }
+}
