@@ -12,7 +12,8 @@
  *   the announcement up to `waitMs`. After that wait, or when the previous owner is gone (a crash),
  *   it starts from whatever Redis holds: the last checkpoint, at most one checkpoint period old
  *   (the conservative start: usage that old is still counted, only the last period can be missing),
- *   or fresh limits when Redis holds nothing.
+ *   or fresh limits when Redis holds nothing. When the previous owner crashed, the concurrency slots
+ *   of its in-flight requests are freed (those requests died with it; their tokens stay charged).
  * - Every `checkpointMs` the tenants touched since the last checkpoint are written (pipelined).
  * - Settlements, releases and renewals of requests admitted here for a tenant that has since moved
  *   are forwarded to its owner, which applies them to the reservation it received in the handoff.
@@ -34,8 +35,14 @@ export type ForwardedSettlement =
   | { readonly op: 'finish'; readonly tenant: string; readonly id: string; /** Actual tokens used. */ readonly tokens: number }
   | { readonly op: 'renew'; readonly tenant: string; readonly id: string };
 
-/** Sends a settlement to another node. @throws when the node did not accept it. */
-export type SettlementSender = (to: Member, settlement: ForwardedSettlement, hops: number) => Promise<void>;
+/**
+ * Sends a settlement from node `from` to node `to`; `hops` counts the nodes it went through.
+ * @throws when the node did not accept it.
+ */
+export type SettlementSender = (from: Member, to: Member, settlement: ForwardedSettlement, hops: number) => Promise<void>;
+
+/** Why a node claims a tenant: see {@link Handoff.ready}. */
+export type ClaimHow = 'owner' | 'fallback' | 'handed';
 
 /** Where a tenant's requests are decided, as seen by this node. */
 export type Placement = { readonly here: true } | { readonly here: false; /** The owner under this node's ring. */ readonly owner: Member | undefined };
@@ -83,6 +90,8 @@ export interface HandoffStats {
   forwarded: number;
   /** Forwarded settlements that could not be delivered (lost). */
   lost: number;
+  /** Concurrency slots of requests that died with a crashed owner, freed when loading its checkpoint. */
+  slotsFreed: number;
   /** Duration of the last handoff (export, write, announce), ms. */
   lastHandoffMs: number;
 }
@@ -117,8 +126,10 @@ export class Handoff {
   /** Handoffs run one after another, so states are written in ring order. */
   #chain: Promise<void> = Promise.resolve();
   #timer: NodeJS.Timeout | undefined;
+  /** Forwarded settlements not yet answered. */
+  readonly #sending = new Set<Promise<void>>();
   #unsubscribe: (() => void) | undefined;
-  readonly stats: HandoffStats = { loaded: 0, waited: 0, timedOut: 0, handedOff: 0, checkpointed: 0, forwarded: 0, lost: 0, lastHandoffMs: 0 };
+  readonly stats: HandoffStats = { loaded: 0, waited: 0, timedOut: 0, handedOff: 0, checkpointed: 0, forwarded: 0, lost: 0, slotsFreed: 0, lastHandoffMs: 0 };
 
   constructor(opts: HandoffOptions) {
     this.#self = opts.self;
@@ -153,9 +164,13 @@ export class Handoff {
     }
   }
 
-  /** After the membership started: takes its first ring, with the ring before this node joined as the previous one. */
+  /**
+   * After the membership started: takes its first ring, with the ring before this node joined as the
+   * previous one (when the membership did not announce it as a change already).
+   */
   joined(): void {
     const ring = this.#membership.ring();
+    if (ring.version === this.#ring.version) return;
     this.#previous = createRing(
       ring.members.filter((m) => m.id !== this.#self.id),
       this.#ringOptions,
@@ -183,13 +198,16 @@ export class Handoff {
   /**
    * Resolves once this node may decide for `tenant` (its state loaded). Undefined when it already
    * may: the per-request fast path. Never rejects: a Redis failure starts the tenant fresh (logged).
-   * @param fallback the owner is suspect: do not wait for its handoff.
+   * @param how `owner`: this node owns the tenant (waits for a live previous owner's handoff);
+   *   `fallback`: a router routes around the suspect owner (no wait; the slots of the requests the
+   *   owner had in flight are freed); `handed`: the node that handed the tenant here said so (its
+   *   handoff is stored already: no wait). @default owner
    */
-  ready(tenant: string, fallback = false): Promise<void> | undefined {
+  ready(tenant: string, how: ClaimHow = 'owner'): Promise<void> | undefined {
     if (this.#store === undefined || this.#claimed.has(tenant)) return undefined;
     let loading = this.#loading.get(tenant);
     if (loading === undefined) {
-      loading = this.#claim(tenant, this.#store, fallback).finally(() => this.#loading.delete(tenant));
+      loading = this.#claim(tenant, this.#store, how).finally(() => this.#loading.delete(tenant));
       this.#loading.set(tenant, loading);
     }
     return loading;
@@ -208,9 +226,12 @@ export class Handoff {
   /**
    * Settles reservation `id` on `tokens` actually used and releases its slot: here when this node
    * holds the tenant, otherwise at the tenant's owner (forwarded, one retry, then logged as lost).
+   * @param hops nodes the settlement went through (0 when it starts here).
+   * @param from the node that forwarded it: when this node's ring still names that node as the owner,
+   *   the sender's ring is newer (it handed the tenant here), so the settlement is applied here.
    */
-  async finish(tenant: string, id: string, tokens: number, hops = 0): Promise<{ settled: boolean; released: boolean }> {
-    if (await this.#holdsOrForwards(tenant, { op: 'finish', tenant, id, tokens }, hops)) {
+  async finish(tenant: string, id: string, tokens: number, hops = 0, from?: string): Promise<{ settled: boolean; released: boolean }> {
+    if (await this.#holdsOrForwards(tenant, { op: 'finish', tenant, id, tokens }, hops, from)) {
       const settled = this.#limiter.settle(tenant, id, tokens).settled;
       const released = this.#limiter.release(tenant, id);
       this.touched(tenant);
@@ -219,9 +240,9 @@ export class Handoff {
     return { settled: false, released: false };
   }
 
-  /** Renews reservation `id` (a long stream) here or at the tenant's owner. */
-  async renew(tenant: string, id: string, hops = 0): Promise<boolean> {
-    if (await this.#holdsOrForwards(tenant, { op: 'renew', tenant, id }, hops)) {
+  /** Renews reservation `id` (a long stream) here or at the tenant's owner; `hops` and `from` as for {@link finish}. */
+  async renew(tenant: string, id: string, hops = 0, from?: string): Promise<boolean> {
+    if (await this.#holdsOrForwards(tenant, { op: 'renew', tenant, id }, hops, from)) {
       const renewed = this.#limiter.renew(tenant, id);
       this.touched(tenant);
       return renewed;
@@ -278,17 +299,32 @@ export class Handoff {
     return this.#claimed;
   }
 
+  /** Resolves once every forwarded settlement sent so far was delivered or given up (call before exiting). */
+  async flush(): Promise<void> {
+    while (this.#sending.size > 0) await Promise.allSettled([...this.#sending]);
+  }
+
+  /** This node. */
+  get self(): Member {
+    return this.#self;
+  }
+
   /** Until the handoff chain is idle (tests). */
   settledDown(): Promise<void> {
     return this.#chain;
   }
 
   /** True when the tenant is held here (after loading it if this node owns it); false after forwarding. */
-  async #holdsOrForwards(tenant: string, settlement: ForwardedSettlement, hops: number): Promise<boolean> {
+  async #holdsOrForwards(tenant: string, settlement: ForwardedSettlement, hops: number, from: string | undefined): Promise<boolean> {
     if (this.#store === undefined || this.#claimed.has(tenant)) return true;
     const placed = this.place(tenant);
     if (placed.here) {
       await this.ready(tenant);
+      return true;
+    }
+    if (from !== undefined && this.place(tenant, from).here) {
+      // The sender handed the tenant here under a ring this node has not seen yet.
+      await this.ready(tenant, 'handed');
       return true;
     }
     const owner = placed.owner;
@@ -298,24 +334,42 @@ export class Handoff {
       return false;
     }
     this.stats.forwarded++;
+    // The receiver loads the tenant's state without waiting when it sees who sent this: store it first.
+    await this.#chain;
+    const sending = this.#deliver(owner, tenant, settlement, hops + 1);
+    this.#sending.add(sending);
     try {
-      await this.#send(owner, settlement, hops + 1);
+      await sending;
+    } finally {
+      this.#sending.delete(sending);
+    }
+    return false;
+  }
+
+  /** Sends a settlement, once more after 100 ms on failure (to the owner then), else logs it as lost. */
+  async #deliver(owner: Member, tenant: string, settlement: ForwardedSettlement, hops: number): Promise<void> {
+    try {
+      await this.#send(this.#self, owner, settlement, hops);
     } catch {
       try {
         await new Promise((resolve) => setTimeout(resolve, 100));
-        await this.#send(this.#ring.owner(tenant) ?? owner, settlement, hops + 1);
+        await this.#send(this.#self, this.#ring.owner(tenant) ?? owner, settlement, hops);
       } catch (err) {
         this.stats.lost++;
         this.#log.warn({ tenant, id: settlement.id, op: settlement.op, to: owner.id, err: (err as Error).message }, 'settlement lost: owner unreachable');
       }
     }
-    return false;
   }
 
-  async #claim(tenant: string, store: TenantStateStore, fallback: boolean): Promise<void> {
+  async #claim(tenant: string, store: TenantStateStore, how: ClaimHow): Promise<void> {
+    const fallback = how === 'fallback';
     const previous = this.#previous.owner(tenant);
     const ring = this.#ring;
-    if (!fallback && previous !== undefined && previous.id !== this.#self.id && ring.members.some((m) => m.id === previous.id)) {
+    const previousAlive = previous !== undefined && ring.members.some((m) => m.id === previous.id);
+    // The previous owner died (routed around, or gone from the ring without announcing a handoff):
+    // the requests it had in flight died with it, so their concurrency slots are freed on load.
+    const crashed = fallback || (previous !== undefined && previous.id !== this.#self.id && !previousAlive && !this.#seen.has(`${previous.id}|${ring.version}`));
+    if (how === 'owner' && previous !== undefined && previous.id !== this.#self.id && previousAlive) {
       const key = `${previous.id}|${ring.version}`;
       if (!this.#seen.has(key)) {
         if (await this.#waitFor(key)) this.stats.waited++;
@@ -328,8 +382,12 @@ export class Handoff {
     try {
       const json = await store.read(tenant);
       if (json !== null) {
-        this.#limiter.importTenant(tenant, parseTenantSnapshot(json));
+        const snapshot = parseTenantSnapshot(json);
+        this.#limiter.importTenant(tenant, snapshot);
         this.stats.loaded++;
+        if (crashed) {
+          for (const r of snapshot.reservations) if (!r.released && this.#limiter.release(tenant, r.id)) this.stats.slotsFreed++;
+        }
       } else {
         this.#limiter.dropTenant(tenant);
       }
@@ -372,7 +430,8 @@ export class Handoff {
   #ringChanged(ring: Ring): void {
     const next = this.#leaving ? this.#without(ring) : ring;
     if (next.version === this.#ring.version) return;
-    this.#previous = this.#ring;
+    // The first ring (this node joining): the tenants it gains come from the ring without it.
+    this.#previous = this.#ring.members.length === 0 ? this.#without(ring) : this.#ring;
     this.#ring = next;
     this.#log.info({ ring: next.version, members: next.members.map((m) => m.id) }, 'ring changed');
     void this.#handOver(next);

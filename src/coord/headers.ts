@@ -9,10 +9,17 @@ export const TENANT_HEADER = 'x-quotaring-tenant';
 /** Response header of a 421: the id of the member that owns the tenant under the node's ring. */
 export const OWNER_HEADER = 'x-quotaring-owner';
 /**
- * Request header: the id of the member the receiving node may believe owns the tenant, which the
- * router stands the request in for. Set when the router routed around a suspect owner (refused a
- * connection, or fails health checks), and on the retry after a 421 while rings are in transition
- * (naming the node that redirected, or the owner it named when that member is gone). A node accepts
- * the request instead of answering 421 when the header names its own ring's owner of the tenant.
+ * Request header: the id of the tenant's owner (under the ring in {@link RING_HEADER}) that the router
+ * routed around because it is suspect (refused a connection, or fails health checks). The receiving
+ * node accepts the request instead of answering 421 when the header names its own ring's owner of
+ * the tenant, and frees the slots of the requests the dead owner had in flight.
  */
 export const FALLBACK_HEADER = 'x-quotaring-fallback-for';
+/**
+ * Request header of a router's retry after a 421 while rings are in transition: the member the
+ * receiving node may still believe owns the tenant (the node that redirected, or the owner it named
+ * when that member is gone). The node accepts the request instead of answering 421 again when the
+ * header names its own ring's owner of the tenant; nothing is freed (that member is alive, or left
+ * gracefully and handed its state over).
+ */
+export const REDIRECTED_HEADER = 'x-quotaring-redirected-for';

@@ -14,6 +14,7 @@ import { SseSplitter } from '../providers/sse.ts';
 import { jsonField } from '../providers/json-field.ts';
 import type { StreamObserver, TokenUsage } from '../providers/types.ts';
 import type { GatewayContext } from './context.ts';
+import { sendMisdirected } from './ownership.ts';
 import { anthropicRateLimitHeaders, openAIRateLimitHeaders, retryAfterHeaders } from '../providers/rate-limit-headers.ts';
 
 /** Everything a route knows about a request once it is parsed and counted. */
@@ -111,6 +112,8 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
   const id = ctx.nextRequestId();
   const tenantId = ex.tenant.id;
   const cost = ex.promptTokens + ex.reservedOutput;
+  // The tenant moved away while this request was being read and counted: never decide it here.
+  if (ctx.handoff !== undefined && !ctx.handoff.holds(tenantId)) return sendMisdirected(request, reply, ctx.handoff, tenantId, ctx.handoff.ring().owner(tenantId));
   const admitted = ctx.limiter.acquire(tenantId, { id, tokens: cost, model: ex.model.name });
   if (!admitted.ok) return sendRefusal(ctx, reply, ex, admitted, cost);
   ctx.handoff?.touched(tenantId);

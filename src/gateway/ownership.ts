@@ -3,12 +3,13 @@
  * request for another node's tenant (a router with a stale ring, a client calling a node directly,
  * a node that is leaving) is answered 421 `misdirected` before anything is counted, naming the
  * owner, so the router retries there and the request is never decided twice. A request the router
- * sent here because the owner is suspect (`x-quotaring-fallback-for: <owner id>`) is accepted. Before
+ * sent here because the owner is suspect (`x-quotaring-fallback-for: <owner id>`), or retried here
+ * after a 421 while rings are in transition (`x-quotaring-redirected-for: <owner id>`), is accepted. Before
  * the first decision for a tenant that moved here, its state is loaded (see `Handoff.ready`).
  */
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import type { Handoff } from '../coord/handoff.ts';
-import { FALLBACK_HEADER, OWNER_HEADER, RING_HEADER } from '../coord/headers.ts';
+import type { ClaimHow, Handoff } from '../coord/handoff.ts';
+import { FALLBACK_HEADER, OWNER_HEADER, REDIRECTED_HEADER, RING_HEADER } from '../coord/headers.ts';
 import type { Member, Membership } from '../coord/types.ts';
 import { errorBody } from '../errors.ts';
 import { tenantOf } from './auth.ts';
@@ -23,7 +24,7 @@ export interface NodeCluster {
   readonly handoff: Handoff;
 }
 
-export { FALLBACK_HEADER, OWNER_HEADER, RING_HEADER } from '../coord/headers.ts';
+export { FALLBACK_HEADER, OWNER_HEADER, REDIRECTED_HEADER, RING_HEADER } from '../coord/headers.ts';
 
 /**
  * A `preHandler` hook: passes requests for tenants this node decides for (after loading a moved
@@ -34,19 +35,35 @@ export function ownershipHook(cluster: NodeCluster) {
   const { handoff } = cluster;
   return async (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply | undefined> => {
     const tenant = tenantOf(request).id;
-    const fallbackFor = request.headers[FALLBACK_HEADER];
-    const placed = handoff.place(tenant, typeof fallbackFor === 'string' ? fallbackFor : undefined);
-    if (placed.here) {
-      const loading = handoff.ready(tenant, fallbackFor !== undefined);
+    const placed = handoff.place(tenant);
+    let how: ClaimHow | undefined = placed.here ? 'owner' : undefined;
+    if (how === undefined) {
+      // Accepted in place of the owner this node's ring names, when the router says so.
+      const owner = placed.here ? undefined : placed.owner?.id;
+      if (owner !== undefined && request.headers[FALLBACK_HEADER] === owner && handoff.place(tenant, owner).here) how = 'fallback';
+      else if (owner !== undefined && request.headers[REDIRECTED_HEADER] === owner && handoff.place(tenant, owner).here) how = 'handed';
+    }
+    if (how !== undefined) {
+      const loading = handoff.ready(tenant, how);
       if (loading !== undefined) await loading;
       return undefined;
     }
-    const ring = handoff.ring();
-    const dialect = request.url.startsWith('/v1/messages') ? 'anthropic' : 'openai';
-    const ownerId = placed.owner?.id ?? 'none';
-    return reply
-      .code(421)
-      .headers({ [OWNER_HEADER]: ownerId, [RING_HEADER]: ring.version, 'x-quotaring-error': 'misdirected' })
-      .send(errorBody(dialect, 'misdirected', `Tenant ${tenant} is owned by ${ownerId} under ring ${ring.version}; this is ${cluster.self.id}.`));
+    return sendMisdirected(request, reply, handoff, tenant, placed.here ? undefined : placed.owner);
   };
+}
+
+/**
+ * Answers 421 `misdirected` naming the tenant's owner under this node's ring (`x-quotaring-owner`,
+ * `x-quotaring-ring`), in the route's error shape, once this node's handoffs are stored. Nothing is counted.
+ */
+export async function sendMisdirected(request: FastifyRequest, reply: FastifyReply, handoff: Handoff, tenant: string, owner: Member | undefined): Promise<FastifyReply> {
+  // The owner named here may load the tenant at once on the router's retry: store the handoff first.
+  await handoff.settledDown();
+  const ring = handoff.ring();
+  const dialect = request.url.startsWith('/v1/messages') ? 'anthropic' : 'openai';
+  const ownerId = owner?.id ?? 'none';
+  return reply
+    .code(421)
+    .headers({ [OWNER_HEADER]: ownerId, [RING_HEADER]: ring.version, 'x-quotaring-error': 'misdirected' })
+    .send(errorBody(dialect, 'misdirected', `Tenant ${tenant} is owned by ${ownerId} under ring ${ring.version}; this is ${handoff.self.id}.`));
 }

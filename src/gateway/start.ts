@@ -68,6 +68,8 @@ export async function startGateway(opts: StartGatewayOptions): Promise<{ url: st
       grace.unref();
       await app.close();
       clearTimeout(grace);
+      // Settlements of the last streams go to the tenants' new owners: wait until they are delivered.
+      await handoff?.flush();
       // In-flight settlements were forwarded during close; now stop the Redis connection.
       await configured?.close();
     })();

@@ -16,9 +16,9 @@ import type { MemberPools } from './member-pools.ts';
 import { drainUnsent, isReplayable, requestBodyOf } from './request-body.ts';
 import type { RequestBody } from './request-body.ts';
 import type { Suspects } from './suspects.ts';
-import { FALLBACK_HEADER, OWNER_HEADER, RING_HEADER, TENANT_HEADER } from '../coord/headers.ts';
+import { FALLBACK_HEADER, OWNER_HEADER, REDIRECTED_HEADER, RING_HEADER, TENANT_HEADER } from '../coord/headers.ts';
 
-export { FALLBACK_HEADER, OWNER_HEADER, RING_HEADER, TENANT_HEADER } from '../coord/headers.ts';
+export { FALLBACK_HEADER, OWNER_HEADER, REDIRECTED_HEADER, RING_HEADER, TENANT_HEADER } from '../coord/headers.ts';
 
 /** What {@link forward} needs from the router. */
 export interface ForwardContext {
@@ -32,7 +32,7 @@ export interface ForwardContext {
 }
 
 /** Client headers never forwarded besides hop-by-hop ones: undici sets `host`, refuses `expect`; the router sets its own `x-quotaring-*`. */
-const DROP_REQUEST = new Set(['host', 'expect', 'content-length', RING_HEADER, TENANT_HEADER, FALLBACK_HEADER]);
+const DROP_REQUEST = new Set(['host', 'expect', 'content-length', RING_HEADER, TENANT_HEADER, FALLBACK_HEADER, REDIRECTED_HEADER]);
 const DROP_RESPONSE = new Set<string>();
 
 /** Errors that mean the member never started answering: the connection was refused, reset or closed before headers. */
@@ -77,7 +77,7 @@ type Attempt = { readonly ok: true; readonly res: Dispatcher.ResponseData } | { 
  * chosen member failed and no retry was possible or the retry failed too).
  * A 421 that cannot be retried (large body, no other owner) is relayed as the node sent it.
  * A request sent to a member other than the ring owner because the owner is suspect carries
- * {@link FALLBACK_HEADER} naming the owner; so does the retry after a 421 (see the header's doc).
+ * {@link FALLBACK_HEADER} naming the owner; the retry after a 421 carries {@link REDIRECTED_HEADER}.
  */
 export async function forward(ctx: ForwardContext, request: FastifyRequest, reply: FastifyReply, tenant: string): Promise<FastifyReply> {
   const isSuspect = (id: string): boolean => ctx.suspects.has(id);
@@ -98,11 +98,15 @@ export async function forward(ctx: ForwardContext, request: FastifyRequest, repl
   const headers = endToEndHeaders(request.headers, DROP_REQUEST);
   headers[TENANT_HEADER] = tenant;
   /**
-   * Sends to `member`, routed by `routedBy`. `fallback`: true names the suspect owner it stands in
-   * for (if any); a string names that member; false names none.
+   * Sends to `member`, routed by `routedBy`. `standIn`: true names the suspect owner it stands in
+   * for, if any ({@link FALLBACK_HEADER}); a string is the member a retry after a 421 stands in for
+   * ({@link REDIRECTED_HEADER}).
    */
-  const send = (member: Member, routedBy: Ring, fallback: boolean | string): Promise<Attempt> => {
-    const owner = fallback === true ? fallbackFor(routedBy, tenant, member, isSuspect) : fallback === false || fallback === member.id ? undefined : fallback;
+  const send = (member: Member, routedBy: Ring, standIn: true | string): Promise<Attempt> => {
+    if (standIn !== true) {
+      return attempt(ctx, member, request, standIn === member.id ? headers : { ...headers, [REDIRECTED_HEADER]: standIn }, routedBy.version, body, abort);
+    }
+    const owner = fallbackFor(routedBy, tenant, member, isSuspect);
     return attempt(ctx, member, request, owner === undefined ? headers : { ...headers, [FALLBACK_HEADER]: owner }, routedBy.version, body, abort);
   };
 
@@ -127,7 +131,7 @@ export async function forward(ctx: ForwardContext, request: FastifyRequest, repl
     //   suspect owner the choice stands in for (if any).
     const named = header(result.res.headers[OWNER_HEADER]);
     let owner = ring.members.find((m) => m.id === named && m.id !== first.id && !isSuspect(m.id));
-    let standsInFor: boolean | string = first.id;
+    let standsInFor: true | string = first.id;
     if (owner === undefined) {
       ring = ctx.membership.ring();
       owner = chooseMember(ring, tenant, isSuspect);

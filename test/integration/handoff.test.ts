@@ -73,7 +73,7 @@ describe('handoff through a real Redis', () => {
   });
 
   /** A node: its limiter, membership and handoff, started with the members given. */
-  async function node(self: Member, members: Member[], opts: { waitMs?: number; send?: (to: Member, s: ForwardedSettlement, hops: number) => Promise<void> } = {}) {
+  async function node(self: Member, members: Member[], opts: { waitMs?: number; send?: (from: Member, to: Member, s: ForwardedSettlement, hops: number) => Promise<void> } = {}) {
     const connection = new Redis(redis.url);
     connections.push(connection);
     const limiter = new Limiter({ clock, policyFor: () => POLICY });
@@ -133,9 +133,9 @@ describe('handoff through a real Redis', () => {
   test('a settlement of a request admitted before the move reaches the new owner: refund and slot', async () => {
     const nodes: { b?: Awaited<ReturnType<typeof node>> } = {};
     const a = await node(A, [A], {
-      send: async (to, s, hops) => {
-        assert.equal(to.id, B.id);
-        if (s.op === 'finish') await nodes.b?.handoff.finish(s.tenant, s.id, s.tokens, hops);
+      send: async (from, to, s, hops) => {
+        assert.deepEqual([from.id, to.id], [A.id, B.id]);
+        if (s.op === 'finish') await nodes.b?.handoff.finish(s.tenant, s.id, s.tokens, hops, from.id);
       },
     });
     await a.handoff.ready(T);
@@ -171,7 +171,12 @@ describe('handoff through a real Redis', () => {
     await b.handoff.ready(T);
     assert.ok(Date.now() - started >= 45);
     assert.equal(b.handoff.stats.timedOut, 1);
-    assert.equal(b.limiter.peek(T)[0]?.remaining, 8_000);
+    // The previous owner is alive (only late): its request's slot stays held.
+    assert.deepEqual(
+      b.limiter.peek(T).map((l) => l.remaining),
+      [8_000, 99, 1],
+    );
+    assert.equal(b.handoff.stats.slotsFreed, 0);
     a.handoff.stop();
     b.handoff.stop();
   });
@@ -189,27 +194,48 @@ describe('handoff through a real Redis', () => {
     assert.deepEqual(b.handoff.place(U), { here: false, owner: A });
     assert.deepEqual(b.handoff.place(U, A.id), { here: true });
     const started = Date.now();
-    await b.handoff.ready(U, true);
+    await b.handoff.ready(U, 'fallback');
     assert.ok(Date.now() - started < 1_000);
-    assert.equal(b.limiter.peek(U)[0]?.remaining, 6_000);
+    // The dead owner's request keeps its 4,000 tokens charged, and its slot is free.
+    assert.deepEqual(
+      b.limiter.peek(U).map((l) => l.remaining),
+      [6_000, 99, 2],
+    );
+    assert.equal(b.handoff.stats.slotsFreed, 1);
     b.handoff.stop();
   });
 
   test('graceful leave: every tenant is handed over before the node deregisters; the next owner needs no wait', async () => {
-    const a = await node(A, [A, B]);
+    const nodes: { b?: Awaited<ReturnType<typeof node>> } = {};
+    const a = await node(A, [A, B], {
+      send: async (from, _to, s, hops) => {
+        if (s.op === 'finish') await nodes.b?.handoff.finish(s.tenant, s.id, s.tokens, hops, from.id);
+      },
+    });
     const U = Array.from({ length: 100 }, (_, i) => `u-${i}`).find((t) => ringAB.owner(t)?.id === A.id) as string;
     await a.handoff.ready(U);
     assert.equal(a.limiter.acquire(U, { id: 'r0', tokens: 2_500 }).ok, true);
+    a.limiter.settle(U, 'r0', 2_500);
+    a.limiter.release(U, 'r0');
+    assert.equal(a.limiter.acquire(U, { id: 'stream', tokens: 1_000 }).ok, true);
     const b = await node(B, [A, B], { waitMs: 5_000 });
+    nodes.b = b;
     await a.handoff.leave();
     assert.deepEqual(a.handoff.place(U), { here: false, owner: B });
     assert.equal(a.handoff.stats.handedOff, 1);
+    // The stream ends on A before B has seen A leave: B's ring still names A, the sender, as the
+    // owner, so B applies it (loading the handed-over state) instead of sending it back.
+    await a.handoff.finish(U, 'stream', 400);
+    assert.deepEqual([a.handoff.stats.forwarded, a.handoff.stats.lost, b.handoff.stats.lost], [1, 0, 0]);
     b.membership.set([B]);
     const started = Date.now();
     await b.handoff.ready(U);
     assert.ok(Date.now() - started < 1_000);
     assert.equal(b.handoff.stats.timedOut, 0);
-    assert.equal(b.limiter.peek(U)[0]?.remaining, 7_500);
+    assert.deepEqual(
+      b.limiter.peek(U).map((l) => l.remaining),
+      [10_000 - 2_500 - 400, 98, 2],
+    );
     const ttl = await connections[0]!.pttl(stateKey(`t${cluster}`, U));
     assert.ok(ttl > 100_000 && ttl <= 120_000, `ttl ${ttl}`);
     a.handoff.stop();

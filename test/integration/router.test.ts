@@ -15,7 +15,7 @@ import { ManualClock } from '../../src/clock.ts';
 import { buildConfig } from '../../src/config/load.ts';
 import type { Member, Membership, Ring } from '../../src/coord/types.ts';
 import { StaticMembership } from '../../src/coord/static-membership.ts';
-import { FALLBACK_HEADER } from '../../src/router/forward.ts';
+import { FALLBACK_HEADER, REDIRECTED_HEADER } from '../../src/router/forward.ts';
 import { buildRouter, routerControl, startRouter } from '../../src/router/server.ts';
 import { freePort } from '../helpers/processes.ts';
 
@@ -199,7 +199,7 @@ describe('router', () => {
 
   describe('proxying', () => {
     test('forwards method, path, body and headers with the ring version and tenant; relays status and headers', async () => {
-      const res = await post('/v1/chat/completions?x=1', { ...auth, 'x-quotaring-tenant': 'forged', [FALLBACK_HEADER]: 'forged', 'x-custom': 'kept' });
+      const res = await post('/v1/chat/completions?x=1', { ...auth, 'x-quotaring-tenant': 'forged', [FALLBACK_HEADER]: 'forged', [REDIRECTED_HEADER]: 'forged', 'x-custom': 'kept' });
       assert.equal(res.statusCode, 201);
       assert.equal(res.headers['x-node'], 'a');
       assert.deepEqual(await res.body.json(), { node: 'a', length: Buffer.byteLength(chatBody), sha: sha(chatBody) });
@@ -212,6 +212,7 @@ describe('router', () => {
       assert.equal(seen.headers.authorization, `Bearer ${KEY}`);
       assert.equal(seen.headers['x-custom'], 'kept');
       assert.equal(seen.headers[FALLBACK_HEADER], undefined);
+      assert.equal(seen.headers[REDIRECTED_HEADER], undefined);
       assert.equal(seen.headers['content-type'], 'application/json');
       assert.equal(seen.headers['content-length'], String(Buffer.byteLength(chatBody)));
       assert.equal(b.seen.length + c.seen.length, 0);
@@ -452,18 +453,18 @@ describe('router', () => {
       assert.deepEqual(b.seen.map((s) => s.headers[FALLBACK_HEADER]), ['a']);
     });
 
-    test('after a 421 the retry names the node that redirected; a named owner the router does not know is named back to the same node', async () => {
+    test('after a 421 the retry names (x-quotaring-redirected-for) the node that redirected; a named owner the router does not know is named back to the same node', async () => {
       a.behaviour = 'misdirect';
       a.owner = 'c';
       await (await post()).body.dump();
       assert.equal(a.seen[0]?.headers[FALLBACK_HEADER], undefined);
-      assert.equal(c.seen[0]?.headers[FALLBACK_HEADER], 'a');
+      assert.deepEqual([c.seen[0]?.headers[FALLBACK_HEADER], c.seen[0]?.headers[REDIRECTED_HEADER]], [undefined, 'a']);
       // Owner not in the router ring: the re-read ring's owner is a itself → a again, told it stands in for node-9.
       a.owner = 'node-9';
       await (await post()).body.dump();
       assert.deepEqual([a.seen.length, b.seen.length, c.seen.length], [3, 0, 1]);
-      assert.equal(a.seen[1]?.headers[FALLBACK_HEADER], undefined);
-      assert.equal(a.seen[2]?.headers[FALLBACK_HEADER], 'node-9');
+      assert.equal(a.seen[1]?.headers[REDIRECTED_HEADER], undefined);
+      assert.deepEqual([a.seen[2]?.headers[FALLBACK_HEADER], a.seen[2]?.headers[REDIRECTED_HEADER]], [undefined, 'node-9']);
     });
     test('a stand-in that answers 421 naming another owner: the retry goes to that owner, naming the stand-in', async () => {
       a.healthy = false;
@@ -473,7 +474,7 @@ describe('router', () => {
       const res = await post();
       assert.equal(((await res.body.json()) as { node: string }).node, 'c');
       assert.equal(b.seen[0]?.headers[FALLBACK_HEADER], 'a');
-      assert.equal(c.seen[0]?.headers[FALLBACK_HEADER], 'b');
+      assert.deepEqual([c.seen[0]?.headers[FALLBACK_HEADER], c.seen[0]?.headers[REDIRECTED_HEADER]], [undefined, 'b']);
     });
 
     test('after a 421, a member chosen on the re-read ring in place of its suspect owner names that owner', async () => {

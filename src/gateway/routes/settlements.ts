@@ -17,6 +17,8 @@ import { errorBody } from '../../errors.ts';
 export const SETTLEMENTS_PATH = '/_quotaring/v1/settlements';
 /** Request header: how many nodes the settlement went through. */
 export const HOPS_HEADER = 'x-quotaring-hops';
+/** Request header: the id of the node that sent the settlement. */
+export const FROM_HEADER = 'x-quotaring-from';
 
 const SettlementSchema = z.discriminatedUnion('op', [
   z.strictObject({ op: z.literal('finish'), tenant: z.string().min(1), id: z.string().min(1), tokens: z.number().int().nonnegative() }),
@@ -42,19 +44,21 @@ export function settlementRoutes(app: FastifyInstance, config: LoadedConfig, han
     if (!(hops >= 1 && hops <= MAX_FORWARD_HOPS)) {
       return reply.code(508).send(errorBody('openai', 'invalid_request', `Settlement forwarded ${hops} times.`));
     }
-    if (s.op === 'finish') return handoff.finish(s.tenant, s.id, s.tokens, hops);
-    return { renewed: await handoff.renew(s.tenant, s.id, hops) };
+    const from = request.headers[FROM_HEADER];
+    const sender = typeof from === 'string' ? from : undefined;
+    if (s.op === 'finish') return handoff.finish(s.tenant, s.id, s.tokens, hops, sender);
+    return { renewed: await handoff.renew(s.tenant, s.id, hops, sender) };
   });
 }
 
 /**
- * Sends a settlement to `to` (2 s timeout).
+ * Sends a settlement from node `from` to node `to` (2 s timeout).
  * @throws Error when the node answers other than 200 or cannot be reached.
  */
-export async function sendSettlement(to: Member, settlement: ForwardedSettlement, hops: number): Promise<void> {
+export async function sendSettlement(from: Member, to: Member, settlement: ForwardedSettlement, hops: number): Promise<void> {
   const res = await httpRequest(new URL(SETTLEMENTS_PATH, to.url), {
     method: 'POST',
-    headers: { 'content-type': 'application/json', [HOPS_HEADER]: String(hops) },
+    headers: { 'content-type': 'application/json', [HOPS_HEADER]: String(hops), [FROM_HEADER]: from.id },
     body: JSON.stringify(settlement),
     headersTimeout: 2_000,
     bodyTimeout: 2_000,
