@@ -280,9 +280,24 @@ export class Handoff {
     }
   }
 
-  /** Forgets claims of tenants the limiter no longer holds (swept idle: their state is fresh). */
-  forgetIdle(): void {
-    for (const tenant of this.#claimed) if (!this.#limiter.hasTenant(tenant)) this.#claimed.delete(tenant);
+  /**
+   * Forgets claims of tenants the limiter no longer holds (swept idle: their state is fresh), after
+   * deleting their stored states: a checkpoint taken while they were busy (an open reservation, a
+   * full window) would otherwise be loaded by their next claim. A tenant busy again by then stays
+   * claimed (and is checkpointed). Never rejects; on a Redis error the claims are kept.
+   */
+  async forgetIdle(): Promise<void> {
+    const idle = [...this.#claimed].filter((tenant) => !this.#limiter.hasTenant(tenant));
+    if (idle.length === 0) return;
+    if (this.#store !== undefined) {
+      try {
+        await this.#store.remove(idle);
+      } catch (err) {
+        this.#log.warn({ err: (err as Error).message, tenants: idle.length }, 'deleting the states of idle tenants failed: they stay claimed');
+        return;
+      }
+    }
+    for (const tenant of idle) if (!this.#limiter.hasTenant(tenant)) this.#claimed.delete(tenant);
   }
 
   /** Stops checkpoints and announcements (writes nothing; call `leave()` first for a graceful exit). */

@@ -67,6 +67,18 @@ export class TenantStateStore {
     for (const [err] of replies) if (err !== null) throw err;
   }
 
+  /**
+   * Deletes the stored states of tenants whose state is fresh (one pipeline of `DEL`s).
+   * @throws the Redis error of the first failed command.
+   */
+  async remove(tenants: readonly string[]): Promise<void> {
+    if (tenants.length === 0) return;
+    const pipeline = this.#redis.pipeline();
+    for (const tenant of tenants) pipeline.del(stateKey(this.#cluster, tenant));
+    const replies = (await pipeline.exec()) ?? [];
+    for (const [err] of replies) if (err !== null) throw err;
+  }
+
   /** The stored state of a tenant, or null. @throws the Redis error. */
   read(tenant: string): Promise<string | null> {
     return this.#redis.get(stateKey(this.#cluster, tenant));

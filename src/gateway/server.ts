@@ -168,7 +168,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
 
   const sweep = setInterval(() => {
     ctx.limiter.sweep();
-    handoff?.forgetIdle();
+    void handoff?.forgetIdle();
   }, server.sweep_interval);
   sweep.unref();
   app.addHook('onReady', async () => {

@@ -242,6 +242,27 @@ describe('handoff through a real Redis', () => {
     b.handoff.stop();
   });
 
+  test('a tenant swept idle is forgotten with its stored state: its next claim starts fresh, not from a busy checkpoint', async () => {
+    const a = await node(A, [A]);
+    await a.handoff.ready(T);
+    assert.equal(a.limiter.acquire(T, { id: 'r0', tokens: 1_000 }).ok, true);
+    a.handoff.touched(T);
+    await a.handoff.checkpoint(); // stores the open reservation and its slot
+    assert.deepEqual(await a.handoff.finish(T, 'r0', 1_000), { settled: true, released: true });
+    clock.advance(61_000);
+    assert.equal(a.limiter.sweep(), 1);
+    await a.handoff.forgetIdle();
+    assert.equal(a.handoff.claimed().has(T), false);
+    assert.equal(await connections.at(-1)!.exists(stateKey(`t${cluster}`, T)), 0);
+    await a.handoff.ready(T);
+    assert.equal(a.handoff.stats.loaded, 0);
+    assert.deepEqual(
+      a.limiter.peek(T).map((l) => l.remaining),
+      [10_000, 100, 2],
+    );
+    a.handoff.stop();
+  });
+
   test('without a store (static members) nothing is loaded and every call is local', async () => {
     const limiter = new Limiter({ clock, policyFor: () => POLICY });
     const handoff = new Handoff({ self: A, membership: new TestMembership([A, B]), limiter, clock, stateTtlMs: () => 1, send: async () => {}, log: quiet });
