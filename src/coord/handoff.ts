@@ -7,7 +7,9 @@
  *   from Redis. Claimed tenants cost nothing more per request: no Redis command.
  * - On a ring change the node exports every claimed tenant it no longer owns, drops it from its
  *   limiter, writes the states in one pipeline and announces the handoff (`HandoffDone`).
- * - A node claiming a tenant reads its state from Redis first. When the tenant's previous owner is
+ * - The announcement lists the tenants by new owner, which loads its share at once (MGET), so most
+ *   first requests find their tenant claimed. A node claiming a tenant otherwise reads its state
+ *   from Redis first. When the tenant's previous owner is
  *   still in the ring (a join) and has not announced its handoff for this ring, the node waits for
  *   the announcement up to `waitMs`. After that wait, or when the previous owner is gone (a crash),
  *   it starts from whatever Redis holds: the last checkpoint, at most one checkpoint period old
@@ -76,8 +78,12 @@ export interface HandoffOptions {
 
 /** Counters of a node's handoffs, for tests and operators. */
 export interface HandoffStats {
-  /** Tenants claimed with state loaded from Redis. */
+  /** Tenants claimed with state loaded from Redis (on a first request or prefetched). */
   loaded: number;
+  /** Tenants loaded at once on a previous owner's announcement, before their first request. */
+  prefetched: number;
+  /** Duration of the last such load (every MGET and import), ms. */
+  lastPrefetchMs: number;
   /** Claims that waited for a previous owner's announcement and got it. */
   waited: number;
   /** Claims whose wait ended at `waitMs` without the announcement. */
@@ -97,6 +103,8 @@ export interface HandoffStats {
 }
 
 const SEEN_ANNOUNCEMENTS = 256;
+/** Tenants per MGET when loading a handoff at once. */
+const PREFETCH_CHUNK = 500;
 /** Forwarding hops before a settlement is dropped (owner changed again while it travelled). */
 export const MAX_FORWARD_HOPS = 2;
 
@@ -129,7 +137,7 @@ export class Handoff {
   /** Forwarded settlements not yet answered. */
   readonly #sending = new Set<Promise<void>>();
   #unsubscribe: (() => void) | undefined;
-  readonly stats: HandoffStats = { loaded: 0, waited: 0, timedOut: 0, handedOff: 0, checkpointed: 0, forwarded: 0, lost: 0, slotsFreed: 0, lastHandoffMs: 0 };
+  readonly stats: HandoffStats = { loaded: 0, prefetched: 0, lastPrefetchMs: 0, waited: 0, timedOut: 0, handedOff: 0, checkpointed: 0, forwarded: 0, lost: 0, slotsFreed: 0, lastHandoffMs: 0 };
 
   constructor(opts: HandoffOptions) {
     this.#self = opts.self;
@@ -394,8 +402,22 @@ export class Handoff {
         }
       }
     }
+    let json: string | null = null;
     try {
-      const json = await store.read(tenant);
+      json = await store.read(tenant);
+    } catch (err) {
+      this.#log.warn({ tenant, err: (err as Error).message }, 'tenant state unreadable: starting fresh');
+    }
+    this.#adopt(tenant, json, crashed, ring);
+  }
+
+  /**
+   * Makes `json` (a stored state, or null for fresh) the tenant's state here and claims it, unless
+   * the ring changed while it was read and this node no longer owns the tenant (then nothing).
+   */
+  #adopt(tenant: string, json: string | null, crashed: boolean, readUnder: Ring): boolean {
+    if (this.#ring !== readUnder && !this.place(tenant).here) return false;
+    try {
       if (json !== null) {
         const snapshot = parseTenantSnapshot(json);
         this.#limiter.importTenant(tenant, snapshot);
@@ -407,9 +429,42 @@ export class Handoff {
         this.#limiter.dropTenant(tenant);
       }
     } catch (err) {
+      this.#limiter.dropTenant(tenant);
       this.#log.warn({ tenant, err: (err as Error).message }, 'tenant state unreadable: starting fresh');
     }
     this.#claimed.add(tenant);
+    return true;
+  }
+
+  /**
+   * Loads at once the tenants a previous owner announced it handed here (MGET in chunks), so their
+   * first requests find them claimed. Tenants already claimed or being claimed are skipped.
+   */
+  async #prefetch(tenants: readonly string[], from: string, store: TenantStateStore): Promise<void> {
+    const ring = this.#ring;
+    const todo = tenants.filter((t) => !this.#claimed.has(t) && !this.#loading.has(t) && (this.place(t).here || this.place(t, from).here));
+    if (todo.length === 0) return;
+    const started = this.#clock.now();
+    const batch = (async () => {
+      for (let i = 0; i < todo.length; i += PREFETCH_CHUNK) {
+        const chunk = todo.slice(i, i + PREFETCH_CHUNK);
+        let values: (string | null)[];
+        try {
+          values = await store.readMany(chunk);
+        } catch (err) {
+          this.#log.warn({ err: (err as Error).message, tenants: chunk.length }, 'prefetching handed-over tenants failed: they load on their first request');
+          return;
+        }
+        for (const [k, tenant] of chunk.entries()) if (!this.#claimed.has(tenant) && this.#adopt(tenant, values[k] ?? null, false, ring)) this.stats.prefetched++;
+      }
+    })();
+    for (const t of todo) this.#loading.set(t, batch);
+    try {
+      await batch;
+    } finally {
+      for (const t of todo) if (this.#loading.get(t) === batch) this.#loading.delete(t);
+    }
+    this.stats.lastPrefetchMs = this.#clock.now() - started;
   }
 
   /** Waits for announcement `key` up to `waitMs`. @returns whether it came. */
@@ -440,6 +495,8 @@ export class Handoff {
       this.#waiters.delete(key);
       for (const wake of waiters) wake();
     }
+    const mine = done.tenants?.[this.#self.id];
+    if (mine !== undefined && this.#store !== undefined && !this.#leaving) void this.#prefetch(mine, done.from, this.#store);
   }
 
   #ringChanged(ring: Ring): void {
@@ -457,10 +514,15 @@ export class Handoff {
     const store = this.#store;
     const started = this.#clock.now();
     const states: StoredState[] = [];
+    const byOwner: Record<string, string[]> = {};
     for (const tenant of this.#claimed) {
-      if (!this.#leaving && ring.owner(tenant)?.id === this.#self.id) continue;
+      const owner = ring.owner(tenant)?.id;
+      if (!this.#leaving && owner === this.#self.id) continue;
       const state = this.#state(tenant);
-      if (state !== undefined) states.push(state);
+      if (state !== undefined) {
+        states.push(state);
+        if (owner !== undefined) (byOwner[owner] ??= []).push(tenant);
+      }
       this.#limiter.dropTenant(tenant);
       this.#claimed.delete(tenant);
       this.#dirty.delete(tenant);
@@ -474,7 +536,7 @@ export class Handoff {
         this.#log.warn({ err: (err as Error).message, tenants: states.length }, 'handoff write failed: new owners start from checkpoints');
       }
       try {
-        await store.announce({ from: this.#self.id, ring: ring.version });
+        await store.announce({ from: this.#self.id, ring: ring.version, tenants: byOwner });
       } catch (err) {
         this.#log.warn({ err: (err as Error).message }, 'handoff announcement failed');
       }

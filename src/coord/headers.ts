@@ -8,6 +8,8 @@ export const RING_HEADER = 'x-quotaring-ring';
 export const TENANT_HEADER = 'x-quotaring-tenant';
 /** Response header of a 421: the id of the member that owns the tenant under the node's ring. */
 export const OWNER_HEADER = 'x-quotaring-owner';
+/** Response header of a 421: the URL of that member (a router that has not seen it join yet can still reach it). */
+export const OWNER_URL_HEADER = 'x-quotaring-owner-url';
 /**
  * Request header: the id of the tenant's owner (under the ring in {@link RING_HEADER}) that the router
  * routed around because it is suspect (refused a connection, or fails health checks). The receiving
@@ -18,7 +20,7 @@ export const FALLBACK_HEADER = 'x-quotaring-fallback-for';
 /**
  * Request header of a router's retry after a 421 while rings are in transition: the member the
  * receiving node may still believe owns the tenant (the node that redirected, or the owner it named
- * when that member is gone). The node accepts the request instead of answering 421 again when the
+ * when that member left the router's ring). The node accepts the request instead of answering 421 again when the
  * header names its own ring's owner of the tenant; nothing is freed (that member is alive, or left
  * gracefully and handed its state over).
  */

@@ -19,6 +19,8 @@ export interface HandoffDone {
   readonly from: string;
   /** Version of the ring the node handed off for. */
   readonly ring: string;
+  /** The tenants whose state was stored, by the id of their new owner (so it can load them at once). */
+  readonly tenants?: Readonly<Record<string, readonly string[]>>;
 }
 
 /** Key of a tenant's state: `qr:{<cluster>}:state:<tenant>`. */
@@ -35,7 +37,11 @@ export function handoffChannel(cluster: string): string {
 function parseDone(message: string): HandoffDone | undefined {
   try {
     const value = JSON.parse(message) as Partial<HandoffDone>;
-    return typeof value.from === 'string' && typeof value.ring === 'string' ? { from: value.from, ring: value.ring } : undefined;
+    if (typeof value.from !== 'string' || typeof value.ring !== 'string') return undefined;
+    const tenants = value.tenants;
+    const valid =
+      typeof tenants === 'object' && tenants !== null && Object.values(tenants).every((list) => Array.isArray(list) && list.every((t) => typeof t === 'string'));
+    return valid ? { from: value.from, ring: value.ring, tenants } : { from: value.from, ring: value.ring };
   } catch {
     return undefined;
   }
@@ -77,6 +83,12 @@ export class TenantStateStore {
     for (const tenant of tenants) pipeline.del(stateKey(this.#cluster, tenant));
     const replies = (await pipeline.exec()) ?? [];
     for (const [err] of replies) if (err !== null) throw err;
+  }
+
+  /** The stored states of several tenants (`MGET`), null where none. @throws the Redis error. */
+  readMany(tenants: readonly string[]): Promise<(string | null)[]> {
+    if (tenants.length === 0) return Promise.resolve([]);
+    return this.#redis.mget(tenants.map((t) => stateKey(this.#cluster, t)));
   }
 
   /** The stored state of a tenant, or null. @throws the Redis error. */

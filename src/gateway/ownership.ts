@@ -9,7 +9,7 @@
  */
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { ClaimHow, Handoff } from '../coord/handoff.ts';
-import { FALLBACK_HEADER, OWNER_HEADER, REDIRECTED_HEADER, RING_HEADER } from '../coord/headers.ts';
+import { FALLBACK_HEADER, OWNER_HEADER, OWNER_URL_HEADER, REDIRECTED_HEADER, RING_HEADER } from '../coord/headers.ts';
 import type { Member, Membership } from '../coord/types.ts';
 import { errorBody } from '../errors.ts';
 import { tenantOf } from './auth.ts';
@@ -64,6 +64,6 @@ export async function sendMisdirected(request: FastifyRequest, reply: FastifyRep
   const ownerId = owner?.id ?? 'none';
   return reply
     .code(421)
-    .headers({ [OWNER_HEADER]: ownerId, [RING_HEADER]: ring.version, 'x-quotaring-error': 'misdirected' })
+    .headers({ [OWNER_HEADER]: ownerId, ...(owner === undefined ? {} : { [OWNER_URL_HEADER]: owner.url }), [RING_HEADER]: ring.version, 'x-quotaring-error': 'misdirected' })
     .send(errorBody(dialect, 'misdirected', `Tenant ${tenant} is owned by ${ownerId} under ring ${ring.version}; this is ${handoff.self.id}.`));
 }

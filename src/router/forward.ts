@@ -15,16 +15,19 @@ import { endToEndHeaders } from './hop-by-hop.ts';
 import type { MemberPools } from './member-pools.ts';
 import { drainUnsent, isReplayable, requestBodyOf } from './request-body.ts';
 import type { RequestBody } from './request-body.ts';
+import type { Departures } from './departures.ts';
 import type { Suspects } from './suspects.ts';
-import { FALLBACK_HEADER, OWNER_HEADER, REDIRECTED_HEADER, RING_HEADER, TENANT_HEADER } from '../coord/headers.ts';
+import { FALLBACK_HEADER, OWNER_HEADER, OWNER_URL_HEADER, REDIRECTED_HEADER, RING_HEADER, TENANT_HEADER } from '../coord/headers.ts';
 
-export { FALLBACK_HEADER, OWNER_HEADER, REDIRECTED_HEADER, RING_HEADER, TENANT_HEADER } from '../coord/headers.ts';
+export { FALLBACK_HEADER, OWNER_HEADER, OWNER_URL_HEADER, REDIRECTED_HEADER, RING_HEADER, TENANT_HEADER } from '../coord/headers.ts';
 
 /** What {@link forward} needs from the router. */
 export interface ForwardContext {
   readonly membership: Membership;
   readonly pools: MemberPools;
   readonly suspects: Suspects;
+  /** Members that left the ring recently. */
+  readonly departures: Departures;
   /** How long a member that refused or dropped a connection stays suspect, ms. */
   readonly suspectMs: number;
   /** Largest body (bytes) buffered to allow a retry. */
@@ -122,20 +125,35 @@ export async function forward(ctx: ForwardContext, request: FastifyRequest, repl
     target = next;
     result = await send(next, ring, true);
   } else if (result.res.statusCode === 421 && isReplayable(body)) {
-    // Rings in transition: the node and this router disagree on the owner. The retry names, as the
-    // owner it stands in for, the member the retried node may still believe owns the tenant, so the
-    // second hop decides instead of answering 421 again:
-    // - the named owner is a live member here: retry there, naming the node that redirected;
-    // - it is not (it left or died, and the node has not seen it yet): retry on this router's choice
-    //   on a re-read ring; when that is the same node, name the owner it believes in, otherwise the
-    //   suspect owner the choice stands in for (if any).
+    // Rings in transition: the node and this router disagree on the owner.
+    // - The named owner is a live member here: retry there, naming the node that redirected (whose
+    //   ring the owner may not have caught up with).
+    // - It left this router's ring recently: the node's ring is the stale one. Retry on this router's
+    //   choice; when that is the same node, name the departed owner so it stands in.
+    // - It is unknown here but the node gave its URL: this router's ring is the stale one (a member
+    //   that just joined). Retry at that URL, naming the node that redirected.
+    // - Otherwise, when the re-read ring routes elsewhere, retry there; else the 421 is relayed.
     const named = header(result.res.headers[OWNER_HEADER]);
-    let owner = ring.members.find((m) => m.id === named && m.id !== first.id && !isSuspect(m.id));
+    const namedUrl = header(result.res.headers[OWNER_URL_HEADER]);
+    const live = (r: Ring): Member | undefined => r.members.find((m) => m.id === named && m.id !== first.id && !isSuspect(m.id));
+    let owner = live(ring);
     let standsInFor: true | string = first.id;
     if (owner === undefined) {
       ring = ctx.membership.ring();
-      owner = chooseMember(ring, tenant, isSuspect);
-      standsInFor = owner?.id === first.id ? (named ?? true) : true;
+      owner = live(ring);
+      if (owner === undefined && named !== undefined && ctx.departures.has(named)) {
+        owner = chooseMember(ring, tenant, isSuspect);
+        standsInFor = owner?.id === first.id ? named : true;
+      } else if (owner === undefined && named !== undefined && named !== first.id && namedUrl !== undefined && /^https?:\/\//.test(namedUrl) && URL.canParse(namedUrl)) {
+        owner = { id: named, url: namedUrl };
+      } else if (owner === undefined) {
+        // The ring may have changed since this request was routed: its choice gets the retry.
+        const choice = chooseMember(ring, tenant, isSuspect);
+        if (choice !== undefined && choice.id !== first.id) {
+          owner = choice;
+          standsInFor = true;
+        }
+      }
     }
     if (owner !== undefined) {
       await result.res.body.dump().catch(() => undefined);

@@ -11,6 +11,7 @@ import type { Membership } from '../coord/types.ts';
 import { apiKeyOf } from '../gateway/auth.ts';
 import { forward, sendError } from './forward.ts';
 import type { ForwardContext } from './forward.ts';
+import { Departures } from './departures.ts';
 import { HealthCheck } from './health-check.ts';
 import { MemberPools } from './member-pools.ts';
 import { MAX_REPLAY_BYTES } from './request-body.ts';
@@ -68,7 +69,8 @@ export function buildRouter(opts: RouterOptions): FastifyInstance {
   const pools = new MemberPools();
   const suspects = new Suspects(clock);
   const health = new HealthCheck({ ring: () => membership.ring(), pools, suspects, intervalMs: healthCheckMs });
-  const ctx: ForwardContext = { membership, pools, suspects, suspectMs: healthCheckMs, maxReplayBytes: MAX_REPLAY_BYTES };
+  const departures = new Departures(clock);
+  const ctx: ForwardContext = { membership, pools, suspects, departures, suspectMs: healthCheckMs, maxReplayBytes: MAX_REPLAY_BYTES };
   controls.set(app, { checkHealth: () => health.checkOnce(), suspects: () => suspects.list(), pooledUrls: () => pools.urls() });
 
   // Bodies are never parsed: the raw stream is handed to undici as it arrives.
@@ -101,7 +103,10 @@ export function buildRouter(opts: RouterOptions): FastifyInstance {
 
   let unsubscribe: (() => void) | undefined;
   app.addHook('onReady', async () => {
+    let last = membership.ring();
     unsubscribe = membership.onChange((ring) => {
+      departures.update(last, ring);
+      last = ring;
       suspects.retain(new Set(ring.members.map((m) => m.id)));
       pools.retain(ring.members).catch((err: unknown) => app.log.warn({ err }, 'closing the pool of a departed member failed'));
     });

@@ -130,6 +130,24 @@ describe('handoff through a real Redis', () => {
     b.handoff.stop();
   });
 
+  test('join: the new owner loads the tenants announced for it at once, before their first request', async () => {
+    const a = await node(A, [A]);
+    await a.handoff.ready(T);
+    assert.equal(a.limiter.acquire(T, { id: 'r0', tokens: 1_500 }).ok, true);
+    const b = await node(B, [A, B]);
+    a.membership.set([A, B]);
+    await a.handoff.settledDown();
+    for (let i = 0; i < 100 && !b.handoff.claimed().has(T); i++) await new Promise((resolve) => setTimeout(resolve, 10));
+    assert.equal(b.handoff.ready(T), undefined);
+    assert.deepEqual([b.handoff.stats.prefetched, b.handoff.stats.loaded, b.handoff.stats.waited], [1, 1, 0]);
+    assert.deepEqual(
+      b.limiter.peek(T).map((l) => l.remaining),
+      [8_500, 99, 1],
+    );
+    a.handoff.stop();
+    b.handoff.stop();
+  });
+
   test('a settlement of a request admitted before the move reaches the new owner: refund and slot', async () => {
     const nodes: { b?: Awaited<ReturnType<typeof node>> } = {};
     const a = await node(A, [A], {

@@ -15,7 +15,7 @@ import { ManualClock } from '../../src/clock.ts';
 import { buildConfig } from '../../src/config/load.ts';
 import type { Member, Membership, Ring } from '../../src/coord/types.ts';
 import { StaticMembership } from '../../src/coord/static-membership.ts';
-import { FALLBACK_HEADER, REDIRECTED_HEADER } from '../../src/router/forward.ts';
+import { FALLBACK_HEADER, OWNER_URL_HEADER, REDIRECTED_HEADER } from '../../src/router/forward.ts';
 import { buildRouter, routerControl, startRouter } from '../../src/router/server.ts';
 import { freePort } from '../helpers/processes.ts';
 
@@ -82,6 +82,8 @@ class StandIn {
   healthy = true;
   /** For 'misdirect': the owner to name, and a hook run before answering. */
   owner = '';
+  /** For 'misdirect': the owner's URL to send (x-quotaring-owner-url), if any. */
+  ownerUrl = '';
   onMisdirect: () => void = () => {};
   /** For 'sse': the second event is written when this resolves. */
   release: Promise<void> = Promise.resolve();
@@ -123,6 +125,7 @@ class StandIn {
         return reply.header('x-node', this.id).header('x-request-count', String(this.seen.length)).code(201).send({ node: this.id, ...body });
       case 'misdirect':
         this.onMisdirect();
+        if (this.ownerUrl !== '') reply.header(OWNER_URL_HEADER, this.ownerUrl);
         return reply.code(421).header('x-quotaring-owner', this.owner).header('x-quotaring-ring', 'node-ring').send({ error: { code: 'misdirected' } });
       case 'reset-before-headers':
         req.raw.socket.destroy();
@@ -180,6 +183,7 @@ describe('router', () => {
       n.behaviour = 'echo';
       n.healthy = true;
       n.owner = '';
+      n.ownerUrl = '';
       n.onMisdirect = () => {};
       n.firstBytes = deferred();
       n.streamClosed = deferred();
@@ -453,18 +457,38 @@ describe('router', () => {
       assert.deepEqual(b.seen.map((s) => s.headers[FALLBACK_HEADER]), ['a']);
     });
 
-    test('after a 421 the retry names (x-quotaring-redirected-for) the node that redirected; a named owner the router does not know is named back to the same node', async () => {
+    test('after a 421 naming a live member the retry goes there, naming (x-quotaring-redirected-for) the node that redirected', async () => {
       a.behaviour = 'misdirect';
       a.owner = 'c';
       await (await post()).body.dump();
       assert.equal(a.seen[0]?.headers[FALLBACK_HEADER], undefined);
       assert.deepEqual([c.seen[0]?.headers[FALLBACK_HEADER], c.seen[0]?.headers[REDIRECTED_HEADER]], [undefined, 'a']);
-      // Owner not in the router ring: the re-read ring's owner is a itself → a again, told it stands in for node-9.
+    });
+    test('a 421 naming a member the router never saw, without its URL, is relayed', async () => {
+      a.behaviour = 'misdirect';
       a.owner = 'node-9';
+      const res = await post();
+      assert.equal(res.statusCode, 421);
+      await res.body.dump();
+      assert.deepEqual([a.seen.length, b.seen.length, c.seen.length], [1, 0, 0]);
+    });
+    test('a 421 naming a member that left the router ring: the node is stale, the retry asks it to stand in for that member', async () => {
+      membership.set(listRing([a.member, b.member]));
+      a.behaviour = 'misdirect';
+      a.owner = 'c';
       await (await post()).body.dump();
-      assert.deepEqual([a.seen.length, b.seen.length, c.seen.length], [3, 0, 1]);
-      assert.equal(a.seen[1]?.headers[REDIRECTED_HEADER], undefined);
-      assert.deepEqual([a.seen[2]?.headers[FALLBACK_HEADER], a.seen[2]?.headers[REDIRECTED_HEADER]], [undefined, 'node-9']);
+      assert.deepEqual([a.seen.length, b.seen.length, c.seen.length], [2, 0, 0]);
+      assert.equal(a.seen[0]?.headers[REDIRECTED_HEADER], undefined);
+      assert.deepEqual([a.seen[1]?.headers[FALLBACK_HEADER], a.seen[1]?.headers[REDIRECTED_HEADER]], [undefined, 'c']);
+    });
+    test('a 421 naming a member that joined after the router ring, with its URL: the retry goes to that URL, naming the node that redirected', async () => {
+      membership.set(listRing([a.member, b.member]), false);
+      a.behaviour = 'misdirect';
+      a.owner = 'c';
+      a.ownerUrl = c.member.url;
+      const res = await post();
+      assert.equal(((await res.body.json()) as { node: string }).node, 'c');
+      assert.equal(c.seen[0]?.headers[REDIRECTED_HEADER], 'a');
     });
     test('a stand-in that answers 421 naming another owner: the retry goes to that owner, naming the stand-in', async () => {
       a.healthy = false;

@@ -15,6 +15,8 @@ import { endToEndHeaders } from '../../src/router/hop-by-hop.ts';
 import { isReplayable, requestBodyOf } from '../../src/router/request-body.ts';
 import { buildRouter } from '../../src/router/server.ts';
 import { Suspects } from '../../src/router/suspects.ts';
+import { Departures } from '../../src/router/departures.ts';
+import { createRing } from '../../src/coord/ring.ts';
 
 const m = (id: string): Member => ({ id, url: `http://127.0.0.1:1/${id}` });
 const [A, B, C] = [m('a'), m('b'), m('c')] as const;
@@ -53,6 +55,25 @@ describe('Suspects', () => {
     s.markDown('b');
     s.retain(new Set(['b']));
     assert.deepEqual(s.list(), ['b']);
+  });
+});
+
+describe('Departures', () => {
+  const m = (id: string): Member => ({ id, url: `http://127.0.0.1/${id}` });
+  test('remembers members that left for keepMs, forgets them when they come back', () => {
+    const clock = new ManualClock();
+    const departures = new Departures(clock, 1_000);
+    const abc = createRing([m('a'), m('b'), m('c')]);
+    const ab = createRing([m('a'), m('b')]);
+    departures.update(abc, ab);
+    assert.deepEqual([departures.has('a'), departures.has('c')], [false, true]);
+    clock.advance(1_000);
+    assert.equal(departures.has('c'), true);
+    clock.advance(1);
+    assert.equal(departures.has('c'), false);
+    departures.update(abc, ab);
+    departures.update(ab, abc);
+    assert.equal(departures.has('c'), false);
   });
 });
 
