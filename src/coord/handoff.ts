@@ -104,7 +104,7 @@ export interface HandoffStats {
 
 const SEEN_ANNOUNCEMENTS = 256;
 /** Tenants per MGET when loading a handoff at once. */
-const PREFETCH_CHUNK = 500;
+const PREFETCH_CHUNK = 100;
 /** Forwarding hops before a settlement is dropped (owner changed again while it travelled). */
 export const MAX_FORWARD_HOPS = 2;
 
@@ -212,12 +212,17 @@ export class Handoff {
    *   handoff is stored already: no wait). @default owner
    */
   ready(tenant: string, how: ClaimHow = 'owner'): Promise<void> | undefined {
+    return this.#ready(tenant, how, true);
+  }
+
+  #ready(tenant: string, how: ClaimHow, again: boolean): Promise<void> | undefined {
     if (this.#store === undefined || this.#claimed.has(tenant)) return undefined;
-    let loading = this.#loading.get(tenant);
-    if (loading === undefined) {
-      loading = this.#claim(tenant, this.#store, how).finally(() => this.#loading.delete(tenant));
-      this.#loading.set(tenant, loading);
-    }
+    const pending = this.#loading.get(tenant);
+    // Another load (a prefetch chunk, another request) is under way: wait for it, then claim
+    // ourselves if it did not (once).
+    if (pending !== undefined) return again ? pending.then(() => this.#ready(tenant, how, false)) : pending;
+    const loading = this.#claim(tenant, this.#store, how).finally(() => this.#loading.delete(tenant));
+    this.#loading.set(tenant, loading);
     return loading;
   }
 
@@ -437,32 +442,33 @@ export class Handoff {
   }
 
   /**
-   * Loads at once the tenants a previous owner announced it handed here (MGET in chunks), so their
-   * first requests find them claimed. Tenants already claimed or being claimed are skipped.
+   * Loads at once the tenants a previous owner announced it handed here (one MGET per chunk of
+   * {@link PREFETCH_CHUNK}, chunk after chunk), so their first requests find them claimed. A request
+   * for a tenant of the chunk being read waits for that chunk only; tenants of later chunks are
+   * loaded by their own first request if it comes first. Claimed or loading tenants are skipped.
    */
   async #prefetch(tenants: readonly string[], from: string, store: TenantStateStore): Promise<void> {
     const ring = this.#ring;
-    const todo = tenants.filter((t) => !this.#claimed.has(t) && !this.#loading.has(t) && (this.place(t).here || this.place(t, from).here));
-    if (todo.length === 0) return;
+    const mine = (t: string): boolean => this.place(t).here || this.place(t, from).here;
     const started = this.#clock.now();
-    const batch = (async () => {
-      for (let i = 0; i < todo.length; i += PREFETCH_CHUNK) {
-        const chunk = todo.slice(i, i + PREFETCH_CHUNK);
-        let values: (string | null)[];
+    for (let i = 0; i < tenants.length; i += PREFETCH_CHUNK) {
+      const chunk = tenants.slice(i, i + PREFETCH_CHUNK).filter((t) => !this.#claimed.has(t) && !this.#loading.has(t) && mine(t));
+      if (chunk.length === 0) continue;
+      let failed = false;
+      // Never rejects: on a Redis error the chunk's requests claim their tenants themselves.
+      const load = (async () => {
         try {
-          values = await store.readMany(chunk);
+          const values = await store.readMany(chunk);
+          for (const [k, tenant] of chunk.entries()) if (!this.#claimed.has(tenant) && this.#adopt(tenant, values[k] ?? null, false, ring)) this.stats.prefetched++;
         } catch (err) {
-          this.#log.warn({ err: (err as Error).message, tenants: chunk.length }, 'prefetching handed-over tenants failed: they load on their first request');
-          return;
+          failed = true;
+          this.#log.warn({ err: (err as Error).message, tenants: tenants.length - i }, 'prefetching handed-over tenants failed: they load on their first request');
         }
-        for (const [k, tenant] of chunk.entries()) if (!this.#claimed.has(tenant) && this.#adopt(tenant, values[k] ?? null, false, ring)) this.stats.prefetched++;
-      }
-    })();
-    for (const t of todo) this.#loading.set(t, batch);
-    try {
-      await batch;
-    } finally {
-      for (const t of todo) if (this.#loading.get(t) === batch) this.#loading.delete(t);
+      })();
+      for (const t of chunk) this.#loading.set(t, load);
+      await load;
+      for (const t of chunk) if (this.#loading.get(t) === load) this.#loading.delete(t);
+      if (failed) return;
     }
     this.stats.lastPrefetchMs = this.#clock.now() - started;
   }
