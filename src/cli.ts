@@ -6,7 +6,9 @@ import { Command, InvalidArgumentError } from 'commander';
 import { runUp } from '../cluster/up.ts';
 import type { UpOptions } from '../cluster/up.ts';
 import { ConfigError, loadConfig } from './config/load.ts';
+import type { ClusterConfig } from './config/schema.ts';
 import { membershipFromConfig } from './coord/from-config.ts';
+import { parseMemberList } from './coord/member-list.ts';
 import { startGateway } from './gateway/start.ts';
 import { startRouter } from './router/server.ts';
 import { replayCommand } from './replay/cli.ts';
@@ -22,6 +24,16 @@ function rate(value: string): number {
   const n = Number(value);
   if (!Number.isFinite(n) || n < 0 || n > 1) throw new InvalidArgumentError('must be a number from 0 to 1');
   return n;
+}
+
+/**
+ * The cluster settings with `--members` (if given) in place of `cluster.members`.
+ * @throws Error for a bad list, or one given with Redis membership.
+ */
+function withMembers(cluster: ClusterConfig, list: string | undefined): ClusterConfig {
+  if (list === undefined) return cluster;
+  if (cluster.redis !== undefined) throw new Error('--members: the config uses Redis membership (cluster.redis.url); drop one of them');
+  return { ...cluster, members: parseMemberList(list) };
 }
 
 function fail(err: unknown): never {
@@ -41,10 +53,12 @@ program
   .option('-p, --port <port>', 'listen port (overrides server.port)', int)
   .option('--id <id>', 'node id in the cluster (default: node-<port>)')
   .option('--url <url>', 'URL routers reach this node at (default: http://<host>:<port>)')
-  .action(async (opts: { config: string; host?: string; port?: number; id?: string; url?: string }) => {
+  .option('--members <list>', 'static members id=url[,id=url...] (overrides cluster.members)')
+  .action(async (opts: { config: string; host?: string; port?: number; id?: string; url?: string; members?: string }) => {
     try {
       await startGateway({
         configFile: opts.config,
+        ...(opts.members === undefined ? {} : { members: parseMemberList(opts.members) }),
         handleSignals: true,
         ...(opts.host === undefined ? {} : { host: opts.host }),
         ...(opts.port === undefined ? {} : { port: opts.port }),
@@ -62,11 +76,12 @@ program
   .requiredOption('-c, --config <file>', 'YAML config file (the one the nodes load)')
   .option('--host <host>', 'listen address (overrides router.host)')
   .option('-p, --port <port>', 'listen port (overrides router.port)', int)
-  .action(async (opts: { config: string; host?: string; port?: number }) => {
+  .option('--members <list>', 'static members id=url[,id=url...] (overrides cluster.members)')
+  .action(async (opts: { config: string; host?: string; port?: number; members?: string }) => {
     try {
       const config = loadConfig(opts.config);
-      const configured = membershipFromConfig(config.config.cluster);
-      if (configured === undefined) throw new Error(`${opts.config}: a router needs cluster.members or cluster.redis.url`);
+      const configured = membershipFromConfig(withMembers(config.config.cluster, opts.members));
+      if (configured === undefined) throw new Error(`${opts.config}: a router needs cluster.members, --members or cluster.redis.url`);
       await startRouter({
         config,
         membership: configured.membership,

@@ -8,6 +8,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { loadConfig } from '../config/load.ts';
 import { membershipFromConfig } from '../coord/from-config.ts';
 import { TenantStateStore } from '../coord/state-store.ts';
+import type { Member } from '../coord/types.ts';
 import { buildGateway, nodeHandoff } from './server.ts';
 
 /** Options of {@link startGateway}; host and port override `server.host` / `server.port`. */
@@ -19,6 +20,8 @@ export interface StartGatewayOptions {
   readonly id?: string;
   /** URL routers reach this node at. @default `http://<host>:<port>` */
   readonly advertiseUrl?: string;
+  /** Static members in place of `cluster.members` (`--members`). */
+  readonly members?: readonly Member[];
   /** Install SIGTERM/SIGINT handlers that stop the node gracefully and exit 0. @default false */
   readonly handleSignals?: boolean;
 }
@@ -26,13 +29,17 @@ export interface StartGatewayOptions {
 /**
  * Loads the config, builds the gateway, listens, then joins the cluster (if one is configured).
  * @returns the listening URL and a graceful `close()`.
- * @throws ConfigError for a bad config file; listen errors (port in use) as thrown by fastify;
+ * @throws ConfigError for a bad config file; Error for `members` with Redis membership, or a node id
+ *   not among static members; listen errors (port in use) as thrown by fastify;
  *   the Redis error when the membership cannot start.
  */
 export async function startGateway(opts: StartGatewayOptions): Promise<{ url: string; close(): Promise<void> }> {
   const config = loadConfig(opts.configFile);
   const server = config.config.server;
-  const settings = config.config.cluster;
+  if (opts.members !== undefined && config.config.cluster.redis !== undefined) {
+    throw new Error('--members: the config uses Redis membership (cluster.redis.url); drop one of them');
+  }
+  const settings = opts.members === undefined ? config.config.cluster : { ...config.config.cluster, members: [...opts.members] };
   const host = opts.host ?? server.host;
   const port = opts.port ?? server.port;
   const self = { id: opts.id ?? `node-${port}`, url: opts.advertiseUrl ?? `http://${host}:${port}` };

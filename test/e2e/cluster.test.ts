@@ -44,12 +44,6 @@ function redisConfig(file: string, url: string): string {
   return writeConfig({ ...raw, cluster: { ...raw.cluster, name: `order-${process.pid}`, redis: { url } } });
 }
 
-/** A copy of a config file with static members. */
-function staticConfig(file: string, members: readonly Member[]): string {
-  const raw = parse(readFileSync(file, 'utf8')) as { cluster: Record<string, unknown> };
-  return writeConfig({ ...raw, cluster: { ...raw.cluster, members } });
-}
-
 /** Consecutive free-looking ports from a random base (the launcher takes consecutive ports). */
 function basePort(): number {
   return 20_000 + Math.floor(Math.random() * 20_000);
@@ -175,7 +169,7 @@ describe('cluster with Redis membership: processes started in any order', () => 
   });
 });
 
-describe('static members: a SIGKILLed owner is routed around', () => {
+describe('static members (--members): a SIGKILLed owner is routed around', () => {
   const procs: Running[] = [];
   after(async () => {
     await Promise.all(procs.map((p) => p.stop()));
@@ -186,16 +180,18 @@ describe('static members: a SIGKILLed owner is routed around', () => {
     const env = { QUOTARING_SIM_KEY: 'sim-demo-key' };
     const ports = [await freePort(), await freePort(), await freePort()];
     const members = ports.map((port, i) => ({ id: `node-${i + 1}`, url: `http://127.0.0.1:${port}` }));
-    const config = staticConfig(clusterTestConfig(simPort), members);
+    // Members from the command line (--members), not the config.
+    const config = clusterTestConfig(simPort);
+    const list = members.map((m) => `${m.id}=${m.url}`).join(',');
     procs.push(await runCli(['simulate', '--port', String(simPort)], `http://127.0.0.1:${simPort}/sim/stats`, env));
     const nodes = new Map<string, Running>();
     for (const [i, m] of members.entries()) {
-      const proc = await runCli(['node', '--config', config, '--id', m.id, '--port', String(ports[i])], `${m.url}/healthz`, env);
+      const proc = await runCli(['node', '--config', config, '--members', list, '--id', m.id, '--port', String(ports[i])], `${m.url}/healthz`, env);
       procs.push(proc);
       nodes.set(m.id, proc);
     }
     const routerPort = await freePort();
-    procs.push(await runCli(['router', '--config', config, '--port', String(routerPort)], `http://127.0.0.1:${routerPort}/readyz`, env));
+    procs.push(await runCli(['router', '--config', config, '--members', list, '--port', String(routerPort)], `http://127.0.0.1:${routerPort}/readyz`, env));
     const ring = createRing(members);
     // Tenant tpm: sliding windows, so remaining counts are exact whatever the timing.
     const [owner, next] = ring.range('tpm', 2) as [Member, Member];
