@@ -1,0 +1,70 @@
+--[[
+lease.lua: grant a node a block of units from a token bucket in one call (the same bucket and
+fields as token-bucket.lua; units given back are a token-bucket.lua call with a negative cost).
+
+KEYS[1]  the bucket (hash; fields `l` = level in units, fractional; `t` = time of that level, ms
+         since the epoch by Redis TIME, fractional). A missing key is a full bucket.
+ARGV[1]  capacity: units the bucket holds when full (> 0)
+ARGV[2]  refill rate: units per second (> 0)
+ARGV[3]  want: units asked for (integer >= min)
+ARGV[4]  min: the smallest useful grant (integer >= 1)
+ARGV[5]  floor: the grant never takes the level below it (0 <= floor <= capacity)
+ARGV[6]  ttl ms: the key's expiry, refreshed on every write; the key is kept at least until it
+         would be full again, and deleted when it is full
+
+Reply: {granted, wait_ms, level}, integers
+  granted  min(want, floor(level - floor)) when that is >= min, else 0 (nothing changed)
+  wait_ms  0 when granted; else the ms until `min` fits above the floor, rounded up; -1 when it
+           never can (min > capacity - floor)
+  level    units in the bucket after the call, floored (negative while in debt)
+
+Clock: Redis TIME, so every caller shares one clock (needs effects replication: Redis >= 5).
+]]
+local capacity = tonumber(ARGV[1])
+local rate = tonumber(ARGV[2])
+local want = tonumber(ARGV[3])
+local min = tonumber(ARGV[4])
+local floor = tonumber(ARGV[5])
+local ttl = tonumber(ARGV[6])
+if not (capacity and rate and want and min and floor and ttl) or rate <= 0 or min < 1 then
+  return redis.error_reply('ERR lease.lua: bad arguments')
+end
+
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + tonumber(time[2]) / 1000
+local state = redis.call('HMGET', KEYS[1], 'l', 't')
+local level = tonumber(state[1])
+local last = tonumber(state[2])
+if level == nil or last == nil then
+  level = capacity
+  last = now
+end
+-- A clock that went back refills nothing until it passes `last` again (never over-admits).
+if now > last then
+  level = math.min(capacity, level + (now - last) * rate / 1000)
+  last = now
+elseif level > capacity then
+  level = capacity
+end
+
+local granted = math.min(want, math.floor(level - floor))
+local wait = 0
+if granted >= min then
+  level = level - granted
+  if level >= capacity then
+    redis.call('DEL', KEYS[1])
+  else
+    redis.call('HSET', KEYS[1], 'l', level, 't', last)
+    -- Kept until full again (capped at 2^40 ms, about 35 years), as an integer string for PEXPIRE.
+    local keep = math.min(math.max(ttl, math.ceil((capacity - level) * 1000 / rate)), 1099511627776)
+    redis.call('PEXPIRE', KEYS[1], string.format('%d', keep))
+  end
+else
+  granted = 0
+  if min > capacity - floor then
+    wait = -1
+  else
+    wait = math.ceil((floor + min - level) * 1000 / rate)
+  end
+end
+return {granted, wait, math.floor(level)}

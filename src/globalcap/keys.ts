@@ -1,0 +1,24 @@
+/**
+ * Redis keys of the global cap. Every key is namespaced by cluster and carries its bucket name as a
+ * Redis Cluster hash tag (`{...}`), so a script call on one bucket stays on one slot.
+ */
+
+/**
+ * Key of a global-cap bucket: `qr:<cluster>:cap:{<bucket>}`. Only the bucket is hashed, so buckets
+ * spread over a Redis Cluster's slots while each script call touches one.
+ * @param cluster the cluster name (`cluster.name`).
+ * @param bucket the bucket's name, e.g. a deployment id or `tenant:<id>:tokens`.
+ * @throws RangeError when either name is empty or contains `{` or `}` (a brace would change the hash tag).
+ */
+export function capKey(cluster: string, bucket: string): string {
+  checkName('cluster', cluster);
+  checkName('bucket', bucket);
+  return `qr:${cluster}:cap:{${bucket}}`;
+}
+
+function checkName(what: string, name: string): void {
+  if (name === '') throw new RangeError(`global cap ${what} name is empty`);
+  if (name.includes('{') || name.includes('}')) {
+    throw new RangeError(`global cap ${what} name ${JSON.stringify(name)} contains a brace; braces would change the Redis Cluster hash tag`);
+  }
+}
