@@ -1,7 +1,7 @@
 /**
  * Runs several quotaring processes (simulator, nodes, later routers) as children of one command:
  * prefixes each one's log lines with its name, waits until each answers `/healthz`, and stops them
- * all on Ctrl-C / SIGTERM, or when one dies.
+ * all on Ctrl-C / SIGTERM, or when one dies (a gateway node may leave or die while another runs).
  */
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
@@ -20,6 +20,13 @@ export interface ChildSpec {
   readonly env?: Readonly<Record<string, string>>;
   /** URL answering GET /healthz once the child is up. */
   readonly healthUrl: string;
+  /**
+   * A gateway node: its exit (a graceful leave, a crash) does not stop the group while another
+   * replaceable child runs — routers route around it. @default false
+   */
+  readonly replaceable?: boolean;
+  /** Stopped only after every other child exited (the simulator: nodes drain through it). @default false */
+  readonly stopLast?: boolean;
 }
 
 /** Path of the CLI entry next to this file's build (`src/cli.ts` under tsx, `dist/src/cli.js` built). */
@@ -82,14 +89,26 @@ export async function launch(specs: readonly ChildSpec[], opts: { handleSignals?
   });
   const width = Math.max(...specs.map((s) => s.name.length));
 
-  const stop = async (graceMs = 5_000): Promise<void> => {
-    stopping = true;
-    const alive = children.filter((c) => c.proc.exitCode === null && c.proc.signalCode === null);
+  const isAlive = (c: { proc: ChildProcess }): boolean => c.proc.exitCode === null && c.proc.signalCode === null;
+  /** SIGTERM to `wave`, SIGKILL after `graceMs`; resolves when all exited. */
+  const stopWave = async (wave: readonly { proc: ChildProcess }[], graceMs: number): Promise<void> => {
+    const alive = wave.filter(isAlive);
     const exits = alive.map((c) => new Promise<void>((resolve) => c.proc.once('exit', () => resolve())));
     for (const c of [...alive].reverse()) c.proc.kill('SIGTERM');
     const timer = setTimeout(() => alive.forEach((c) => c.proc.kill('SIGKILL')), graceMs);
     await Promise.all(exits);
     clearTimeout(timer);
+  };
+  const stop = async (graceMs = 5_000): Promise<void> => {
+    stopping = true;
+    await stopWave(
+      children.filter((c) => c.spec.stopLast !== true),
+      graceMs,
+    );
+    await stopWave(
+      children.filter((c) => c.spec.stopLast === true),
+      graceMs,
+    );
   };
 
   if (opts.handleSignals === true) {
@@ -120,6 +139,11 @@ export async function launch(specs: readonly ChildSpec[], opts: { handleSignals?
       // has run its own SIGINT handler. Only an exit not followed by a stop is unexpected.
       setTimeout(() => {
         if (stopping) return;
+        const others = children.filter((c) => c.proc !== proc && c.spec.replaceable === true && isAlive(c)).length;
+        if (spec.replaceable === true && others > 0) {
+          process.stdout.write(`${prefix}left (${signal ?? code}); ${others} node${others === 1 ? '' : 's'} remain${others === 1 ? 's' : ''}\n`);
+          return;
+        }
         process.stdout.write(`${prefix}exited unexpectedly (${signal ?? code}); stopping the others\n`);
         outcome = 1;
         void stop().then(() => resolveDone(1));

@@ -3,9 +3,9 @@
  * M routers — with prefixed logs, stopped together on Ctrl-C. Without `--redis` the nodes form a
  * static member list; with it they heartbeat into Redis and the routers follow the live set.
  */
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { parse, stringify } from 'yaml';
 import { loadConfig } from '../src/config/load.ts';
 import type { LoadedConfig } from '../src/config/load.ts';
@@ -93,10 +93,10 @@ export async function startCluster(opts: UpOptions = {}): Promise<StartedCluster
   const config = clusterConfig(opts.config ?? demoConfigPath(), opts.config === undefined, members, simulator, opts.redis);
   const env = { QUOTARING_SIM_KEY: SIM_KEY, ...opts.env };
   const specs: ChildSpec[] = [
-    { name: 'simulator', args: ['simulate', '--port', String(simPort), ...(opts.simulatorArgs ?? ['--tps', '200', '--ttft-ms', '150'])], env, healthUrl: `${simulator}/sim/stats` },
+    { name: 'simulator', args: ['simulate', '--port', String(simPort), ...(opts.simulatorArgs ?? ['--tps', '200', '--ttft-ms', '150'])], env, healthUrl: `${simulator}/sim/stats`, stopLast: true },
   ];
   for (const [i, m] of members.entries()) {
-    specs.push({ name: m.id, args: ['node', '--config', config, '--id', m.id, '--port', String(nodePort + i)], env, healthUrl: `${m.url}/healthz` });
+    specs.push({ name: m.id, args: ['node', '--config', config, '--id', m.id, '--port', String(nodePort + i)], env, healthUrl: `${m.url}/healthz`, replaceable: true });
   }
   const routers: string[] = [];
   for (let i = 0; i < routerCount; i++) {
@@ -104,7 +104,16 @@ export async function startCluster(opts: UpOptions = {}): Promise<StartedCluster
     routers.push(`http://127.0.0.1:${port}`);
     specs.push({ name: `router-${i + 1}`, args: ['router', '--config', config, '--port', String(port)], env, healthUrl: `http://127.0.0.1:${port}/readyz` });
   }
-  const group = await launch(specs, { handleSignals: opts.handleSignals ?? false });
+  const removeConfig = (): void => rmSync(dirname(config), { recursive: true, force: true });
+  let group: LaunchedGroup;
+  try {
+    group = await launch(specs, { handleSignals: opts.handleSignals ?? false });
+  } catch (err) {
+    removeConfig();
+    throw err;
+  }
+  // The derived config lives as long as the children.
+  void group.done.then(removeConfig);
   return { group, routers, nodes: members.map((m) => m.url), simulator, config };
 }
 

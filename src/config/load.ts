@@ -76,7 +76,7 @@ export function buildConfig(raw: unknown, file: string, env: NodeJS.ProcessEnv =
     tenant.keys.forEach((key, j) => {
       const value = typeof key === 'string' ? key : env[key.env];
       if (value === undefined || value.length === 0) {
-        problems.push(`${file}: tenants[${i}].keys[${j}].env: environment variable is not set`);
+        problems.push(`${file}: tenants[${i}].keys[${j}].env: environment variable ${typeof key === 'string' ? '' : `${key.env} `}is not set`);
         return;
       }
       if (tenantByKey.has(value)) {

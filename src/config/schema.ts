@@ -157,9 +157,9 @@ export const MemberSchema = z.strictObject({
   /** Unique node id, e.g. `node-1`. */
   id: z.string().regex(/^[A-Za-z0-9._-]{1,64}$/, 'member id: 1-64 of A-Z a-z 0-9 . _ -'),
   /** Where the node serves clients, e.g. `http://127.0.0.1:8081`. */
-  url: z.url({ protocol: /^https?$/ }),
+  url: z.url({ protocol: /^https?$/, error: 'member url: an http:// or https:// URL such as http://127.0.0.1:8101' }),
   /** Relative share of the ring. @default 1 */
-  weight: z.number().int().positive().optional(),
+  weight: z.number().int({ error: 'member weight: a positive integer' }).positive({ error: 'member weight: a positive integer' }).optional(),
 });
 
 /**
@@ -227,6 +227,9 @@ export const ConfigSchema = z
     unique(config.tenants, 'tenants');
     unique(config.models, 'models');
     unique(config.deployments, 'deployments');
+    if (config.cluster.redis !== undefined && config.cluster.members.length > 0) {
+      ctx.addIssue({ code: 'custom', path: ['cluster'], message: 'set either members (static membership) or redis.url (Redis membership), not both' });
+    }
     const ids = new Set<string>();
     config.cluster.members.forEach((m, i) => {
       if (ids.has(m.id)) ctx.addIssue({ code: 'custom', path: ['cluster', 'members', i, 'id'], message: `duplicate member id "${m.id}"` });

@@ -83,7 +83,11 @@ export async function startGateway(opts: StartGatewayOptions): Promise<{ url: st
     return closing;
   };
   if (opts.handleSignals === true) {
+    let signalled = false;
     const stop = (signal: string): void => {
+      // Ctrl-C in a terminal reaches every process of the group, and `quotaring up` then sends SIGTERM too.
+      if (signalled) return;
+      signalled = true;
       app.log.info({ signal }, 'shutting down');
       close().then(
         () => process.exit(0),

@@ -151,7 +151,11 @@ export async function startRouter(opts: StartRouterOptions): Promise<{ url: stri
     await opts.membership.stop();
   };
   if (opts.handleSignals === true) {
+    let signalled = false;
     const stop = (signal: string): void => {
+      // Ctrl-C in a terminal reaches every process of the group, and `quotaring up` then sends SIGTERM too.
+      if (signalled) return;
+      signalled = true;
       app.log.info({ signal }, 'shutting down');
       close().then(
         () => process.exit(0),

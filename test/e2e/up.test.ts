@@ -1,8 +1,8 @@
 /**
  * End to end: `quotaring up` (what `npm start` runs) as a real child process of the built CLI —
  * the banner, one OpenAI SDK and one Anthropic SDK call through the router with a demo key, Ctrl-C
- * (SIGINT) stopping every child with exit code 0; a child that dies taking the others down with
- * exit code 1; and the argument checks.
+ * (SIGINT) stopping every child with exit code 0; a node leaving while another runs (up keeps
+ * serving); the last node dying taking the others down with exit code 1; and the argument checks.
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -115,7 +115,51 @@ describe('quotaring up', () => {
     }
   });
 
-  test('a child that dies stops the others: exit code 1, every port closed', { timeout: 15_000 }, async () => {
+  test('a node that leaves (SIGTERM, exit 0) while another runs: up keeps serving through the router; Ctrl-C then exits 0', { timeout: 20_000 }, async () => {
+    const routerPort = await freePort();
+    const simPort = await freeRange(1, [routerPort]);
+    const nodePort = await freeRange(2, [routerPort, simPort]);
+    const proc = spawn(process.execPath, [CLI, 'up', '--nodes', '2', '--port', String(routerPort), '--node-port', String(nodePort), '--simulator-port', String(simPort)], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    const exited = once(proc, 'exit') as Promise<[number | null, NodeJS.Signals | null]>;
+    try {
+      await new Promise<void>((resolve, reject) => {
+        proc.stdout.on('data', (d: Buffer) => {
+          out += d.toString();
+          if (out.includes('Press Ctrl-C')) resolve();
+        });
+        proc.once('exit', (code) => reject(new Error(`up exited with ${code} before its banner:\n${out}`)));
+      });
+      const pid = /\[node-1 {3}\] \{[^\n]*"pid":(\d+)/.exec(out)?.[1];
+      assert.ok(pid !== undefined, out);
+      process.kill(Number(pid), 'SIGTERM');
+      for (let i = 0; i < 100 && !out.includes('[node-1   ] left (0); 1 node remains'); i++) await new Promise((r) => setTimeout(r, 50));
+      assert.ok(out.includes('[node-1   ] left (0); 1 node remains'), out);
+      assert.equal(await listening(nodePort), false);
+      // Static members: the router routes node-1's tenants around it to node-2.
+      for (const key of ['qr-demo-bob', 'qr-demo-alice']) {
+        const reply = await new OpenAI({ baseURL: `http://127.0.0.1:${routerPort}/v1`, apiKey: key, maxRetries: 0 }).chat.completions.create({
+          model: 'gpt-4o-mini',
+          max_tokens: 5,
+          messages: [{ role: 'user', content: 'Hello' }],
+        });
+        assert.equal(reply.usage?.completion_tokens, 5);
+      }
+      proc.kill('SIGINT');
+      const [code, signal] = await exited;
+      assert.deepEqual({ code, signal }, { code: 0, signal: null });
+      for (const port of [routerPort, nodePort + 1, simPort]) assert.equal(await listening(port), false, `port ${port} still open`);
+    } finally {
+      if (proc.exitCode === null && proc.signalCode === null) {
+        proc.kill('SIGKILL');
+        await exited;
+      }
+    }
+  });
+
+  test('the last node dying stops the others: exit code 1, every port closed', { timeout: 15_000 }, async () => {
     const routerPort = await freePort();
     const simPort = await freeRange(1, [routerPort]);
     const nodePort = await freeRange(1, [routerPort, simPort]);

@@ -54,6 +54,22 @@ describe('config', () => {
     assert.ok(Object.isFrozen(loaded.config.tenants[0]));
   });
 
+  test('cluster: what each bad cluster section gets', () => {
+    const m = { id: 'node-1', url: 'http://127.0.0.1:8101' };
+    assert.deepEqual(problems({ ...base(), cluster: { members: [m], redis: { url: 'redis://127.0.0.1:6379' } } }), [
+      'q.yaml: cluster: set either members (static membership) or redis.url (Redis membership), not both',
+    ]);
+    assert.deepEqual(problems({ ...base(), cluster: { members: [{ id: 'node-1', url: '127.0.0.1:8101' }] } }), [
+      'q.yaml: cluster.members[0].url: member url: an http:// or https:// URL such as http://127.0.0.1:8101',
+    ]);
+    assert.deepEqual(problems({ ...base(), cluster: { members: [{ ...m, weight: 0 }] } }), ['q.yaml: cluster.members[0].weight: member weight: a positive integer']);
+    assert.deepEqual(problems({ ...base(), cluster: { members: [m, { ...m }] } }), ['q.yaml: cluster.members[1].id: duplicate member id "node-1"']);
+    assert.deepEqual(problems({ ...base(), cluster: { redis: { url: 'http://127.0.0.1:6379' } } }), ['q.yaml: cluster.redis.url: a redis:// or rediss:// URL']);
+    const keyed = base();
+    keyed.tenants[0]!.keys = [{ env: 'ACME_KEY' } as unknown as string];
+    assert.deepEqual(problems(keyed), ['q.yaml: tenants[0].keys[0].env: environment variable ACME_KEY is not set']);
+  });
+
   test('unknown keys are refused with the file and key path', () => {
     const raw = base();
     (raw.tenants[0] as Record<string, unknown>).rate = 5;
