@@ -57,26 +57,74 @@ async function runToExit(args: readonly string[]): Promise<{ code: number | null
   return { code, stdout, stderr };
 }
 
+/** A running `quotaring up` on free ports, after its banner. */
+interface RunningUp {
+  readonly proc: ReturnType<typeof spawn>;
+  readonly routerPort: number;
+  readonly nodePort: number;
+  readonly simPort: number;
+  /** Everything it printed so far (stdout and stderr). */
+  out(): string;
+  /** Resolves with the exit code and signal. */
+  readonly exited: Promise<[number | null, NodeJS.Signals | null]>;
+  /** SIGKILLs it if it still runs (for `finally`). */
+  kill(): Promise<void>;
+}
+
+/** Starts `quotaring up --nodes N` on free ports and waits for its banner. @throws with its output if it exits first. */
+async function startUp(nodes: number): Promise<RunningUp> {
+  const routerPort = await freePort();
+  const simPort = await freeRange(1, [routerPort]);
+  const nodePort = await freeRange(nodes, [routerPort, simPort]);
+  const proc = spawn(process.execPath, [CLI, 'up', '--nodes', String(nodes), '--port', String(routerPort), '--node-port', String(nodePort), '--simulator-port', String(simPort)], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  const exited = once(proc, 'exit') as Promise<[number | null, NodeJS.Signals | null]>;
+  const running: RunningUp = {
+    proc,
+    routerPort,
+    nodePort,
+    simPort,
+    out: () => out,
+    exited,
+    kill: async () => {
+      if (proc.exitCode === null && proc.signalCode === null) {
+        proc.kill('SIGKILL');
+        await exited;
+      }
+    },
+  };
+  try {
+    await new Promise<void>((resolve, reject) => {
+      const onData = (d: Buffer): void => {
+        out += d.toString();
+        if (out.includes('Press Ctrl-C')) resolve();
+      };
+      proc.stdout.on('data', onData);
+      proc.stderr.on('data', onData);
+      proc.once('exit', (code) => reject(new Error(`up exited with ${code} before its banner:\n${out}`)));
+    });
+  } catch (err) {
+    await running.kill();
+    throw err;
+  }
+  return running;
+}
+
+/** The pid `up`'s child `name` logged in its first JSON line. */
+function pidOf(out: string, name: string): number {
+  const pid = new RegExp(`\\[${name} *\\] \\{[^\\n]*"pid":(\\d+)`).exec(out)?.[1];
+  assert.ok(pid !== undefined, out);
+  return Number(pid);
+}
+
 describe('quotaring up', () => {
   test('2 nodes + 1 router: banner, SDK calls through the router, SIGINT stops every child and exits 0', { timeout: 20_000 }, async () => {
-    const routerPort = await freePort();
-    const simPort = await freeRange(1, [routerPort]);
-    const nodePort = await freeRange(2, [routerPort, simPort]);
-    const proc = spawn(process.execPath, [CLI, 'up', '--nodes', '2', '--port', String(routerPort), '--node-port', String(nodePort), '--simulator-port', String(simPort)], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let out = '';
-    const exited = once(proc, 'exit') as Promise<[number | null, NodeJS.Signals | null]>;
+    const up = await startUp(2);
+    const { proc, routerPort, nodePort, simPort, exited } = up;
     try {
-      await new Promise<void>((resolve, reject) => {
-        const onData = (d: Buffer): void => {
-          out += d.toString();
-          if (out.includes('Press Ctrl-C')) resolve();
-        };
-        proc.stdout.on('data', onData);
-        proc.stderr.on('data', onData);
-        proc.once('exit', (code) => reject(new Error(`up exited with ${code} before its banner:\n${out}`)));
-      });
+      const out = up.out();
       const router = `http://127.0.0.1:${routerPort}`;
       assert.match(out, new RegExp(`${BANNER_HEADLINE}: 1 router, 2 nodes`));
       assert.ok(out.includes(`routers    ${router}`), out);
@@ -105,38 +153,20 @@ describe('quotaring up', () => {
       proc.kill('SIGINT');
       const [code, signal] = await exited;
       assert.deepEqual({ code, signal }, { code: 0, signal: null });
-      assert.match(out, /\nstopping\.\.\.\n/);
+      assert.match(up.out(), /\nstopping\.\.\.\n/);
       for (const port of [routerPort, nodePort, nodePort + 1, simPort]) assert.equal(await listening(port), false, `port ${port} still open`);
     } finally {
-      if (proc.exitCode === null && proc.signalCode === null) {
-        proc.kill('SIGKILL');
-        await exited;
-      }
+      await up.kill();
     }
   });
 
   test('a node that leaves (SIGTERM, exit 0) while another runs: up keeps serving through the router; Ctrl-C then exits 0', { timeout: 20_000 }, async () => {
-    const routerPort = await freePort();
-    const simPort = await freeRange(1, [routerPort]);
-    const nodePort = await freeRange(2, [routerPort, simPort]);
-    const proc = spawn(process.execPath, [CLI, 'up', '--nodes', '2', '--port', String(routerPort), '--node-port', String(nodePort), '--simulator-port', String(simPort)], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let out = '';
-    const exited = once(proc, 'exit') as Promise<[number | null, NodeJS.Signals | null]>;
+    const up = await startUp(2);
+    const { proc, routerPort, nodePort, simPort, exited } = up;
     try {
-      await new Promise<void>((resolve, reject) => {
-        proc.stdout.on('data', (d: Buffer) => {
-          out += d.toString();
-          if (out.includes('Press Ctrl-C')) resolve();
-        });
-        proc.once('exit', (code) => reject(new Error(`up exited with ${code} before its banner:\n${out}`)));
-      });
-      const pid = /\[node-1 {3}\] \{[^\n]*"pid":(\d+)/.exec(out)?.[1];
-      assert.ok(pid !== undefined, out);
-      process.kill(Number(pid), 'SIGTERM');
-      for (let i = 0; i < 100 && !out.includes('[node-1   ] left (0); 1 node remains'); i++) await new Promise((r) => setTimeout(r, 50));
-      assert.ok(out.includes('[node-1   ] left (0); 1 node remains'), out);
+      process.kill(pidOf(up.out(), 'node-1'), 'SIGTERM');
+      for (let i = 0; i < 100 && !up.out().includes('[node-1   ] left (0); 1 node remains'); i++) await new Promise((r) => setTimeout(r, 50));
+      assert.ok(up.out().includes('[node-1   ] left (0); 1 node remains'), up.out());
       assert.equal(await listening(nodePort), false);
       // Static members: the router routes node-1's tenants around it to node-2.
       for (const key of ['qr-demo-bob', 'qr-demo-alice']) {
@@ -152,42 +182,21 @@ describe('quotaring up', () => {
       assert.deepEqual({ code, signal }, { code: 0, signal: null });
       for (const port of [routerPort, nodePort + 1, simPort]) assert.equal(await listening(port), false, `port ${port} still open`);
     } finally {
-      if (proc.exitCode === null && proc.signalCode === null) {
-        proc.kill('SIGKILL');
-        await exited;
-      }
+      await up.kill();
     }
   });
 
   test('the last node dying stops the others: exit code 1, every port closed', { timeout: 15_000 }, async () => {
-    const routerPort = await freePort();
-    const simPort = await freeRange(1, [routerPort]);
-    const nodePort = await freeRange(1, [routerPort, simPort]);
-    const proc = spawn(process.execPath, [CLI, 'up', '--nodes', '1', '--port', String(routerPort), '--node-port', String(nodePort), '--simulator-port', String(simPort)], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let out = '';
-    const exited = once(proc, 'exit') as Promise<[number | null, NodeJS.Signals | null]>;
+    const up = await startUp(1);
+    const { routerPort, nodePort, simPort, exited } = up;
     try {
-      await new Promise<void>((resolve, reject) => {
-        proc.stdout.on('data', (d: Buffer) => {
-          out += d.toString();
-          if (out.includes('Press Ctrl-C')) resolve();
-        });
-        proc.once('exit', (code) => reject(new Error(`up exited with ${code} before its banner:\n${out}`)));
-      });
-      const pid = /\[node-1 {3}\] \{[^\n]*"pid":(\d+)/.exec(out)?.[1];
-      assert.ok(pid !== undefined, out);
-      process.kill(Number(pid), 'SIGKILL');
+      process.kill(pidOf(up.out(), 'node-1'), 'SIGKILL');
       const [code, signal] = await exited;
       assert.deepEqual({ code, signal }, { code: 1, signal: null });
-      assert.ok(out.includes('[node-1   ] exited unexpectedly (SIGKILL); stopping the others'), out);
+      assert.ok(up.out().includes('[node-1   ] exited unexpectedly (SIGKILL); stopping the others'), up.out());
       for (const port of [routerPort, nodePort, simPort]) assert.equal(await listening(port), false, `port ${port} still open`);
     } finally {
-      if (proc.exitCode === null && proc.signalCode === null) {
-        proc.kill('SIGKILL');
-        await exited;
-      }
+      await up.kill();
     }
   });
 
