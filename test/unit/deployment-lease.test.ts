@@ -1,0 +1,286 @@
+/**
+ * DeploymentLeases with a fake clock and a fake CapScripts that does the Lua scripts' bucket
+ * arithmetic in TypeScript (same refill, grant, wait and refund rules), so every number is exact.
+ */
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { ManualClock } from '../../src/clock.ts';
+import { DeploymentLeases } from '../../src/globalcap/deployment-lease.ts';
+import type { DeploymentLeasesOptions } from '../../src/globalcap/deployment-lease.ts';
+import { capKey } from '../../src/globalcap/keys.ts';
+import type { CapScripts, LeaseOptions, LeaseResult, TokenBucketOptions, TokenBucketResult } from '../../src/globalcap/scripts.ts';
+
+type Call = { op: 'lease'; key: string; o: LeaseOptions } | { op: 'tokenBucket'; key: string; o: TokenBucketOptions };
+
+/** lua/token-bucket.lua and lua/lease.lua in TypeScript, on the test's clock. */
+class FakeScripts implements CapScripts {
+  readonly calls: Call[] = [];
+  readonly levels = new Map<string, { l: number; t: number }>();
+  /** When set, every call rejects (Redis down). */
+  down = false;
+  /** When set, calls wait until `release()` (a slow Redis). */
+  hold = false;
+  #held: (() => void)[] = [];
+
+  constructor(readonly clock: ManualClock) {}
+
+  release(): void {
+    for (const r of this.#held.splice(0)) r();
+  }
+
+  level(key: string, capacity: number, rate: number): number {
+    const s = this.levels.get(key) ?? { l: capacity, t: this.clock.now() };
+    return Math.min(capacity, s.l + ((this.clock.now() - s.t) * rate) / 1000);
+  }
+
+  async #gate(): Promise<void> {
+    if (this.hold) await new Promise<void>((r) => this.#held.push(r));
+    if (this.down) throw new Error('connect ECONNREFUSED');
+  }
+
+  async tokenBucket(key: string, o: TokenBucketOptions): Promise<TokenBucketResult> {
+    this.calls.push({ op: 'tokenBucket', key, o });
+    await this.#gate();
+    let level = this.level(key, o.capacity, o.ratePerSec);
+    if (o.cost < 0) level = Math.min(o.capacity, level - o.cost);
+    else if (o.force === true || level - o.cost >= 0) level -= o.cost;
+    else return { allowed: false, waitMs: Math.ceil(((o.cost - level) * 1000) / o.ratePerSec), level: Math.floor(level) };
+    this.levels.set(key, { l: level, t: this.clock.now() });
+    return { allowed: true, waitMs: 0, level: Math.floor(level) };
+  }
+
+  async lease(key: string, o: LeaseOptions): Promise<LeaseResult> {
+    this.calls.push({ op: 'lease', key, o });
+    await this.#gate();
+    const level = this.level(key, o.capacity, o.ratePerSec);
+    const granted = Math.min(o.want, Math.floor(level));
+    if (granted < o.min) return { granted: 0, waitMs: Math.ceil(((o.min - level) * 1000) / o.ratePerSec), level: Math.floor(level) };
+    this.levels.set(key, { l: level - granted, t: this.clock.now() });
+    return { granted, waitMs: 0, level: Math.floor(level - granted) };
+  }
+
+  leases(key: string): LeaseOptions[] {
+    return this.calls.flatMap((c) => (c.op === 'lease' && c.key === key ? [c.o] : []));
+  }
+}
+
+const RPM = capKey('c1', 'deployment:gpt:rpm');
+const TPM = capKey('c1', 'deployment:gpt:tpm');
+
+/** Deployment gpt {rpm 1000, tpm 60,000, headroom 0.9}: capacities 900 requests and 54,000 tokens (15/s and 900/s). */
+function setup(extra: Partial<DeploymentLeasesOptions> = {}): { clock: ManualClock; scripts: FakeScripts; leases: DeploymentLeases } {
+  const clock = new ManualClock(1_000_000);
+  const scripts = new FakeScripts(clock);
+  const leases = new DeploymentLeases({
+    cluster: 'c1',
+    deployments: { gpt: { rpm: 1000, tpm: 60_000 } },
+    scripts,
+    clock,
+    ...extra,
+  });
+  return { clock, scripts, leases };
+}
+
+describe('DeploymentLeases', () => {
+  test('buckets: capacity = quota × headroom, refill capacity / 60 s, keys by deployment; first take renews and waits', async () => {
+    const { scripts, leases } = setup();
+    assert.deepEqual(leases.take('gpt', { tokens: 500 }), { ok: false, waitMs: 5 });
+    // min block = 100 ms of refill: 2 requests (1.5 rounded up), 90 tokens; a refused take asks for what it lacks.
+    assert.deepEqual(scripts.leases(RPM), [{ capacity: 900, ratePerSec: 15, want: 2, min: 2, ttlMs: 60_000 }]);
+    assert.deepEqual(scripts.leases(TPM), [{ capacity: 54_000, ratePerSec: 900, want: 500, min: 500, ttlMs: 60_000 }]);
+    await leases.whenRenewed('gpt');
+    assert.deepEqual(leases.take('gpt', { tokens: 500 }), { ok: true });
+    const v = leases.view('gpt');
+    assert.equal(v.requests?.balance, 1);
+    assert.equal(v.tokens?.balance, 0);
+    assert.equal(v.tokens?.capacity, 54_000);
+  });
+
+  test('a cost above a bucket capacity is refused for good (waitMs -1) without a Redis call', () => {
+    const { scripts, leases } = setup();
+    assert.deepEqual(leases.take('gpt', { tokens: 54_001 }), { ok: false, waitMs: -1 });
+    assert.equal(scripts.calls.length, 0);
+    assert.throws(() => leases.take('nope', { tokens: 1 }), RangeError);
+    assert.throws(() => leases.take('gpt', { tokens: -1 }), RangeError);
+  });
+
+  test('block = spend rate × 250 ms at steady load, capped at capacity / (4 × live nodes); a few renewals a second', async () => {
+    // tpm 6,000,000: capacity 5,400,000, refill 90,000 tokens/s, more than the load below; min block 1 ms of refill = 90.
+    let nodes = 3;
+    const { clock, scripts, leases } = setup({ liveNodes: () => nodes, minBlockMs: 1, deployments: { gpt: { rpm: 1000, tpm: 6_000_000 } } });
+    // 100 tokens every 10 ms (10,000 tokens/s) for 10 s, renewals answered at once.
+    let refused = 0;
+    let leasesInLastSecond = 0;
+    for (let i = 0; i < 1000; i++) {
+      if (i === 900) leasesInLastSecond = scripts.leases(TPM).length;
+      if (!leases.take('gpt', { tokens: 100, requests: 0 }).ok) refused++;
+      await leases.whenRenewed('gpt');
+      clock.advance(10);
+    }
+    leasesInLastSecond = scripts.leases(TPM).length - leasesInLastSecond;
+    // Steady decayed counter: 100 / (1 − e^(−10/1000)) = 10,050.0 tokens (within 0.005% after 10 s)
+    // → block ⌈10,049.5 × 250 / 1000⌉ = 2,513.
+    const last = scripts.leases(TPM).at(-1);
+    assert.equal(last?.want, 2513);
+    assert.equal(last?.min, 90);
+    assert.equal(leasesInLastSecond, 4);
+    assert.equal(refused, 1);
+    // With 600 live nodes the block is capped at 5,400,000 / (4 × 600) = 2,250.
+    nodes = 600;
+    for (let i = 0; i < 100; i++) {
+      leases.take('gpt', { tokens: 100, requests: 0 });
+      await leases.whenRenewed('gpt');
+      clock.advance(10);
+    }
+    assert.equal(leases.view('gpt').tokens?.block, 2250);
+    assert.equal(scripts.leases(TPM).at(-1)?.want, 2250);
+  });
+
+  test('renews only below the low-water mark (half a block), one lease call per bucket', async () => {
+    const { scripts, leases } = setup();
+    const t = (tokens: number): boolean => leases.take('gpt', { tokens, requests: 0 }).ok;
+    assert.equal(t(1000), false);
+    await leases.whenRenewed('gpt');
+    assert.equal(scripts.leases(TPM).length, 1);
+    assert.equal(t(1000), true); // balance 0 < half a block
+    assert.equal(scripts.leases(TPM).length, 2);
+    // Block = max(min block 90, last take 1000, ⌈spent 1000 × 250 / 1000⌉ = 250) = 1000.
+    assert.deepEqual(scripts.leases(TPM)[1], { capacity: 54_000, ratePerSec: 900, want: 1000, min: 90, ttlMs: 60_000 });
+    await leases.whenRenewed('gpt');
+    assert.equal(leases.view('gpt').tokens?.balance, 1000);
+    // After k takes of 100 (no time passes; the refused first take spent nothing): balance
+    // 1000 − 100k, block ⌈(1000 + 100k) / 4⌉.
+    for (let k = 1; k <= 7; k++) assert.equal(t(100), true);
+    assert.equal(scripts.leases(TPM).length, 2); // k = 7: 300 ≥ 425 / 2
+    assert.equal(t(100), true); // k = 8: 200 < 450 / 2
+    assert.equal(scripts.leases(TPM).length, 3);
+    assert.deepEqual(scripts.leases(TPM)[2], { capacity: 54_000, ratePerSec: 900, want: 450, min: 90, ttlMs: 60_000 });
+  });
+
+  test('never more than one renewal in flight per bucket; refused takes wait pendingWaitMs', async () => {
+    const { scripts, leases } = setup();
+    scripts.hold = true;
+    for (let i = 0; i < 5; i++) assert.deepEqual(leases.take('gpt', { tokens: 10 }), { ok: false, waitMs: 5 });
+    assert.equal(scripts.leases(TPM).length, 1);
+    assert.equal(scripts.leases(RPM).length, 1);
+    assert.equal(leases.view('gpt').tokens?.renewing, true);
+    scripts.release();
+    await leases.whenRenewed('gpt');
+    assert.equal(leases.view('gpt').tokens?.renewing, false);
+    assert.equal(leases.view('gpt').tokens?.balance, 90);
+  });
+
+  test('a denied lease makes takes wait the bucket waitMs, and no call is sent before it', async () => {
+    const { clock, scripts, leases } = setup();
+    scripts.levels.set(TPM, { l: 0, t: clock.now() });
+    leases.take('gpt', { tokens: 450 });
+    await leases.whenRenewed('gpt');
+    // 450 tokens at 900/s: 500 ms.
+    assert.deepEqual(leases.take('gpt', { tokens: 450 }), { ok: false, waitMs: 500 });
+    clock.advance(499);
+    assert.deepEqual(leases.take('gpt', { tokens: 450 }), { ok: false, waitMs: 1 });
+    assert.equal(scripts.leases(TPM).length, 1);
+    clock.advance(1);
+    assert.deepEqual(leases.take('gpt', { tokens: 450 }), { ok: false, waitMs: 5 });
+    await leases.whenRenewed('gpt');
+    assert.deepEqual(leases.take('gpt', { tokens: 450 }), { ok: true });
+    assert.equal(scripts.leases(TPM).length, 3);
+  });
+
+  test('a lease expires leaseTtlMs after its call was sent; its unspent units are not given back to Redis', async () => {
+    const { clock, scripts, leases } = setup({ leaseTtlMs: 5000 });
+    leases.take('gpt', { tokens: 1000 });
+    await leases.whenRenewed('gpt');
+    clock.advance(4999);
+    assert.equal(leases.view('gpt').tokens?.balance, 1000);
+    clock.advance(1);
+    assert.equal(leases.view('gpt').tokens?.balance, 0);
+    assert.equal(scripts.calls.filter((c) => c.op === 'tokenBucket').length, 0);
+    assert.deepEqual(leases.take('gpt', { tokens: 1000 }), { ok: false, waitMs: 5 });
+  });
+
+  test('refund adds to the local balance, debit may take it negative, the next grant repays the debt', async () => {
+    const { scripts, leases } = setup();
+    const t = (tokens: number): ReturnType<DeploymentLeases['take']> => leases.take('gpt', { tokens, requests: 0 });
+    t(1000);
+    await leases.whenRenewed('gpt');
+    t(1000);
+    await leases.whenRenewed('gpt'); // low-water renewal granted 1000
+    leases.refund('gpt', { tokens: 300 });
+    assert.equal(leases.view('gpt').tokens?.balance, 1300);
+    leases.debit('gpt', { tokens: 1500 });
+    assert.equal(leases.view('gpt').tokens?.balance, -200);
+    assert.equal(scripts.leases(TPM).length, 2); // refund and debit never call Redis
+    assert.deepEqual(t(100), { ok: false, waitMs: 5 });
+    // min = cost + debt = 300; want = block + debt = max(90, 100, ⌈spent (1000 + 1500) / 4⌉ = 625) + 200
+    // (the refused first take spent nothing).
+    assert.deepEqual(scripts.leases(TPM)[2], { capacity: 54_000, ratePerSec: 900, want: 825, min: 300, ttlMs: 60_000 });
+    await leases.whenRenewed('gpt');
+    assert.equal(leases.view('gpt').tokens?.balance, 625);
+    assert.deepEqual(t(100), { ok: true });
+    assert.equal(leases.view('gpt').tokens?.balance, 525);
+  });
+
+  test('Redis down: fallback to capacity / live nodes per minute, probes once per probeIntervalMs, leaves on success', async () => {
+    const changes: boolean[] = [];
+    const { clock, scripts, leases } = setup({ liveNodes: () => 3, onFallbackChange: (on) => changes.push(on) });
+    scripts.down = true;
+    assert.deepEqual(leases.take('gpt', { tokens: 100 }), { ok: false, waitMs: 5 });
+    await leases.whenRenewed('gpt');
+    assert.equal(leases.inFallback, true);
+    assert.deepEqual(changes, [true]);
+    // Share: 54,000 / 3 = 18,000 tokens and 300 requests per minute.
+    assert.deepEqual(leases.take('gpt', { tokens: 18_000 }), { ok: true });
+    // 1 token refills in 60,000 / 18,000 = 3.33 ms.
+    assert.deepEqual(leases.take('gpt', { tokens: 1 }), { ok: false, waitMs: 4 });
+    assert.equal(scripts.leases(TPM).length, 1); // no probe before probeIntervalMs (1 s)
+    clock.advance(1000);
+    assert.deepEqual(leases.take('gpt', { tokens: 300 }), { ok: true }); // 300 refilled in 1 s
+    assert.equal(scripts.leases(TPM).length, 2); // the low-water probe
+    await leases.whenRenewed('gpt');
+    assert.equal(leases.inFallback, true);
+    scripts.down = false;
+    clock.advance(1000);
+    assert.deepEqual(leases.take('gpt', { tokens: 1 }), { ok: true }); // from the share; its low-water probe succeeds
+    assert.equal(scripts.leases(TPM).length, 3);
+    await leases.whenRenewed('gpt');
+    assert.equal(leases.inFallback, false);
+    assert.deepEqual(changes, [true, false]);
+    assert.deepEqual(leases.take('gpt', { tokens: 1 }), { ok: true });
+  });
+
+  test('providerLimited drains both cluster buckets by retryAfter × rate with force and zeroes the local balance', async () => {
+    const { scripts, leases } = setup();
+    leases.take('gpt', { tokens: 1000 });
+    await leases.whenRenewed('gpt');
+    await leases.providerLimited('gpt', { retryAfterMs: 2000 });
+    const drains = scripts.calls.filter((c) => c.op === 'tokenBucket');
+    assert.deepEqual(drains, [
+      { op: 'tokenBucket', key: RPM, o: { capacity: 900, ratePerSec: 15, cost: 30, force: true, ttlMs: 60_000 } },
+      { op: 'tokenBucket', key: TPM, o: { capacity: 54_000, ratePerSec: 900, cost: 1800, force: true, ttlMs: 60_000 } },
+    ]);
+    assert.equal(leases.view('gpt').tokens?.balance, 0);
+    assert.equal(leases.view('gpt').requests?.balance, 0);
+    assert.equal(scripts.level(TPM, 54_000, 900), 54_000 - 1000 - 1800);
+  });
+
+  test('close returns unspent balances to Redis (negative cost) and charges debt; take throws afterwards', async () => {
+    const { scripts, leases } = setup();
+    leases.take('gpt', { tokens: 1000 });
+    await leases.whenRenewed('gpt');
+    leases.refund('gpt', { tokens: 400 });
+    await leases.close();
+    const back = scripts.calls.filter((c) => c.op === 'tokenBucket');
+    assert.deepEqual(
+      back.map((c) => [c.key, c.o.cost]),
+      [
+        [RPM, -2],
+        [TPM, -1400],
+      ],
+    );
+    assert.equal(scripts.level(TPM, 54_000, 900), 54_000);
+    assert.throws(() => leases.take('gpt', { tokens: 1 }), /closed/);
+    await leases.close();
+    assert.equal(scripts.calls.length, 4);
+  });
+});
