@@ -151,9 +151,10 @@ interface Deployment {
  * synchronous and local; renewals (one `lease` call per bucket, never two in flight on one bucket)
  * run in the background, triggered when a balance drops below the low-water mark or a take is
  * refused. Block size = max(minBlock, the last take's cost, spend rate × blockMs capped at
- * capacity / (4 × live nodes)), and a refused take's renewal asks at least for what it lacks, so a node at steady load renews about
- * 1000 / (blockMs × (1 − lowWater)) times a second at most (8 with the defaults; 4 once the rate
- * estimate settles and blocks are spent whole).
+ * capacity / (4 × live nodes)), and a refused take's renewal asks at least for what it lacks, so a
+ * node at steady load renews about 1000 / blockMs times a second (4 with the defaults). When the
+ * cluster bucket runs dry, a partial grant delays the next renewal by blockMs and a denied one by
+ * live nodes × the bucket's wait, so starved nodes do not race for every unit of refill.
  */
 export class DeploymentLeases {
   readonly #deployments = new Map<string, Deployment>();
@@ -463,11 +464,16 @@ export class DeploymentLeases {
       }
       this.#setFallback(false);
       if (r.value.granted > 0) {
-        b.retryAt = -Infinity;
+        // A partial grant emptied the cluster bucket: the next renewal waits one block time
+        // (asking at once would only be denied); units refilled meanwhile wait in Redis.
+        b.retryAt = r.value.granted < want ? at + this.#blockMs : -Infinity;
         credit(b, r.value.granted, sentAt + this.#ttlMs);
         this.#expire(b, at);
       } else {
-        b.retryAt = at + (r.value.waitMs >= 0 ? r.value.waitMs : this.#ttlMs);
+        // Denied: the cluster bucket is starved and every live node competes for its refill, so
+        // ask again after live nodes × the wait (the grant then takes what accumulated, up to
+        // `want`) instead of every node racing for each `min` as it refills.
+        b.retryAt = at + (r.value.waitMs >= 0 ? r.value.waitMs * Math.max(1, this.#liveNodes()) : this.#ttlMs);
       }
     });
     return this.#pendingWaitMs;

@@ -187,6 +187,43 @@ describe('DeploymentLeases', () => {
     assert.equal(scripts.leases(TPM).length, 3);
   });
 
+  test('with 3 live nodes a denied lease waits 3 × its waitMs', async () => {
+    const { clock, scripts, leases } = setup({ liveNodes: () => 3 });
+    scripts.levels.set(TPM, { l: 0, t: clock.now() });
+    leases.take('gpt', { tokens: 90, requests: 0 });
+    await leases.whenRenewed('gpt');
+    // 90 tokens at 900/s: 100 ms, × 3 nodes.
+    assert.deepEqual(leases.take('gpt', { tokens: 90, requests: 0 }), { ok: false, waitMs: 300 });
+    clock.advance(300);
+    leases.take('gpt', { tokens: 90, requests: 0 });
+    await leases.whenRenewed('gpt');
+    assert.deepEqual(leases.take('gpt', { tokens: 90, requests: 0 }), { ok: true });
+    // That take's low-water renewal asked for a block of 90 but the bucket held 270 − 90 = 180: a full grant.
+    await leases.whenRenewed('gpt');
+    assert.equal(leases.view('gpt').tokens?.balance, 90);
+    scripts.levels.set(TPM, { l: 50, t: clock.now() });
+    assert.deepEqual(leases.take('gpt', { tokens: 90, requests: 0 }), { ok: true });
+    await leases.whenRenewed('gpt'); // wants 90 (min 90): denied, 40 tokens short → 45 ms × 3
+    assert.deepEqual(leases.take('gpt', { tokens: 90, requests: 0 }), { ok: false, waitMs: 135 });
+    assert.equal(scripts.leases(TPM).length, 4);
+  });
+
+  test('after a partial grant (the cluster bucket ran dry) the next renewal waits one block time, 250 ms', async () => {
+    const { clock, scripts, leases } = setup();
+    const t = (tokens: number): ReturnType<DeploymentLeases['take']> => leases.take('gpt', { tokens, requests: 0 });
+    t(1000);
+    await leases.whenRenewed('gpt');
+    scripts.levels.set(TPM, { l: 500, t: clock.now() });
+    assert.deepEqual(t(1000), { ok: true }); // low-water renewal: want 1000, granted 500
+    await leases.whenRenewed('gpt');
+    assert.equal(leases.view('gpt').tokens?.balance, 500);
+    assert.deepEqual(t(1000), { ok: false, waitMs: 250 });
+    assert.equal(scripts.leases(TPM).length, 2);
+    clock.advance(250);
+    assert.deepEqual(t(1000), { ok: false, waitMs: 5 });
+    assert.equal(scripts.leases(TPM).length, 3);
+  });
+
   test('a lease expires leaseTtlMs after its call was sent; its unspent units are not given back to Redis', async () => {
     const { clock, scripts, leases } = setup({ leaseTtlMs: 5000 });
     leases.take('gpt', { tokens: 1000 });
