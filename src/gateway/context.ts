@@ -4,6 +4,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Clock } from '../clock.ts';
 import type { Handoff } from '../coord/handoff.ts';
+import type { ConfiguredQuotas } from '../globalcap/quotas-from-config.ts';
 import type { LoadedConfig } from '../config/load.ts';
 import type { Limiter } from '../limiter/limiter.ts';
 import type { PromptCounter } from '../tokens/index.ts';
@@ -14,6 +15,8 @@ export interface GatewayContext {
   readonly config: LoadedConfig;
   readonly clock: Clock;
   readonly limiter: Limiter;
+  /** Deployment provider quotas (cluster-wide caps leased to this node); absent when no deployment has a quota. */
+  readonly quotas?: ConfiguredQuotas;
   /** Ownership and handoff in a cluster: settlements of tenants that moved away go to their owner. */
   readonly handoff?: Handoff;
   readonly tokens: PromptCounter;

@@ -77,6 +77,30 @@ function sendRefusal(ctx: GatewayContext, reply: FastifyReply, ex: Exchange, res
     .send(errorBody(ex.dialect, 'rate_limit_exceeded', message, { openaiType: result.kind === 'tokens' ? 'tokens' : 'requests' }));
 }
 
+/**
+ * 429 for a request its deployment's quota cannot take now (the node's lease of the cluster-wide
+ * `quota × headroom` is spent): retry after `waitMs`; `waitMs` −1: larger than the quota can ever
+ * take (request_too_large). Nothing was charged to the tenant.
+ */
+function sendQuotaRefusal(reply: FastifyReply, ex: Exchange, waitMs: number, cost: number): FastifyReply {
+  const name = ex.deployment.name;
+  if (waitMs < 0) {
+    const message = `Request too large for the provider quota of deployment ${name}: it needs ${cost} tokens (prompt ${ex.promptTokens} + max output ${ex.reservedOutput}). Lower max_tokens or shorten the prompt.`;
+    return reply.code(429).headers({ 'x-should-retry': 'false', 'x-quotaring-error': 'request_too_large' }).send(errorBody(ex.dialect, 'request_too_large', message, { openaiType: 'tokens' }));
+  }
+  const wait = Math.max(1, waitMs);
+  const message = `Rate limit reached for the provider quota of deployment ${name} (shared by every tenant of the model). Please try again in ${(wait / 1_000).toFixed(3).replace(/\.?0+$/, '')}s.`;
+  return reply.code(429).headers({ ...retryAfterHeaders(wait), 'x-quotaring-error': 'rate_limit_exceeded' }).send(errorBody(ex.dialect, 'rate_limit_exceeded', message, { openaiType: 'tokens' }));
+}
+
+/** The provider's wait in a 429, ms: `retry-after-ms`, else `retry-after` seconds, else 1 s. */
+function providerWaitMs(headers: Record<string, string | string[] | undefined>): number {
+  const ms = Number(headers['retry-after-ms']);
+  if (Number.isFinite(ms) && ms >= 0) return ms;
+  const s = Number(headers['retry-after']);
+  return Number.isFinite(s) && s >= 0 ? s * 1_000 : 1_000;
+}
+
 /** Resolves when `stream` drains; rejects when it closes first (the client left). */
 function drained(stream: NodeJS.WritableStream & EventEmitter): Promise<void> {
   return new Promise((resolve, reject) => {
@@ -114,8 +138,17 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
   const cost = ex.promptTokens + ex.reservedOutput;
   // The tenant moved away while this request was being read and counted: never decide it here.
   if (ctx.handoff !== undefined && !ctx.handoff.holds(tenantId)) return sendMisdirected(request, reply, ctx.handoff, tenantId, ctx.handoff.ring().owner(tenantId));
+  // The deployment's provider quota (a local lease of the cluster-wide cap), then the tenant's limits.
+  const quotas = ctx.quotas !== undefined && ctx.quotas.limited.has(ex.deployment.name) ? ctx.quotas.leases : undefined;
+  if (quotas !== undefined) {
+    const taken = quotas.take(ex.deployment.name, { requests: 1, tokens: cost });
+    if (!taken.ok) return sendQuotaRefusal(reply, ex, taken.waitMs, cost);
+  }
   const admitted = ctx.limiter.acquire(tenantId, { id, tokens: cost, model: ex.model.name });
-  if (!admitted.ok) return sendRefusal(ctx, reply, ex, admitted, cost);
+  if (!admitted.ok) {
+    quotas?.refund(ex.deployment.name, { requests: 1, tokens: cost });
+    return sendRefusal(ctx, reply, ex, admitted, cost);
+  }
   ctx.handoff?.touched(tenantId);
 
   const headers = limitHeaders(ctx, ex.dialect, admitted.limits);
@@ -153,6 +186,7 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
       return reply.code(error.statusCode).headers({ ...headers, 'x-quotaring-error': error.code }).send(errorBody(ex.dialect, error.code, error.message));
     }
     passHeaders(res.headers, headers, res.statusCode >= 400);
+    const providerLimited = res.statusCode === 429 && quotas !== undefined;
     const isEventStream = String(res.headers['content-type'] ?? '').startsWith('text/event-stream');
     if (res.statusCode >= 300 || !ex.stream || !isEventStream) {
       let text: string;
@@ -166,6 +200,9 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
         const error = upstreamError(err);
         return reply.code(error.statusCode).headers({ ...headers, 'x-quotaring-error': error.code }).send(errorBody(ex.dialect, error.code, error.message));
       }
+      // A provider 429 drains the deployment's bucket for the whole cluster, unless it is about
+      // billing (insufficient_quota), which waiting does not fix.
+      if (providerLimited && !text.includes('insufficient_quota')) void quotas.providerLimited(ex.deployment.name, { retryAfterMs: providerWaitMs(res.headers) });
       if (res.statusCode < 300) {
         const usage = ex.usageFromJson(jsonField(text, 'usage'));
         // No usage reported: keep the reservation (the conservative charge).
@@ -178,6 +215,10 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
   } finally {
     raw.off('close', onClose);
     finish(ctx, tenantId, id, actual);
+    if (quotas !== undefined) {
+      if (actual < cost) quotas.refund(ex.deployment.name, { tokens: cost - actual });
+      else if (actual > cost) quotas.debit(ex.deployment.name, { tokens: actual - cost });
+    }
   }
 }
 

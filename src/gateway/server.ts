@@ -13,6 +13,7 @@ import type { TenantStateStore } from '../coord/state-store.ts';
 import type { Member, Membership } from '../coord/types.ts';
 import { GatewayError, errorBody } from '../errors.ts';
 import type { ErrorCode, ErrorDialect } from '../errors.ts';
+import { quotasFromConfig } from '../globalcap/quotas-from-config.ts';
 import { Limiter } from '../limiter/limiter.ts';
 import type { Policy } from '../limiter/types.ts';
 import { PromptCounter, exactCounter } from '../tokens/index.ts';
@@ -127,10 +128,17 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
           log: app.log,
         });
   if (handoff !== undefined) handoffs.set(app, handoff);
+  const staticMembers = config.config.cluster.members.length;
+  const quotas = quotasFromConfig(config, {
+    clock,
+    liveNodes: () => handoff?.ring().members.length ?? Math.max(1, staticMembers),
+    log: app.log,
+  });
   const ctx: GatewayContext = {
     config,
     clock,
     limiter,
+    ...(quotas === undefined ? {} : { quotas }),
     ...(handoff === undefined ? {} : { handoff }),
     tokens: new PromptCounter({
       poolSize: config.config.tokens.pool_size,
@@ -181,7 +189,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
   app.addHook('onClose', async () => {
     clearInterval(sweep);
     handoff?.stop();
-    await Promise.all([ctx.tokens.close(), ctx.upstreams.close()]);
+    await Promise.all([ctx.tokens.close(), ctx.upstreams.close(), quotas?.close()]);
   });
   return app;
 }

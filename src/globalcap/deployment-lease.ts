@@ -78,6 +78,11 @@ export interface DeploymentLeasesOptions {
   readonly probeIntervalMs?: number;
   /** Called with true when the node enters fallback (a Redis call failed) and false when it leaves it (a call succeeded). */
   readonly onFallbackChange?: (inFallback: boolean) => void;
+  /**
+   * No Redis at all (a node without `cluster.redis`): start in fallback and stay there — each node
+   * enforces `capacity / liveNodes()` locally and never calls the scripts. @default false
+   */
+  readonly localOnly?: boolean;
 }
 
 /** What a `take` spends. */
@@ -169,7 +174,8 @@ export class DeploymentLeases {
   readonly #pendingWaitMs: number;
   readonly #probeIntervalMs: number;
   readonly #onFallbackChange: ((inFallback: boolean) => void) | undefined;
-  #inFallback = false;
+  #inFallback: boolean;
+  readonly #localOnly: boolean;
   #closed = false;
 
   /**
@@ -189,6 +195,8 @@ export class DeploymentLeases {
     this.#rateWindowMs = positive('rateWindowMs', options.rateWindowMs ?? 1_000);
     this.#pendingWaitMs = positive('pendingWaitMs', options.pendingWaitMs ?? 5);
     this.#probeIntervalMs = positive('probeIntervalMs', options.probeIntervalMs ?? 1_000);
+    this.#localOnly = options.localOnly === true;
+    this.#inFallback = this.#localOnly;
     this.#onFallbackChange = options.onFallbackChange;
     const now = this.#clock.now();
     for (const [name, quota] of Object.entries(options.deployments)) {
@@ -266,10 +274,12 @@ export class DeploymentLeases {
             continue;
           }
           waitMs = Math.max(waitMs, Math.ceil(w));
+        } else if (this.#localOnly) {
+          return { ok: false, waitMs: -1 };
         } else {
           waitMs = Math.max(waitMs, this.#probeIntervalMs);
         }
-        this.#maybeRenew(b, now, 0);
+        if (!this.#localOnly) this.#maybeRenew(b, now, 0);
         sources.push('none');
         continue;
       }
@@ -292,15 +302,19 @@ export class DeploymentLeases {
   }
 
   /**
-   * Gives back tokens reserved by a `take` but not used (actual < reserved, after settlement): they
-   * go to the local balance (repaying debt first), not to Redis, valid for one lease ttl from now.
-   * @throws RangeError for an unknown deployment or tokens not finite ≥ 0.
+   * Gives back units taken but not used — tokens reserved beyond the actual usage after settlement,
+   * or a whole `take` whose request was then refused by its tenant's limits (`requests: 1`): they go
+   * to the local balance (repaying debt first), not to Redis, valid for one lease ttl from now.
+   * @throws RangeError for an unknown deployment or units not finite ≥ 0.
    */
-  refund(deployment: string, usage: { readonly tokens: number }): void {
-    const b = this.#bucket(deployment, 'tokens');
-    const units = nonNegative('tokens', usage.tokens);
-    if (b === undefined || units === 0) return;
-    credit(b, units, this.#clock.now() + this.#ttlMs);
+  refund(deployment: string, usage: { readonly requests?: number; readonly tokens: number }): void {
+    const expires = this.#clock.now() + this.#ttlMs;
+    const tokens = this.#bucket(deployment, 'tokens');
+    const t = nonNegative('tokens', usage.tokens);
+    if (tokens !== undefined && t > 0) credit(tokens, t, expires);
+    const requests = this.#bucket(deployment, 'requests');
+    const r = nonNegative('requests', usage.requests ?? 0);
+    if (requests !== undefined && r > 0) credit(requests, r, expires);
   }
 
   /**
