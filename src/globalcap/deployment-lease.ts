@@ -296,7 +296,9 @@ export class DeploymentLeases {
       else if (source === 'fallback') bucketTake(b.fallback as number[], 0, WINDOW_MS, units);
       else return;
       this.#recordSpend(b, now, units);
-      if (balanceOf(b) < this.#lowWater * this.#blockSize(b, now)) this.#maybeRenew(b, now, 0);
+      // Low water: renew, asking at least for what the next take of the same size lacks (a smaller
+      // grant could not serve it and might expire unused while the node waits for the rest).
+      if (balanceOf(b) < this.#lowWater * this.#blockSize(b, now)) this.#maybeRenew(b, now, Math.max(0, b.lastCost - balanceOf(b)));
     });
     return { ok: true };
   }

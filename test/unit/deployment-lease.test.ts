@@ -144,8 +144,9 @@ describe('DeploymentLeases', () => {
     assert.equal(scripts.leases(TPM).length, 1);
     assert.equal(t(1000), true); // balance 0 < half a block
     assert.equal(scripts.leases(TPM).length, 2);
-    // Block = max(min block 90, last take 1000, ⌈spent 1000 × 250 / 1000⌉ = 250) = 1000.
-    assert.deepEqual(scripts.leases(TPM)[1], { capacity: 54_000, ratePerSec: 900, want: 1000, min: 90, ttlMs: 60_000 });
+    // Block = max(min block 90, last take 1000, ⌈spent 1000 × 250 / 1000⌉ = 250) = 1000; min = what
+    // the next take of 1,000 lacks (balance 0).
+    assert.deepEqual(scripts.leases(TPM)[1], { capacity: 54_000, ratePerSec: 900, want: 1000, min: 1000, ttlMs: 60_000 });
     await leases.whenRenewed('gpt');
     assert.equal(leases.view('gpt').tokens?.balance, 1000);
     // After k takes of 100 (no time passes; the refused first take spent nothing): balance
@@ -208,20 +209,18 @@ describe('DeploymentLeases', () => {
     assert.equal(scripts.leases(TPM).length, 4);
   });
 
-  test('after a partial grant (the cluster bucket ran dry) the next renewal waits one block time, 250 ms', async () => {
+  test('a low-water renewal asks at least what the next take lacks: no fragment smaller than a take is leased', async () => {
     const { clock, scripts, leases } = setup();
     const t = (tokens: number): ReturnType<DeploymentLeases['take']> => leases.take('gpt', { tokens, requests: 0 });
     t(1000);
     await leases.whenRenewed('gpt');
     scripts.levels.set(TPM, { l: 500, t: clock.now() });
-    assert.deepEqual(t(1000), { ok: true }); // low-water renewal: want 1000, granted 500
+    assert.deepEqual(t(1000), { ok: true }); // low-water renewal: want 1000, min 1000; the bucket holds 500
     await leases.whenRenewed('gpt');
-    assert.equal(leases.view('gpt').tokens?.balance, 500);
-    assert.deepEqual(t(1000), { ok: false, waitMs: 250 });
+    assert.equal(leases.view('gpt').tokens?.balance, 0, 'denied: a 500 fragment could not serve a take of 1,000');
+    // 500 tokens short at 900/s: 556 ms.
+    assert.deepEqual(t(1000), { ok: false, waitMs: 556 });
     assert.equal(scripts.leases(TPM).length, 2);
-    clock.advance(250);
-    assert.deepEqual(t(1000), { ok: false, waitMs: 5 });
-    assert.equal(scripts.leases(TPM).length, 3);
   });
 
   test('a lease expires leaseTtlMs after its call was sent; its unspent units are not given back to Redis', async () => {
