@@ -28,8 +28,10 @@ export interface ConfiguredMembership {
 export function membershipFromConfig(cluster: ClusterConfig, self?: Member): ConfiguredMembership | undefined {
   const ringOptions: RingOptions = { vnodes: cluster.vnodes };
   if (cluster.redis !== undefined) {
-    // Membership and handoff calls fail fast rather than queue while Redis is away.
-    const redis = new Redis(cluster.redis.url, { maxRetriesPerRequest: 2, connectTimeout: 2_000 });
+    // Membership and handoff calls fail fast rather than queue while Redis is away: at most 2
+    // retries after a reconnect, and no command waits more than 1 s on a frozen server.
+    const redis = new Redis(cluster.redis.url, { maxRetriesPerRequest: 2, connectTimeout: 2_000, commandTimeout: 1_000 });
+    redis.on('error', () => {}); // reported through the membership's and handoff's own failures
     const membership = new RedisMembership({
       redis,
       cluster: cluster.name,

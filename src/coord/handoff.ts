@@ -409,7 +409,8 @@ export class Handoff {
     }
     let json: string | null = null;
     try {
-      json = await store.read(tenant);
+      // Redis slow or frozen: the claim waits at most wait_ms for the read, as for a handoff.
+      json = await withTimeout(store.read(tenant), this.#waitMs);
     } catch (err) {
       this.#log.warn({ tenant, err: (err as Error).message }, 'tenant state unreadable: starting fresh');
     }
@@ -564,4 +565,21 @@ export class Handoff {
       this.#ringOptions,
     );
   }
+}
+
+/** `promise`, or a rejection after `ms` (the promise's own outcome is then ignored). */
+function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`no answer from Redis within ${ms} ms`)), ms);
+    promise.then(
+      (value) => {
+        clearTimeout(timer);
+        resolve(value);
+      },
+      (err: unknown) => {
+        clearTimeout(timer);
+        reject(err instanceof Error ? err : new Error(String(err)));
+      },
+    );
+  });
 }

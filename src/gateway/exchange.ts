@@ -93,6 +93,9 @@ function sendQuotaRefusal(reply: FastifyReply, ex: Exchange, waitMs: number, cos
   return reply.code(429).headers({ ...retryAfterHeaders(wait), 'x-quotaring-error': 'rate_limit_exceeded' }).send(errorBody(ex.dialect, 'rate_limit_exceeded', message, { openaiType: 'tokens' }));
 }
 
+/** A deployment refusal this short means "a lease renewal is in flight": wait for it instead (ms). */
+const RENEWAL_WAIT_MS = 20;
+
 /** The provider's wait in a 429, ms: `retry-after-ms`, else `retry-after` seconds, else 1 s. */
 function providerWaitMs(headers: Record<string, string | string[] | undefined>): number {
   const ms = Number(headers['retry-after-ms']);
@@ -141,7 +144,13 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
   // The deployment's provider quota (a local lease of the cluster-wide cap), then the tenant's limits.
   const quotas = ctx.quotas !== undefined && ctx.quotas.limited.has(ex.deployment.name) ? ctx.quotas.leases : undefined;
   if (quotas !== undefined) {
-    const taken = quotas.take(ex.deployment.name, { requests: 1, tokens: cost });
+    let taken = quotas.take(ex.deployment.name, { requests: 1, tokens: cost });
+    if (!taken.ok && taken.waitMs >= 0 && taken.waitMs <= RENEWAL_WAIT_MS) {
+      // The node's lease ran dry and a renewal is in flight (bounded by the Redis guard's timeout):
+      // wait for it once rather than refuse a request the cluster cap can take.
+      await quotas.whenRenewed(ex.deployment.name);
+      taken = quotas.take(ex.deployment.name, { requests: 1, tokens: cost });
+    }
     if (!taken.ok) return sendQuotaRefusal(reply, ex, taken.waitMs, cost);
   }
   const admitted = ctx.limiter.acquire(tenantId, { id, tokens: cost, model: ex.model.name });

@@ -509,7 +509,16 @@ export class DeploymentLeases {
   #setFallback(on: boolean): void {
     if (on === this.#inFallback) return;
     this.#inFallback = on;
-    if (!on) for (const d of this.#deployments.values()) for (const b of d.buckets) b.fallback = undefined;
+    if (!on) {
+      // Back on Redis: drop the local shares, and let every bucket renew at once (a bucket whose last
+      // probe failed would otherwise refuse takes until its probe time).
+      for (const d of this.#deployments.values()) {
+        for (const b of d.buckets) {
+          b.fallback = undefined;
+          if (b.renewing === undefined) b.retryAt = -Infinity;
+        }
+      }
+    }
     this.#onFallbackChange?.(on);
   }
 }

@@ -22,6 +22,8 @@ export interface RunningRedis {
    * @param options merged over `{ host: '127.0.0.1', port }`.
    */
   client(options?: RedisOptions): Redis;
+  /** Sends a signal to the server process: SIGSTOP freezes it (connections stay open, nothing answers), SIGCONT thaws it. */
+  signal(signal: 'SIGSTOP' | 'SIGCONT'): void;
   /** FLUSHALL: every key gone (pub/sub subscriptions stay). */
   flush(): Promise<void>;
   /** Closes the clients, then SIGTERM, then SIGKILL after 3 s; resolves once it exited. Idempotent. */
@@ -117,6 +119,9 @@ export async function startRedis(): Promise<RunningRedis> {
       url: `redis://127.0.0.1:${port}`,
       port,
       client,
+      signal: (signal) => {
+        proc.kill(signal);
+      },
       flush: async () => {
         admin ??= client();
         await admin.flushall();
@@ -125,6 +130,7 @@ export async function startRedis(): Promise<RunningRedis> {
         stopping ??= (async () => {
           for (const c of clients) c.disconnect();
           if (proc.exitCode === null && proc.signalCode === null) {
+            proc.kill('SIGCONT'); // a frozen server would not act on SIGTERM
             proc.kill('SIGTERM');
             const timer = setTimeout(() => proc.kill('SIGKILL'), 3_000);
             await exited;
