@@ -145,9 +145,10 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
   const quotas = ctx.quotas !== undefined && ctx.quotas.limited.has(ex.deployment.name) ? ctx.quotas.leases : undefined;
   if (quotas !== undefined) {
     let taken = quotas.take(ex.deployment.name, { requests: 1, tokens: cost });
-    if (!taken.ok && taken.waitMs >= 0 && taken.waitMs <= RENEWAL_WAIT_MS) {
-      // The node's lease ran dry and a renewal is in flight (bounded by the Redis guard's timeout):
-      // wait for it once rather than refuse a request the cluster cap can take.
+    // The node's lease ran dry and a renewal is in flight (each bounded by the Redis guard's
+    // timeout; the requests and tokens buckets renew separately): wait for it rather than refuse a
+    // request the cluster cap can take.
+    for (let i = 0; i < 3 && !taken.ok && taken.waitMs >= 0 && taken.waitMs <= RENEWAL_WAIT_MS; i++) {
       await quotas.whenRenewed(ex.deployment.name);
       taken = quotas.take(ex.deployment.name, { requests: 1, tokens: cost });
     }
