@@ -105,6 +105,12 @@ export const ERRORS = {
     anthropicType: 'api_error',
     message: 'The upstream provider did not answer in time.',
   },
+  limiter_unavailable: {
+    status: 503,
+    openaiType: 'server_error',
+    anthropicType: 'overloaded_error',
+    message: 'The cluster-wide limits cannot be checked right now (Redis unavailable) and this gateway is configured to refuse rather than fall back (cluster.on_redis_failure: closed); retry shortly.',
+  },
   no_healthy_node: {
     status: 503,
     openaiType: 'server_error',

@@ -181,6 +181,12 @@ export const ClusterSchema = z.strictObject({
   vnodes: z.number().int().min(1).max(1_000).default(160),
   /** Router health checks of members. @default 1s */
   health_check: duration.default(1_000),
+  /**
+   * When Redis cannot be reached for a cluster-wide limit (deployment quotas): `local` serves within
+   * each node's share (capacity / live nodes); `closed` answers 503 `limiter_unavailable`.
+   * @default local
+   */
+  on_redis_failure: z.enum(['local', 'closed']).default('local'),
   /** Limiter-state handoff between owners (Redis membership only). */
   handoff: z
     .strictObject({

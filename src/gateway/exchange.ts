@@ -145,6 +145,13 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
   const quotas = ctx.quotas !== undefined && ctx.quotas.limited.has(ex.deployment.name) ? ctx.quotas.leases : undefined;
   if (quotas !== undefined) {
     let taken = quotas.take(ex.deployment.name, { requests: 1, tokens: cost });
+    if (quotas.inFallback && ctx.quotas?.closedOnFailure === true) {
+      // Redis unavailable and configured to refuse: give back what the local share gave (the take
+      // itself keeps probing Redis), answer 503.
+      if (taken.ok) quotas.refund(ex.deployment.name, { requests: 1, tokens: cost });
+      const error = new GatewayError('limiter_unavailable');
+      return reply.code(error.statusCode).headers({ 'retry-after': '1', 'x-quotaring-error': error.code }).send(errorBody(ex.dialect, error.code));
+    }
     // The node's lease ran dry and a renewal is in flight (each bounded by the Redis guard's
     // timeout; the requests and tokens buckets renew separately): wait for it rather than refuse a
     // request the cluster cap can take.

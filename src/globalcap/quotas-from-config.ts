@@ -25,6 +25,8 @@ export interface ConfiguredQuotas {
   readonly leases: DeploymentLeases;
   /** Names of the deployments that have a quota (others are not limited here). */
   readonly limited: ReadonlySet<string>;
+  /** `cluster.on_redis_failure: closed`: refuse (503) instead of serving the local share while Redis is unavailable. */
+  readonly closedOnFailure: boolean;
   /** Returns unspent leases to Redis and closes the connection. Never rejects. */
   close(): Promise<void>;
 }
@@ -78,6 +80,7 @@ export function quotasFromConfig(config: LoadedConfig, opts: { readonly clock: C
   return {
     leases,
     limited,
+    closedOnFailure: redis !== undefined && cluster.on_redis_failure === 'closed',
     close: async () => {
       try {
         await leases.close();

@@ -140,6 +140,7 @@ describe('error catalogue', () => {
       misdirected: 421,
       upstream_unavailable: 502,
       upstream_timeout: 504,
+      limiter_unavailable: 503,
       no_healthy_node: 503,
       internal_error: 500,
     });
