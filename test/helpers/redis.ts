@@ -47,7 +47,7 @@ function onPath(binary: string): boolean {
 }
 
 /** True when a RESP PING to 127.0.0.1:port answers +PONG within 200 ms. */
-function pings(port: number): Promise<boolean> {
+export function pings(port: number): Promise<boolean> {
   return new Promise((resolve) => {
     const socket = connect({ host: '127.0.0.1', port });
     const done = (ok: boolean): void => {

@@ -9,7 +9,6 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
-import { connect } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Redis } from 'ioredis';
@@ -18,21 +17,7 @@ import { redisForDecisions } from '../../src/globalcap/redis-connection.ts';
 import { RedisGuard } from '../../src/globalcap/redis-guard.ts';
 import type { BreakerChangeReason, BreakerState, GuardResult } from '../../src/globalcap/redis-guard.ts';
 import { freePort } from '../helpers/processes.ts';
-
-/** True when a RESP PING to 127.0.0.1:port answers +PONG within 200 ms. */
-function pings(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = connect({ host: '127.0.0.1', port });
-    const done = (ok: boolean): void => {
-      socket.destroy();
-      resolve(ok);
-    };
-    socket.setTimeout(200, () => done(false));
-    socket.once('error', () => done(false));
-    socket.once('connect', () => socket.write('PING\r\n'));
-    socket.once('data', (d: Buffer) => done(d.toString().startsWith('+PONG')));
-  });
-}
+import { pings } from '../helpers/redis.ts';
 
 /** Starts `redis-server` on `port` (no persistence) and waits until it answers PING (10 s at most). */
 async function spawnRedis(port: number): Promise<ChildProcess> {
