@@ -21,12 +21,12 @@ describe('deployment quotas when Redis goes away', () => {
   let sim: { url: string; close(): Promise<void> };
   const apps: FastifyInstance[] = [];
 
-  async function gateway(mode: 'local' | 'closed'): Promise<FastifyInstance> {
+  async function gateway(mode: 'local' | 'closed', limits: unknown[] = []): Promise<FastifyInstance> {
     const config = buildConfig(
       {
         server: { log_level: 'silent' },
         cluster: { name: `fail-${mode}`, redis: { url: redis.url }, on_redis_failure: mode },
-        tenants: [{ id: 'a', keys: [KEY], limits: [] }],
+        tenants: [{ id: 'a', keys: [KEY], limits }],
         models: [{ name: 'gpt-4o-mini', encoding: 'o200k_base', deployments: ['sim'] }],
         deployments: [{ name: 'sim', provider: 'openai', base_url: sim.url, api_key_env: 'SIM_KEY', quota: { tpm: 600_000 } }],
       },
@@ -79,5 +79,28 @@ describe('deployment quotas when Redis goes away', () => {
     const next = await post(closed);
     assert.equal(next.statusCode, 503);
     assert.equal((await simStats(sim.url)).requests - before, served);
+  });
+
+  test('a node started while Redis is down serves tenant {rpm 10} within the fallback: 10 admitted, then a 429 with a positive integer retry-after, no undefined or NaN', async () => {
+    await redis.stop();
+    const app = await gateway('local', [{ requests: 10, window: '1m', algorithm: 'sliding_window' }]);
+    const replies = [];
+    for (let i = 0; i < 11; i++) replies.push(await post(app));
+    assert.deepEqual(
+      replies.map((r) => r.statusCode),
+      [...Array<number>(10).fill(200), 429],
+    );
+    assert.deepEqual(
+      replies.slice(0, 10).map((r) => r.headers['x-ratelimit-remaining-requests']),
+      ['9', '8', '7', '6', '5', '4', '3', '2', '1', '0'],
+    );
+    const refused = replies[10]!;
+    assert.equal(refused.headers['x-quotaring-error'], 'rate_limit_exceeded');
+    assert.match(String(refused.headers['retry-after']), /^[1-9]\d*$/);
+    assert.match(String(refused.headers['retry-after-ms']), /^[1-9]\d*$/);
+    for (const r of replies) {
+      assert.doesNotMatch(JSON.stringify(r.headers), /undefined|NaN/);
+      assert.doesNotMatch(r.body, /undefined|NaN/);
+    }
   });
 });
