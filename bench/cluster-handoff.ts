@@ -8,7 +8,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { request } from 'undici';
 import { createRing } from '../src/coord/ring.ts';
 import type { Member } from '../src/coord/types.ts';
-import { chatBody, MODEL, percentile, sendPaced, statusCounts } from './cluster-load.ts';
+import { chatBody, MODEL, percentile, sendPaced, statusCounts } from './load.ts';
 import { CLI, freePort, waitUntil, writeConfig } from './cluster-processes.ts';
 import type { ProcessGroup } from './cluster-processes.ts';
 

@@ -1,42 +1,20 @@
 /**
  * Processes of the cluster benchmark: free ports, temp config files, children of the built CLI
  * (`dist/src/cli.js`) and `redis-server`, all registered in a {@link ProcessGroup} that stops them
- * (also on Ctrl-C and on exit). A few lines adapted from test/helpers (benchmarks do not import tests).
+ * (also on Ctrl-C and on exit). Free ports and temp configs come from test/helpers, as in bench/node.ts.
  */
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { request } from 'undici';
-import { stringify } from 'yaml';
+import { freePort } from '../test/helpers/processes.ts';
+
+export { freePort, writeConfig } from '../test/helpers/processes.ts';
 
 /** The built CLI; `npm run bench:cluster` builds it first. */
 export const CLI = fileURLToPath(new URL('../dist/src/cli.js', import.meta.url));
-
-/** A free TCP port on 127.0.0.1. */
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const address = srv.address();
-      srv.close(() => (typeof address === 'object' && address !== null ? resolve(address.port) : reject(new Error('no port'))));
-    });
-  });
-}
-
-/** Writes a config object as YAML to a temp file; returns its path. */
-export function writeConfig(config: unknown): string {
-  const dir = mkdtempSync(join(tmpdir(), 'quotaring-bench-'));
-  const file = join(dir, 'quotaring.yaml');
-  writeFileSync(file, stringify(config));
-  return file;
-}
 
 /** A child process started by the benchmark. */
 export interface Child {

@@ -21,7 +21,7 @@ import { cpus } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { runHandoff } from './cluster-handoff.ts';
 import type { FirstRequestLatency, HandoffResult, NodeHandoffStats } from './cluster-handoff.ts';
-import { chatBody, median, MODEL, runAutocannon } from './cluster-load.ts';
+import { chatBody, median, MODEL, runAutocannon } from './load.ts';
 import { commandDelta, freePort, ProcessGroup, waitUntil, writeConfig } from './cluster-processes.ts';
 import type { BenchRedis } from './cluster-processes.ts';
 
@@ -129,7 +129,7 @@ async function throughput(simUrl: string): Promise<SetupResult[]> {
   const setups: Setup[] = [{ name: 'simulator direct', nodes: 0, url: simUrl }];
   for (const n of [1, 2, 3]) setups.push(await startCluster(n, simUrl));
   log(`throughput: ${setups.length} setups up; warm-up ${WARMUP_S} s each`);
-  for (const s of setups) await runAutocannon({ url: s.url, body, keys, connections: CONNECTIONS, durationS: WARMUP_S });
+  for (const s of setups) await runAutocannon({ url: s.url, bodies: [body], keys, connections: CONNECTIONS, durationS: WARMUP_S });
   const results = new Map<string, SetupResult>(
     setups.map((s) => [s.name, { setup: s.name, nodes: s.nodes, rps: [], p50: [], p99: [], served: 0, non2xx: 0, errors: 0, seconds: 0, redisCalls: {} }]),
   );
@@ -137,9 +137,9 @@ async function throughput(simUrl: string): Promise<SetupResult[]> {
     for (const s of setups) {
       // Re-warm (not measured): the tenants of this setup sat idle while the others ran, so the
       // nodes' idle sweep dropped them; re-claiming them (one GET each) is not steady state.
-      if (s.redis !== undefined) await runAutocannon({ url: s.url, body, keys, connections: CONNECTIONS, durationS: REWARM_S });
+      if (s.redis !== undefined) await runAutocannon({ url: s.url, bodies: [body], keys, connections: CONNECTIONS, durationS: REWARM_S });
       const before = await s.redis?.commandCalls();
-      const r = await runAutocannon({ url: s.url, body, keys, connections: CONNECTIONS, durationS: DURATION_S });
+      const r = await runAutocannon({ url: s.url, bodies: [body], keys, connections: CONNECTIONS, durationS: DURATION_S });
       const after = await s.redis?.commandCalls();
       const row = results.get(s.name) as SetupResult;
       row.rps.push(r.requests.average);

@@ -9,10 +9,8 @@ import { build } from 'hdr-histogram-js';
 import type { Histogram } from 'hdr-histogram-js';
 import type { DeploymentCost, DeploymentLeases } from '../src/globalcap/deployment-lease.ts';
 
-/** Longest refusal wait for which a request awaits the renewal in flight, ms (as `RENEWAL_WAIT_MS` in the gateway). */
-export const RENEWAL_WAIT_MS = 20;
-/** Renewals a request may await before it is refused (as the gateway). */
-export const RENEWAL_WAITS = 3;
+// The gateway's rule (DeploymentLeases.takeAfterRenewals), unrolled here to time every take().
+import { RENEWAL_WAIT_MS, RENEWAL_WAITS } from '../src/globalcap/deployment-lease.ts';
 /** Admitted requests between two yields to the event loop (so Redis replies get read). */
 const YIELD_EVERY = 20;
 

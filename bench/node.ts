@@ -9,11 +9,11 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import autocannon from 'autocannon';
+import type autocannon from 'autocannon';
 import { parseTraceFile } from '../src/replay/trace.ts';
-import { countOpenAIChat, exactCounter } from '../src/tokens/index.ts';
 import { freePort, runCli, writeConfig } from '../test/helpers/processes.ts';
 import type { Running } from '../test/helpers/processes.ts';
+import { chatBody, median, runAutocannon } from './load.ts';
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const DURATION_S = Number(process.env.BENCH_DURATION ?? 8);
@@ -22,39 +22,9 @@ const TENANTS = 100;
 const root = new URL('..', import.meta.url);
 
 /** A chat body whose prompt is exactly `n` tokens (o200k with message overhead), 16 output tokens. */
-function chatBody(n: number): string {
-  const counter = exactCounter('o200k_base');
-  const overhead = countOpenAIChat({ messages: [{ role: 'user', content: '' }] }, counter);
-  const content = ' the'.repeat(Math.max(0, n - overhead));
-  return JSON.stringify({ model: 'gpt-4o-mini', max_tokens: 16, messages: [{ role: 'user', content }] });
-}
-
-async function runAutocannon(url: string, bodies: readonly string[], keys: readonly string[], durationS = DURATION_S): Promise<autocannon.Result> {
-  let i = 0;
-  return autocannon({
-    url: `${url}/v1/chat/completions`,
-    connections: CONNECTIONS,
-    duration: durationS,
-    requests: [
-      {
-        method: 'POST',
-        setupRequest: (req) => {
-          const n = i++;
-          return {
-            ...req,
-            headers: { 'content-type': 'application/json', authorization: `Bearer ${keys[n % keys.length]}` },
-            body: bodies[n % bodies.length],
-          };
-        },
-      },
-    ],
-  });
-}
-
-function median(xs: readonly number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  const mid = Math.floor(s.length / 2);
-  return s.length % 2 === 1 ? (s[mid] ?? 0) : ((s[mid - 1] ?? 0) + (s[mid] ?? 0)) / 2;
+/** Node-bench load: the shared runner with this benchmark's connections and duration. */
+function load(url: string, bodies: readonly string[], keys: readonly string[], durationS = DURATION_S): Promise<autocannon.Result> {
+  return runAutocannon({ url, bodies, keys, connections: CONNECTIONS, durationS });
 }
 
 async function startBare(port: number, simUrl: string): Promise<Running> {
@@ -138,11 +108,11 @@ try {
   const targets = { bare: `http://127.0.0.1:${ports.bare}`, 'node (estimate)': `http://127.0.0.1:${ports.estimate}`, 'node (exact)': `http://127.0.0.1:${ports.exact}` };
   const rows = new Map<string, Row>();
   // Warm-up (JIT, tokenizer tables, connection pools), not measured.
-  for (const url of Object.values(targets)) for (const bodies of Object.values(mixes)) await runAutocannon(url, bodies, keys, 2);
+  for (const url of Object.values(targets)) for (const bodies of Object.values(mixes)) await load(url, bodies, keys, 2);
   for (let round = 0; round < ROUNDS; round++) {
     for (const [prompts, bodies] of Object.entries(mixes)) {
       for (const [target, url] of Object.entries(targets)) {
-        const r = await runAutocannon(url, bodies, keys);
+        const r = await load(url, bodies, keys);
         const key = `${target}|${prompts}`;
         const row = rows.get(key) ?? { target, prompts, rps: [], p50: [], p99: [], non2xx: 0, errors: 0 };
         row.rps.push(r.requests.average);

@@ -139,6 +139,7 @@ export class Handoff {
   #unsubscribe: (() => void) | undefined;
   readonly stats: HandoffStats = { loaded: 0, prefetched: 0, lastPrefetchMs: 0, waited: 0, timedOut: 0, handedOff: 0, checkpointed: 0, forwarded: 0, lost: 0, slotsFreed: 0, lastHandoffMs: 0 };
 
+  /** Builds (does not start) a node's handoff; see {@link HandoffOptions} for units and defaults. */
   constructor(opts: HandoffOptions) {
     this.#self = opts.self;
     this.#membership = opts.membership;

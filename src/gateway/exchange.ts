@@ -93,9 +93,6 @@ function sendQuotaRefusal(reply: FastifyReply, ex: Exchange, waitMs: number, cos
   return reply.code(429).headers({ ...retryAfterHeaders(wait), 'x-quotaring-error': 'rate_limit_exceeded' }).send(errorBody(ex.dialect, 'rate_limit_exceeded', message, { openaiType: 'tokens' }));
 }
 
-/** A deployment refusal this short means "a lease renewal is in flight": wait for it instead (ms). */
-const RENEWAL_WAIT_MS = 20;
-
 /** The provider's wait in a 429, ms: `retry-after-ms`, else `retry-after` seconds, else 1 s. */
 function providerWaitMs(headers: Record<string, string | string[] | undefined>): number {
   const ms = Number(headers['retry-after-ms']);
@@ -152,13 +149,9 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
       const error = new GatewayError('limiter_unavailable');
       return reply.code(error.statusCode).headers({ 'retry-after': '1', 'x-quotaring-error': error.code }).send(errorBody(ex.dialect, error.code));
     }
-    // The node's lease ran dry and a renewal is in flight (each bounded by the Redis guard's
-    // timeout; the requests and tokens buckets renew separately): wait for it rather than refuse a
-    // request the cluster cap can take.
-    for (let i = 0; i < 3 && !taken.ok && taken.waitMs >= 0 && taken.waitMs <= RENEWAL_WAIT_MS; i++) {
-      await quotas.whenRenewed(ex.deployment.name);
-      taken = quotas.take(ex.deployment.name, { requests: 1, tokens: cost });
-    }
+    // The node's lease ran dry and a renewal is in flight: wait for it rather than refuse a request
+    // the cluster cap can take.
+    if (!taken.ok) taken = await quotas.takeAfterRenewals(ex.deployment.name, { requests: 1, tokens: cost }, taken);
     if (!taken.ok) return sendQuotaRefusal(reply, ex, taken.waitMs, cost);
   }
   const admitted = ctx.limiter.acquire(tenantId, { id, tokens: cost, model: ex.model.name });

@@ -93,6 +93,11 @@ export interface DeploymentCost {
   readonly tokens: number;
 }
 
+/** A refusal at most this long (ms) means a renewal is in flight: see {@link DeploymentLeases.takeAfterRenewals}. */
+export const RENEWAL_WAIT_MS = 20;
+/** Renewals a take may await before it is refused. */
+export const RENEWAL_WAITS = 3;
+
 /**
  * Result of a `take`: admitted, or refused with the ms to wait before trying again (-1: the cost
  * exceeds a bucket's capacity and can never be admitted).
@@ -366,6 +371,22 @@ export class DeploymentLeases {
       );
     }
     await Promise.all(calls);
+  }
+
+  /**
+   * After `take` refused with `refused`: when that refusal only means "a renewal is in flight"
+   * (waitMs ≤ {@link RENEWAL_WAIT_MS}), waits for the renewals (each bounded by the `call`
+   * wrapper's timeout; the requests and tokens buckets renew separately) and takes again, up to
+   * {@link RENEWAL_WAITS} times. Resolves with the last result (`refused` itself when there was
+   * nothing to wait for). @throws RangeError as {@link take}.
+   */
+  async takeAfterRenewals(deployment: string, cost: DeploymentCost, refused: DeploymentTakeResult): Promise<DeploymentTakeResult> {
+    let taken = refused;
+    for (let i = 0; i < RENEWAL_WAITS && !taken.ok && taken.waitMs >= 0 && taken.waitMs <= RENEWAL_WAIT_MS; i++) {
+      await this.whenRenewed(deployment);
+      taken = this.take(deployment, cost);
+    }
+    return taken;
   }
 
   /** Resolves when the deployment's renewals in flight (if any) have settled. Never rejects. */

@@ -12,9 +12,10 @@ import { Handoff } from '../../src/coord/handoff.ts';
 import type { ForwardedSettlement } from '../../src/coord/handoff.ts';
 import { createRing } from '../../src/coord/ring.ts';
 import { TenantStateStore, stateKey } from '../../src/coord/state-store.ts';
-import type { Member, Membership, Ring } from '../../src/coord/types.ts';
+import type { Member } from '../../src/coord/types.ts';
 import { Limiter } from '../../src/limiter/limiter.ts';
 import type { Policy } from '../../src/limiter/types.ts';
+import { TestMembership } from '../helpers/membership.ts';
 import { startRedis } from '../helpers/redis.ts';
 
 const A: Member = { id: 'node-a', url: 'http://127.0.0.1:1' };
@@ -29,28 +30,6 @@ const POLICY: Policy = {
 /** A tenant that B owns once B joins A. */
 const ringAB = createRing([A, B]);
 const T = Array.from({ length: 100 }, (_, i) => `tenant-${i}`).find((t) => ringAB.owner(t)?.id === B.id) as string;
-
-/** A membership whose members the test sets. */
-class TestMembership implements Membership {
-  #ring: Ring;
-  readonly #listeners = new Set<(ring: Ring) => void>();
-  constructor(members: Member[]) {
-    this.#ring = createRing(members);
-  }
-  async start(): Promise<void> {}
-  async stop(): Promise<void> {}
-  ring(): Ring {
-    return this.#ring;
-  }
-  onChange(listener: (ring: Ring) => void): () => void {
-    this.#listeners.add(listener);
-    return () => this.#listeners.delete(listener);
-  }
-  set(members: Member[]): void {
-    this.#ring = createRing(members);
-    for (const l of this.#listeners) l(this.#ring);
-  }
-}
 
 const quiet = { info: () => {}, warn: () => {} };
 
@@ -77,7 +56,7 @@ describe('handoff through a real Redis', () => {
     const connection = new Redis(redis.url);
     connections.push(connection);
     const limiter = new Limiter({ clock, policyFor: () => POLICY });
-    const membership = new TestMembership(members);
+    const membership = new TestMembership(createRing(members));
     const handoff = new Handoff({
       self,
       membership,
@@ -109,7 +88,7 @@ describe('handoff through a real Redis', () => {
     const loading = b.handoff.ready(T);
     assert.ok(loading !== undefined);
     await new Promise((resolve) => setTimeout(resolve, 20));
-    a.membership.set([A, B]);
+    a.membership.set(createRing([A, B]));
     await loading;
     assert.equal(b.handoff.stats.waited, 1);
     assert.equal(b.handoff.stats.loaded, 1);
@@ -135,7 +114,7 @@ describe('handoff through a real Redis', () => {
     await a.handoff.ready(T);
     assert.equal(a.limiter.acquire(T, { id: 'r0', tokens: 1_500 }).ok, true);
     const b = await node(B, [A, B]);
-    a.membership.set([A, B]);
+    a.membership.set(createRing([A, B]));
     await a.handoff.settledDown();
     for (let i = 0; i < 100 && !b.handoff.claimed().has(T); i++) await new Promise((resolve) => setTimeout(resolve, 10));
     assert.equal(b.handoff.ready(T), undefined);
@@ -160,7 +139,7 @@ describe('handoff through a real Redis', () => {
     assert.equal(a.limiter.acquire(T, { id: 'stream', tokens: 3_000 }).ok, true);
     const b = await node(B, [A, B]);
     nodes.b = b;
-    a.membership.set([A, B]);
+    a.membership.set(createRing([A, B]));
     await a.handoff.settledDown();
     assert.equal(a.handoff.holds(T), false);
     // The stream ends on A after the move: 1,200 tokens used of 3,000 reserved.
@@ -245,7 +224,7 @@ describe('handoff through a real Redis', () => {
     // owner, so B applies it (loading the handed-over state) instead of sending it back.
     await a.handoff.finish(U, 'stream', 400);
     assert.deepEqual([a.handoff.stats.forwarded, a.handoff.stats.lost, b.handoff.stats.lost], [1, 0, 0]);
-    b.membership.set([B]);
+    b.membership.set(createRing([B]));
     const started = Date.now();
     await b.handoff.ready(U);
     assert.ok(Date.now() - started < 1_000);
@@ -283,7 +262,7 @@ describe('handoff through a real Redis', () => {
 
   test('without a store (static members) nothing is loaded and every call is local', async () => {
     const limiter = new Limiter({ clock, policyFor: () => POLICY });
-    const handoff = new Handoff({ self: A, membership: new TestMembership([A, B]), limiter, clock, stateTtlMs: () => 1, send: async () => {}, log: quiet });
+    const handoff = new Handoff({ self: A, membership: new TestMembership(createRing([A, B])), limiter, clock, stateTtlMs: () => 1, send: async () => {}, log: quiet });
     await handoff.start();
     handoff.joined();
     assert.equal(handoff.ready(T), undefined);

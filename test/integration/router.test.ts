@@ -13,10 +13,11 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { request } from 'undici';
 import { ManualClock } from '../../src/clock.ts';
 import { buildConfig } from '../../src/config/load.ts';
-import type { Member, Membership, Ring } from '../../src/coord/types.ts';
+import type { Member, Ring } from '../../src/coord/types.ts';
 import { StaticMembership } from '../../src/coord/static-membership.ts';
 import { FALLBACK_HEADER, OWNER_URL_HEADER, REDIRECTED_HEADER } from '../../src/router/forward.ts';
 import { buildRouter, routerControl, startRouter } from '../../src/router/server.ts';
+import { TestMembership } from '../helpers/membership.ts';
 import { freePort } from '../helpers/processes.ts';
 
 const KEY = 'key-acme-00000';
@@ -41,28 +42,6 @@ function listRing(order: readonly Member[]): Ring {
     owner: () => order[0],
     range: (_tenant, k) => order.slice(0, k),
   };
-}
-
-class TestMembership implements Membership {
-  #ring: Ring;
-  readonly #listeners = new Set<(ring: Ring) => void>();
-  constructor(ring: Ring) {
-    this.#ring = ring;
-  }
-  async start(): Promise<void> {}
-  async stop(): Promise<void> {}
-  ring(): Ring {
-    return this.#ring;
-  }
-  onChange(listener: (ring: Ring) => void): () => void {
-    this.#listeners.add(listener);
-    return () => this.#listeners.delete(listener);
-  }
-  /** Replaces the ring; `emit: false` changes it silently (a router that re-reads sees it, listeners do not). */
-  set(ring: Ring, emit = true): void {
-    this.#ring = ring;
-    if (emit) for (const l of this.#listeners) l(ring);
-  }
 }
 
 interface Seen {

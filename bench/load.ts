@@ -23,7 +23,8 @@ export function chatBody(n: number): string {
 export interface AutocannonLoad {
   /** Base URL (the simulator or a router); requests go to `<url>/v1/chat/completions`. */
   readonly url: string;
-  readonly body: string;
+  /** Request bodies, used round-robin. */
+  readonly bodies: readonly string[];
   /** API keys used round-robin, one per request. */
   readonly keys: readonly string[];
   readonly connections: number;
@@ -31,7 +32,7 @@ export interface AutocannonLoad {
   readonly durationS: number;
 }
 
-/** POSTs `body` with fixed connections for `durationS` s, keys round-robin; autocannon's result. */
+/** POSTs the bodies (round-robin) with fixed connections for `durationS` s, keys round-robin; autocannon's result. */
 export async function runAutocannon(load: AutocannonLoad): Promise<autocannon.Result> {
   let i = 0;
   return autocannon({
@@ -46,7 +47,7 @@ export async function runAutocannon(load: AutocannonLoad): Promise<autocannon.Re
           return {
             ...req,
             headers: { 'content-type': 'application/json', authorization: `Bearer ${load.keys[n % load.keys.length]}` },
-            body: load.body,
+            body: load.bodies[n % load.bodies.length],
           };
         },
       },
