@@ -1,5 +1,5 @@
 /**
- * The load of `npm run bench:global`: one node's `DeploymentLeases` taken from as fast as the cap
+ * The load of `npm run bench:global`: one node's `CapLeases` taken from as fast as the cap
  * allows, the way the gateway takes (src/gateway/exchange.ts): a take refused with a wait of at
  * most 20 ms awaits the renewal in flight and takes again, up to 3 times; a refusal after that
  * sleeps its wait (not timed) before the next request. Latencies go to HDR histograms in ns.
@@ -7,10 +7,10 @@
 import { setImmediate as yieldLoop, setTimeout as sleep } from 'node:timers/promises';
 import { build } from 'hdr-histogram-js';
 import type { Histogram } from 'hdr-histogram-js';
-import type { DeploymentCost, DeploymentLeases } from '../src/globalcap/deployment-lease.ts';
+import type { CapCost, CapLeases } from '../src/globalcap/cap-leases.ts';
 
-// The gateway's rule (DeploymentLeases.takeAfterRenewals), unrolled here to time every take().
-import { RENEWAL_WAIT_MS, RENEWAL_WAITS } from '../src/globalcap/deployment-lease.ts';
+// The gateway's rule (CapLeases.takeAfterRenewals), unrolled here to time every take().
+import { RENEWAL_WAIT_MS, RENEWAL_WAITS } from '../src/globalcap/cap-leases.ts';
 /** Admitted requests between two yields to the event loop (so Redis replies get read). */
 const YIELD_EVERY = 20;
 
@@ -50,9 +50,9 @@ export interface DriveCounts {
 
 /** Options of {@link drive}. */
 export interface DriveOptions {
-  readonly leases: DeploymentLeases;
+  readonly leases: CapLeases;
   readonly deployment: string;
-  readonly cost: DeploymentCost;
+  readonly cost: CapCost;
   /** `performance.now()` at which the loop stops, ms. */
   readonly stopAt: number;
   /** The sink of the request starting now, or undefined not to time it (read once per request). */
@@ -67,7 +67,7 @@ export interface DriveOptions {
 export async function drive(o: DriveOptions): Promise<DriveCounts> {
   const counts: DriveCounts = { takeCalls: 0, requests: 0, admitted: 0, admittedAfterWait: 0, refused: 0 };
   let sinceYield = 0;
-  const take = (sink: LatencySink | undefined): ReturnType<DeploymentLeases['take']> => {
+  const take = (sink: LatencySink | undefined): ReturnType<CapLeases['take']> => {
     counts.takeCalls++;
     const calls = sink === undefined ? 0 : (o.callsSent?.() ?? 0);
     const t0 = process.hrtime.bigint();

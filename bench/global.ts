@@ -2,7 +2,7 @@
  * `npm run bench:global`: the global cap's deployment quota leases (issue 4, "Benchmark"), in one
  * process against a real `redis-server` started on a free port, in about 2.5 minutes.
  *
- * Three `DeploymentLeases` (three nodes, one ioredis connection and one `RedisGuard` each, as
+ * Three `CapLeases` (three nodes, one ioredis connection and one `RedisGuard` each, as
  * `quotasFromConfig` wires a node) share one deployment {tpm 600,000, rpm 60,000, headroom 0.9}: a
  * cap of 540,000 tokens a minute (9,000 tokens/s) and 54,000 requests. Each node takes 1,000-token
  * requests as fast as the cap allows (bench/global-drive.ts, the gateway's way of waiting for a
@@ -26,7 +26,7 @@ import { cpus, loadavg } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { systemClock } from '../src/clock.ts';
-import { DeploymentLeases } from '../src/globalcap/deployment-lease.ts';
+import { CapLeases } from '../src/globalcap/cap-leases.ts';
 import { redisForDecisions } from '../src/globalcap/redis-connection.ts';
 import { RedisGuard } from '../src/globalcap/redis-guard.ts';
 import type { GuardStats } from '../src/globalcap/redis-guard.ts';
@@ -79,7 +79,7 @@ watchdog.unref();
 interface Node {
   readonly redis: Redis;
   readonly guard: RedisGuard;
-  readonly leases: DeploymentLeases;
+  readonly leases: CapLeases;
 }
 
 /** Three nodes on `url` (each with its own connection and guard), connected before returning. */
@@ -89,7 +89,7 @@ async function startNodes(url: string, cluster: string, blockMs: number): Promis
       const redis = redisForDecisions(url);
       if (redis.status !== 'ready') await new Promise((resolve) => redis.once('ready', resolve));
       const guard = new RedisGuard({ clock: systemClock });
-      const leases = new DeploymentLeases({
+      const leases = new CapLeases({
         cluster,
         deployments: { [DEPLOYMENT]: QUOTA },
         scripts: defineCapScripts(redis),
@@ -345,7 +345,7 @@ function markdown(date: string, acc: readonly AccuracyResult[], lat: readonly La
   const lines = [
     `# bench:global — ${date}`,
     '',
-    `Deployment quota cap only (hot tenants are not built yet). ${NODES} \`DeploymentLeases\` in one process (one ioredis`,
+    `Deployment quota cap only (hot tenants are not built yet). ${NODES} \`CapLeases\` in one process (one ioredis`,
     'connection and one `RedisGuard` each, 15 ms timeout), one deployment {tpm 600,000, rpm 60,000, headroom 0.9}:',
     'cap 540,000 tokens (refill 9,000/s) and 54,000 requests; every request takes 1,000 tokens and 1 request, as fast',
     'as the cap allows (a take refused with wait ≤ 20 ms awaits the renewal in flight and takes again, up to 3 times).',

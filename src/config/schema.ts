@@ -89,6 +89,11 @@ export const TenantSchema = z.strictObject({
   priority: z.string().min(1).default('interactive'),
   /** Overrides the model's estimator for this tenant's requests. */
   estimator: z.enum(ESTIMATORS).optional(),
+  /**
+   * A hot tenant: routed over this many nodes (`ring.range`), its requests/tokens limits kept in the
+   * global cap and leased by each node, its concurrency limits split across them. 2..64.
+   */
+  spread: z.number().int().min(2).max(64).optional(),
 });
 
 /** A model clients name: tokenizer, counting mode, default output reservation, deployments. */
@@ -250,6 +255,14 @@ export const ConfigSchema = z
       });
     });
     const models = new Set(config.models.map((m) => m.name));
+    config.tenants.forEach((tenant, i) => {
+      if (tenant.spread === undefined) return;
+      tenant.limits.forEach((limit, j) => {
+        if (limit.concurrent !== undefined && limit.concurrent < tenant.spread!) {
+          ctx.addIssue({ code: 'custom', path: ['tenants', i, 'limits', j, 'concurrent'], message: `concurrent ${limit.concurrent} cannot be split over spread ${tenant.spread} nodes (each needs at least 1 slot)` });
+        }
+      });
+    });
     config.tenants.forEach((tenant, i) => {
       tenant.limits.forEach((limit, j) => {
         if (limit.model !== undefined && !models.has(limit.model)) {

@@ -8,6 +8,7 @@ import type { ConfiguredQuotas } from '../globalcap/quotas-from-config.ts';
 import type { LoadedConfig } from '../config/load.ts';
 import type { Limiter } from '../limiter/limiter.ts';
 import type { PromptCounter } from '../tokens/index.ts';
+import type { SpreadTenants } from './spread.ts';
 import type { Upstreams } from './upstream.ts';
 
 /** Dependencies of the gateway routes, built once per process. */
@@ -17,6 +18,8 @@ export interface GatewayContext {
   readonly limiter: Limiter;
   /** Deployment provider quotas (cluster-wide caps leased to this node); absent when no deployment has a quota. */
   readonly quotas?: ConfiguredQuotas;
+  /** Hot tenants spread over several nodes (config `spread`); absent when there are none. */
+  readonly spread?: SpreadTenants;
   /** Ownership and handoff in a cluster: settlements of tenants that moved away go to their owner. */
   readonly handoff?: Handoff;
   readonly tokens: PromptCounter;

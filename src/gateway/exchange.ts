@@ -93,6 +93,12 @@ function sendQuotaRefusal(reply: FastifyReply, ex: Exchange, waitMs: number, cos
   return reply.code(429).headers({ ...retryAfterHeaders(wait), 'x-quotaring-error': 'rate_limit_exceeded' }).send(errorBody(ex.dialect, 'rate_limit_exceeded', message, { openaiType: 'tokens' }));
 }
 
+/** 503 `limiter_unavailable`: Redis is unreachable and `cluster.on_redis_failure` is `closed`. Nothing was charged. */
+function sendUnavailable(reply: FastifyReply, ex: Exchange): FastifyReply {
+  const error = new GatewayError('limiter_unavailable');
+  return reply.code(error.statusCode).headers({ 'retry-after': '1', 'x-quotaring-error': error.code }).send(errorBody(ex.dialect, error.code));
+}
+
 /** The provider's wait in a 429, ms: `retry-after-ms`, else `retry-after` seconds, else 1 s. */
 function providerWaitMs(headers: Record<string, string | string[] | undefined>): number {
   const ms = Number(headers['retry-after-ms']);
@@ -136,8 +142,11 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
   const id = ctx.nextRequestId();
   const tenantId = ex.tenant.id;
   const cost = ex.promptTokens + ex.reservedOutput;
+  const spread = ctx.spread?.isSpread(tenantId) === true ? ctx.spread : undefined;
   // The tenant moved away while this request was being read and counted: never decide it here.
-  if (ctx.handoff !== undefined && !ctx.handoff.holds(tenantId)) return sendMisdirected(request, reply, ctx.handoff, tenantId, ctx.handoff.ring().owner(tenantId));
+  if (spread === undefined && ctx.handoff !== undefined && !ctx.handoff.holds(tenantId)) return sendMisdirected(request, reply, ctx.handoff, tenantId, ctx.handoff.ring().owner(tenantId));
+  if (spread !== undefined && ctx.handoff !== undefined && spread.placement(tenantId).index < 0) return sendMisdirected(request, reply, ctx.handoff, tenantId, spread.placement(tenantId).members[0]);
+  const leases = ctx.quotas?.leases;
   // The deployment's provider quota (a local lease of the cluster-wide cap), then the tenant's limits.
   const quotas = ctx.quotas !== undefined && ctx.quotas.limited.has(ex.deployment.name) ? ctx.quotas.leases : undefined;
   if (quotas !== undefined) {
@@ -146,22 +155,37 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
       // Redis unavailable and configured to refuse: give back what the local share gave (the take
       // itself keeps probing Redis), answer 503.
       if (taken.ok) quotas.refund(ex.deployment.name, { requests: 1, tokens: cost });
-      const error = new GatewayError('limiter_unavailable');
-      return reply.code(error.statusCode).headers({ 'retry-after': '1', 'x-quotaring-error': error.code }).send(errorBody(ex.dialect, error.code));
+      return sendUnavailable(reply, ex);
     }
     // The node's lease ran dry and a renewal is in flight: wait for it rather than refuse a request
     // the cluster cap can take.
     if (!taken.ok) taken = await quotas.takeAfterRenewals(ex.deployment.name, { requests: 1, tokens: cost }, taken);
     if (!taken.ok) return sendQuotaRefusal(reply, ex, taken.waitMs, cost);
   }
+  // A spread tenant's requests/tokens limits: its node's lease of the tenant's global-cap buckets.
+  const group = spread?.group(tenantId, ex.model.name);
+  if (spread !== undefined && leases !== undefined && group !== undefined) {
+    let taken = leases.take(group, { requests: 1, tokens: cost });
+    if (leases.inFallback && ctx.quotas?.closedOnFailure === true) {
+      if (taken.ok) leases.refund(group, { requests: 1, tokens: cost });
+      quotas?.refund(ex.deployment.name, { requests: 1, tokens: cost });
+      return sendUnavailable(reply, ex);
+    }
+    if (!taken.ok) taken = await leases.takeAfterRenewals(group, { requests: 1, tokens: cost }, taken);
+    if (!taken.ok) {
+      quotas?.refund(ex.deployment.name, { requests: 1, tokens: cost });
+      return sendRefusal(ctx, reply, ex, spread.refusal(group, taken.waitMs, { requests: 1, tokens: cost }), cost);
+    }
+  }
   const admitted = ctx.limiter.acquire(tenantId, { id, tokens: cost, model: ex.model.name });
   if (!admitted.ok) {
     quotas?.refund(ex.deployment.name, { requests: 1, tokens: cost });
-    return sendRefusal(ctx, reply, ex, admitted, cost);
+    if (group !== undefined) leases?.refund(group, { requests: 1, tokens: cost });
+    return sendRefusal(ctx, reply, ex, group === undefined ? admitted : { ...admitted, limits: [...(spread?.limitStates(group) ?? []), ...admitted.limits] }, cost);
   }
-  ctx.handoff?.touched(tenantId);
+  if (spread === undefined) ctx.handoff?.touched(tenantId);
 
-  const headers = limitHeaders(ctx, ex.dialect, admitted.limits);
+  const headers = limitHeaders(ctx, ex.dialect, group === undefined ? admitted.limits : [...(spread?.limitStates(group) ?? []), ...admitted.limits]);
   headers['x-quotaring-request-id'] = id;
   // undici takes an EventEmitter as its abort signal: much cheaper per request than an AbortController.
   const cancel = new EventEmitter();
@@ -224,10 +248,14 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
     return reply;
   } finally {
     raw.off('close', onClose);
-    finish(ctx, tenantId, id, actual);
+    finish(ctx, tenantId, id, actual, spread !== undefined);
     if (quotas !== undefined) {
       if (actual < cost) quotas.refund(ex.deployment.name, { tokens: cost - actual });
       else if (actual > cost) quotas.debit(ex.deployment.name, { tokens: actual - cost });
+    }
+    if (group !== undefined && leases !== undefined) {
+      if (actual < cost) leases.refund(group, { tokens: cost - actual });
+      else if (actual > cost) leases.debit(group, { tokens: actual - cost });
     }
   }
 }
@@ -236,9 +264,12 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
  * Settles reservation `id` on `actual` tokens and releases its slot: in this node's limiter while it
  * holds the tenant (synchronously: the next decision sees it), at the tenant's new owner otherwise.
  */
-function finish(ctx: GatewayContext, tenant: string, id: string, actual: number): void {
+function finish(ctx: GatewayContext, tenant: string, id: string, actual: number, spread: boolean): void {
   const handoff = ctx.handoff;
-  if (handoff === undefined || handoff.holds(tenant)) {
+  if (spread) {
+    // A spread tenant's slot is always this node's; its tokens were settled on the leases.
+    ctx.limiter.release(tenant, id);
+  } else if (handoff === undefined || handoff.holds(tenant)) {
     ctx.limiter.settle(tenant, id, actual);
     ctx.limiter.release(tenant, id);
     handoff?.touched(tenant);
@@ -276,7 +307,9 @@ async function pipeStream(
       }
       const now = ctx.clock.now();
       if (now - lastRenew >= renewEvery) {
-        if (ctx.handoff === undefined || ctx.handoff.holds(ex.tenant.id)) {
+        if (ctx.spread?.isSpread(ex.tenant.id) === true) {
+          ctx.limiter.renew(ex.tenant.id, id);
+        } else if (ctx.handoff === undefined || ctx.handoff.holds(ex.tenant.id)) {
           ctx.limiter.renew(ex.tenant.id, id);
           ctx.handoff?.touched(ex.tenant.id);
         } else {

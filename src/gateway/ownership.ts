@@ -13,6 +13,7 @@ import { FALLBACK_HEADER, OWNER_HEADER, OWNER_URL_HEADER, REDIRECTED_HEADER, RIN
 import type { Member, Membership } from '../coord/types.ts';
 import { errorBody } from '../errors.ts';
 import { tenantOf } from './auth.ts';
+import type { SpreadTenants } from './spread.ts';
 
 /** A node's place in the cluster. */
 export interface NodeCluster {
@@ -22,6 +23,8 @@ export interface NodeCluster {
   readonly membership: Membership;
   /** Ownership and handoff of this node's tenants. */
   readonly handoff: Handoff;
+  /** Hot tenants: decided by any of their k nodes, never claimed or handed over. */
+  readonly spread?: SpreadTenants;
 }
 
 export { FALLBACK_HEADER, OWNER_HEADER, REDIRECTED_HEADER, RING_HEADER } from '../coord/headers.ts';
@@ -32,9 +35,13 @@ export { FALLBACK_HEADER, OWNER_HEADER, REDIRECTED_HEADER, RING_HEADER } from '.
  * answering 421 until it closes).
  */
 export function ownershipHook(cluster: NodeCluster) {
-  const { handoff } = cluster;
+  const { handoff, spread } = cluster;
   return async (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply | undefined> => {
     const tenant = tenantOf(request).id;
+    if (spread?.isSpread(tenant) === true) {
+      const { members, index } = spread.placement(tenant);
+      return index >= 0 ? undefined : sendMisdirected(request, reply, handoff, tenant, members[0]);
+    }
     const placed = handoff.place(tenant);
     let how: ClaimHow | undefined = placed.here ? 'owner' : undefined;
     if (how === undefined) {

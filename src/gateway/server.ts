@@ -2,6 +2,7 @@
  * The gateway node: a fastify server that authenticates tenants, limits them in RAM, and proxies
  * OpenAI- and Anthropic-compatible requests to the deployments.
  */
+import { SpreadTenants } from './spread.ts';
 import Fastify, { LogController } from 'fastify';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Clock } from '../clock.ts';
@@ -108,7 +109,9 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     bodyLimit: server.body_limit,
     return503OnClosing: true,
   });
-  const limiter = new Limiter({ clock, policyFor: (tenant) => config.policies.get(tenant) });
+  // Spread (hot) tenants keep only their split concurrency limits in this limiter.
+  let spread: SpreadTenants | undefined;
+  const limiter = new Limiter({ clock, policyFor: (tenant) => (spread?.isSpread(tenant) === true ? spread.localPolicy(tenant) : config.policies.get(tenant)) });
   const clusterOpts = opts.cluster;
   const handoffSettings = config.config.cluster.handoff;
   const handoff =
@@ -134,11 +137,15 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     liveNodes: () => handoff?.ring().members.length ?? Math.max(1, staticMembers),
     log: app.log,
   });
+  if (quotas !== undefined && config.config.tenants.some((t) => t.spread !== undefined)) {
+    spread = new SpreadTenants({ config, leases: quotas.leases, ring: () => handoff?.ring(), selfId: clusterOpts?.self.id });
+  }
   const ctx: GatewayContext = {
     config,
     clock,
     limiter,
     ...(quotas === undefined ? {} : { quotas }),
+    ...(spread === undefined ? {} : { spread }),
     ...(handoff === undefined ? {} : { handoff }),
     tokens: new PromptCounter({
       poolSize: config.config.tokens.pool_size,
@@ -166,7 +173,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
 
   app.register(async (v1) => {
     v1.addHook('onRequest', authHook(ctx));
-    if (clusterOpts !== undefined && handoff !== undefined) v1.addHook('preHandler', ownershipHook({ ...clusterOpts, handoff }));
+    if (clusterOpts !== undefined && handoff !== undefined) v1.addHook('preHandler', ownershipHook({ ...clusterOpts, handoff, ...(spread === undefined ? {} : { spread }) }));
     openAIRoutes(v1, ctx);
     anthropicRoutes(v1, ctx);
   });

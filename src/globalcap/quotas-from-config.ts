@@ -7,8 +7,8 @@
 import type { Redis } from 'ioredis';
 import type { Clock } from '../clock.ts';
 import type { LoadedConfig } from '../config/load.ts';
-import { DeploymentLeases } from './deployment-lease.ts';
-import type { CapCall, DeploymentQuota } from './deployment-lease.ts';
+import { CapLeases } from './cap-leases.ts';
+import type { CapCall, DeploymentQuota } from './cap-leases.ts';
 import { redisForDecisions } from './redis-connection.ts';
 import { RedisGuard } from './redis-guard.ts';
 import { defineCapScripts } from './scripts.ts';
@@ -22,13 +22,40 @@ export interface QuotaLog {
 
 /** A node's deployment quotas and what to close with them. */
 export interface ConfiguredQuotas {
-  readonly leases: DeploymentLeases;
+  readonly leases: CapLeases;
   /** Names of the deployments that have a quota (others are not limited here). */
   readonly limited: ReadonlySet<string>;
   /** `cluster.on_redis_failure: closed`: refuse (503) instead of serving the local share while Redis is unavailable. */
   readonly closedOnFailure: boolean;
   /** Returns unspent leases to Redis and closes the connection. Never rejects. */
   close(): Promise<void>;
+}
+
+/**
+ * Tells a Redis that restarted (came back empty, or from an older snapshot) from one that was only
+ * unreachable: on every `ready` of the connection it reads `run_id` (`INFO server`), which Redis
+ * draws anew at each start. A failed read counts as a restart (the safe side: usage is charged twice
+ * at worst, never forgotten).
+ */
+class RestartWatch {
+  #runId: string | undefined;
+  constructor(private readonly redis: Redis) {}
+
+  /** `lost` on each `close` of the connection; `back(restarted, runId)` once each `ready` has read `run_id`. */
+  watch(on: { lost(): void; back(restarted: boolean, runId: string | undefined): void }): void {
+    this.redis.on('close', () => on.lost());
+    this.redis.on('ready', () => {
+      this.redis.info('server').then(
+        (text) => {
+          const runId = /^run_id:(\w+)/m.exec(text)?.[1];
+          const restarted = this.#runId !== undefined && runId !== this.#runId;
+          this.#runId = runId ?? this.#runId;
+          on.back(restarted || runId === undefined, runId);
+        },
+        () => on.back(this.#runId !== undefined, undefined),
+      );
+    });
+  }
 }
 
 /** Scripts for a node without Redis: every call fails, so the leases stay on the local share. */
@@ -49,7 +76,8 @@ export function quotasFromConfig(config: LoadedConfig, opts: { readonly clock: C
     deployments[d.name] = { ...(d.quota.rpm === undefined ? {} : { rpm: d.quota.rpm }), ...(d.quota.tpm === undefined ? {} : { tpm: d.quota.tpm }), headroom: d.headroom };
   }
   const limited = new Set(Object.keys(deployments));
-  if (limited.size === 0) return undefined;
+  const spread = config.config.tenants.some((t) => t.spread !== undefined);
+  if (limited.size === 0 && !spread) return undefined;
   const cluster = config.config.cluster;
   let redis: Redis | undefined;
   let scripts = NO_REDIS;
@@ -60,7 +88,8 @@ export function quotasFromConfig(config: LoadedConfig, opts: { readonly clock: C
     const guard = new RedisGuard({ clock: opts.clock, onChange: (state, reason) => opts.log.info({ breaker: state, reason }, 'Redis circuit breaker') });
     call = (fn) => guard.run(fn);
   }
-  const leases = new DeploymentLeases({
+  const restarts = redis === undefined ? undefined : new RestartWatch(redis);
+  const leases = new CapLeases({
     cluster: cluster.name,
     deployments,
     scripts,
@@ -76,6 +105,13 @@ export function quotasFromConfig(config: LoadedConfig, opts: { readonly clock: C
               ? opts.log.warn({ deployments: [...limited] }, 'entering fallback: deployment quotas shared locally (capacity / live nodes)')
               : opts.log.info({ deployments: [...limited] }, 'leaving fallback: deployment quotas leased from Redis again'),
         }),
+  });
+  restarts?.watch({
+    lost: () => leases.connectionLost(),
+    back: (restarted, runId) => {
+      if (restarted) opts.log.warn({ runId }, 'Redis restarted (new run_id): charging this node\'s in-window usage to the global cap before leasing again');
+      leases.reconnected(restarted);
+    },
   });
   return {
     leases,

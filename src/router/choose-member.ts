@@ -31,3 +31,21 @@ export function fallbackFor(ring: Ring, tenant: string, target: Member, isSuspec
   if (owner === undefined || owner.id === target.id || !isSuspect(owner.id)) return undefined;
   return owner.id;
 }
+
+let spreadTurn = 0;
+
+/**
+ * A member for a spread (hot) tenant: its `ring.range(tenant, k)` in turn (round-robin over the
+ * router's requests), skipping suspect members and `excludeId`; when every one of them is out, the
+ * single-owner rule of {@link chooseMember} (the node then answers 421 unless it is in the range).
+ */
+export function chooseSpreadMember(ring: Ring, tenant: string, k: number, isSuspect: (id: string) => boolean, excludeId?: string): Member | undefined {
+  const range = ring.range(tenant, k);
+  const n = range.length;
+  spreadTurn = (spreadTurn + 1) % 1_000_000_007;
+  for (let i = 0; i < n; i++) {
+    const member = range[(spreadTurn + i) % n] as Member;
+    if (member.id !== excludeId && !isSuspect(member.id)) return member;
+  }
+  return chooseMember(ring, tenant, isSuspect, excludeId);
+}

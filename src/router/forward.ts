@@ -10,7 +10,7 @@ import type { Dispatcher } from 'undici';
 import type { Member, Membership, Ring } from '../coord/types.ts';
 import { errorBody, ERRORS } from '../errors.ts';
 import type { ErrorCode, ErrorDialect } from '../errors.ts';
-import { chooseMember, fallbackFor } from './choose-member.ts';
+import { chooseMember, chooseSpreadMember, fallbackFor } from './choose-member.ts';
 import { endToEndHeaders } from './hop-by-hop.ts';
 import type { MemberPools } from './member-pools.ts';
 import { drainUnsent, isReplayable, requestBodyOf } from './request-body.ts';
@@ -74,7 +74,8 @@ export function sendError(request: FastifyRequest, reply: FastifyReply, code: Er
 type Attempt = { readonly ok: true; readonly res: Dispatcher.ResponseData } | { readonly ok: false; readonly err: unknown };
 
 /**
- * Proxies `request` for `tenant` and sends the node's answer (status, end-to-end headers, body
+ * Proxies `request` for `tenant` (a spread tenant, `spread` = k: to one of `ring.range(tenant, k)` in
+ * turn) and sends the node's answer (status, end-to-end headers, body
  * streamed chunk by chunk) on `reply`. Errors the router answers itself:
  * 503 `no_healthy_node` (empty ring, or every member suspect), 502 `upstream_unavailable` (the
  * chosen member failed and no retry was possible or the retry failed too).
@@ -82,10 +83,12 @@ type Attempt = { readonly ok: true; readonly res: Dispatcher.ResponseData } | { 
  * A request sent to a member other than the ring owner because the owner is suspect carries
  * {@link FALLBACK_HEADER} naming the owner; the retry after a 421 carries {@link REDIRECTED_HEADER}.
  */
-export async function forward(ctx: ForwardContext, request: FastifyRequest, reply: FastifyReply, tenant: string): Promise<FastifyReply> {
+export async function forward(ctx: ForwardContext, request: FastifyRequest, reply: FastifyReply, tenant: string, spread?: number): Promise<FastifyReply> {
   const isSuspect = (id: string): boolean => ctx.suspects.has(id);
+  const choose = (r: Ring, excludeId?: string): Member | undefined =>
+    spread === undefined ? chooseMember(r, tenant, isSuspect, excludeId) : chooseSpreadMember(r, tenant, spread, isSuspect, excludeId);
   let ring = ctx.membership.ring();
-  const first = chooseMember(ring, tenant, isSuspect);
+  const first = choose(ring);
   if (first === undefined) return sendError(request, reply, 'no_healthy_node');
 
   let body: RequestBody;
@@ -119,7 +122,7 @@ export async function forward(ctx: ForwardContext, request: FastifyRequest, repl
     if (!isConnectFailure(result.err)) return failed(request, reply, body, first, result.err);
     ctx.suspects.markFor(first.id, ctx.suspectMs);
     if (!isReplayable(body)) return failed(request, reply, body, first, result.err);
-    const next = chooseMember(ring, tenant, isSuspect, first.id);
+    const next = choose(ring, first.id);
     if (next === undefined) return sendError(request, reply, 'no_healthy_node');
     request.log.warn({ member: first.id, retry: next.id, err: result.err }, 'member unreachable; retrying once on the next member');
     target = next;

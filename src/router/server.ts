@@ -97,7 +97,7 @@ export function buildRouter(opts: RouterOptions): FastifyInstance {
       if (tenant === undefined) {
         return sendError(request, reply, 'invalid_api_key', key === undefined ? undefined : 'Incorrect API key provided. Use a key configured for a tenant of this gateway.');
       }
-      return forward(ctx, request, reply, tenant.id);
+      return forward(ctx, request, reply, tenant.id, tenant.spread);
     },
   });
 

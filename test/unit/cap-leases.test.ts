@@ -1,12 +1,12 @@
 /**
- * DeploymentLeases with a fake clock and a fake CapScripts that does the Lua scripts' bucket
+ * CapLeases with a fake clock and a fake CapScripts that does the Lua scripts' bucket
  * arithmetic in TypeScript (same refill, grant, wait and refund rules), so every number is exact.
  */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { ManualClock } from '../../src/clock.ts';
-import { DeploymentLeases } from '../../src/globalcap/deployment-lease.ts';
-import type { DeploymentLeasesOptions } from '../../src/globalcap/deployment-lease.ts';
+import { CapLeases } from '../../src/globalcap/cap-leases.ts';
+import type { CapLeasesOptions } from '../../src/globalcap/cap-leases.ts';
 import { capKey } from '../../src/globalcap/keys.ts';
 import type { CapScripts, LeaseOptions, LeaseResult, TokenBucketOptions, TokenBucketResult } from '../../src/globalcap/scripts.ts';
 
@@ -68,10 +68,10 @@ const RPM = capKey('c1', 'deployment:gpt:rpm');
 const TPM = capKey('c1', 'deployment:gpt:tpm');
 
 /** Deployment gpt {rpm 1000, tpm 60,000, headroom 0.9}: capacities 900 requests and 54,000 tokens (15/s and 900/s). */
-function setup(extra: Partial<DeploymentLeasesOptions> = {}): { clock: ManualClock; scripts: FakeScripts; leases: DeploymentLeases } {
+function setup(extra: Partial<CapLeasesOptions> = {}): { clock: ManualClock; scripts: FakeScripts; leases: CapLeases } {
   const clock = new ManualClock(1_000_000);
   const scripts = new FakeScripts(clock);
-  const leases = new DeploymentLeases({
+  const leases = new CapLeases({
     cluster: 'c1',
     deployments: { gpt: { rpm: 1000, tpm: 60_000 } },
     scripts,
@@ -81,7 +81,7 @@ function setup(extra: Partial<DeploymentLeasesOptions> = {}): { clock: ManualClo
   return { clock, scripts, leases };
 }
 
-describe('DeploymentLeases', () => {
+describe('CapLeases', () => {
   test('buckets: capacity = quota × headroom, refill capacity / 60 s, keys by deployment; first take renews and waits', async () => {
     const { scripts, leases } = setup();
     assert.deepEqual(leases.take('gpt', { tokens: 500 }), { ok: false, waitMs: 5 });
@@ -188,7 +188,7 @@ describe('DeploymentLeases', () => {
     assert.equal(scripts.leases(TPM).length, 3);
   });
 
-  test('with 3 live nodes a denied lease waits 3 × its waitMs', async () => {
+  test('with 3 live nodes a denied lease waits max(blockMs, 3 × its waitMs)', async () => {
     const { clock, scripts, leases } = setup({ liveNodes: () => 3 });
     scripts.levels.set(TPM, { l: 0, t: clock.now() });
     leases.take('gpt', { tokens: 90, requests: 0 });
@@ -204,14 +204,14 @@ describe('DeploymentLeases', () => {
     assert.equal(leases.view('gpt').tokens?.balance, 90);
     scripts.levels.set(TPM, { l: 50, t: clock.now() });
     assert.deepEqual(leases.take('gpt', { tokens: 90, requests: 0 }), { ok: true });
-    await leases.whenRenewed('gpt'); // wants 90 (min 90): denied, 40 tokens short → 45 ms × 3
-    assert.deepEqual(leases.take('gpt', { tokens: 90, requests: 0 }), { ok: false, waitMs: 135 });
+    await leases.whenRenewed('gpt'); // wants 90 (min 90): denied, 40 tokens short → 45 ms × 3 = 135, below blockMs 250
+    assert.deepEqual(leases.take('gpt', { tokens: 90, requests: 0 }), { ok: false, waitMs: 250 });
     assert.equal(scripts.leases(TPM).length, 4);
   });
 
   test('a low-water renewal asks at least what the next take lacks: no fragment smaller than a take is leased', async () => {
     const { clock, scripts, leases } = setup();
-    const t = (tokens: number): ReturnType<DeploymentLeases['take']> => leases.take('gpt', { tokens, requests: 0 });
+    const t = (tokens: number): ReturnType<CapLeases['take']> => leases.take('gpt', { tokens, requests: 0 });
     t(1000);
     await leases.whenRenewed('gpt');
     scripts.levels.set(TPM, { l: 500, t: clock.now() });
@@ -237,7 +237,7 @@ describe('DeploymentLeases', () => {
 
   test('refund adds to the local balance, debit may take it negative, the next grant repays the debt', async () => {
     const { scripts, leases } = setup();
-    const t = (tokens: number): ReturnType<DeploymentLeases['take']> => leases.take('gpt', { tokens, requests: 0 });
+    const t = (tokens: number): ReturnType<CapLeases['take']> => leases.take('gpt', { tokens, requests: 0 });
     t(1000);
     await leases.whenRenewed('gpt');
     t(1000);
@@ -272,17 +272,96 @@ describe('DeploymentLeases', () => {
     assert.equal(scripts.leases(TPM).length, 1); // no probe before probeIntervalMs (1 s)
     clock.advance(1000);
     assert.deepEqual(leases.take('gpt', { tokens: 300 }), { ok: true }); // 300 refilled in 1 s
-    assert.equal(scripts.leases(TPM).length, 2); // the low-water probe
+    // The low-water probe: in fallback it charges the units spent from the share (it fails here).
+    assert.equal(scripts.leases(TPM).length, 1);
+    assert.equal(scripts.calls.filter((c) => c.key === TPM).length, 2);
     await leases.whenRenewed('gpt');
     assert.equal(leases.inFallback, true);
     scripts.down = false;
     clock.advance(1000);
     assert.deepEqual(leases.take('gpt', { tokens: 1 }), { ok: true }); // from the share; its low-water probe succeeds
-    assert.equal(scripts.leases(TPM).length, 3);
+    // The probe charges what the node spent from its share and Redis never saw: 18,000 + 300 + 1
+    // tokens, drained at the node's share of the refill (900 / 3 = 300 tokens/s) over 2 s: 17,701.
+    assert.equal(leases.view('gpt').tokens?.unreconciled, 17_701);
+    assert.equal(scripts.leases(TPM).length, 1);
+    const charges = scripts.calls.flatMap((c) => (c.op === 'tokenBucket' && c.key === TPM ? [c.o] : []));
+    assert.deepEqual(charges.slice(1), [{ capacity: 54_000, ratePerSec: 900, cost: 17_701, force: true, ttlMs: 60_000 }]);
     await leases.whenRenewed('gpt');
     assert.equal(leases.inFallback, false);
     assert.deepEqual(changes, [true, false]);
+    assert.equal(leases.view('gpt').tokens?.unreconciled, 0);
+    assert.equal(scripts.level(TPM, 54_000, 900), 54_000 - 17_701);
+    // Then the leases resume: the next take renews from the reconciled bucket.
+    assert.deepEqual(leases.take('gpt', { tokens: 1 }), { ok: false, waitMs: 5 });
+    assert.equal(scripts.leases(TPM).length, 2);
+    await leases.whenRenewed('gpt');
     assert.deepEqual(leases.take('gpt', { tokens: 1 }), { ok: true });
+  });
+
+  test('Redis restarted empty: known in-window usage is charged before the next lease, and no lease is sent while the connection is down', async () => {
+    const { clock, scripts, leases } = setup({ liveNodes: () => 2 });
+    const t = (tokens: number): ReturnType<CapLeases['take']> => leases.take('gpt', { tokens, requests: 0 });
+    t(10_000);
+    await leases.whenRenewed('gpt');
+    assert.deepEqual(t(10_000), { ok: true });
+    await leases.whenRenewed('gpt');
+    const before = scripts.calls.length;
+    clock.advance(1000);
+    leases.connectionLost();
+    scripts.levels.clear(); // the restart: Redis lost every bucket
+    assert.deepEqual(t(10_000), { ok: true }); // from the lease still held (the low-water renewal is held back)
+    assert.deepEqual(t(10_000), { ok: false, waitMs: 1000 });
+    assert.equal(scripts.calls.length, before, 'nothing sent while the connection is down');
+    // Spent 10,000 (1 s ago) and 10,000 (now); drained at 900 / 2 = 450 tokens/s for 1 s: 19,550.
+    assert.equal(leases.view('gpt').tokens?.knownUsage, 19_550);
+    leases.reconnected(true);
+    assert.equal(leases.view('gpt').tokens?.unreconciled, 19_550);
+    assert.deepEqual(t(10_000), { ok: false, waitMs: 5 });
+    await leases.whenRenewed('gpt');
+    assert.equal(scripts.level(TPM, 54_000, 900), 54_000 - 19_550, 'the restarted bucket holds the node usage it knew');
+    assert.deepEqual(t(10_000), { ok: false, waitMs: 5 }); // now the lease
+    await leases.whenRenewed('gpt');
+    assert.deepEqual(t(10_000), { ok: true });
+  });
+
+  test('reconnected without a restart charges nothing', async () => {
+    const { scripts, leases } = setup();
+    leases.take('gpt', { tokens: 1000 });
+    await leases.whenRenewed('gpt');
+    leases.connectionLost();
+    leases.reconnected(false);
+    assert.equal(leases.view('gpt').tokens?.unreconciled, 0);
+    assert.equal(scripts.calls.filter((c) => c.op === 'tokenBucket').length, 0);
+  });
+
+  test('define: a hot tenant group shares its buckets with a model-scoped group; fallback share is capacity / k', async () => {
+    let k = 3;
+    const { clock, scripts, leases } = setup({ localOnly: false });
+    const tpm = { kind: 'tokens' as const, name: 'tenant:acme:tokens:6000/60000', capacity: 6000, windowMs: 60_000 };
+    const rpd = { kind: 'requests' as const, name: 'tenant:acme@gpt:requests:100/86400000', capacity: 100, windowMs: 86_400_000 };
+    leases.define('tenant:acme', { buckets: [tpm], share: () => k });
+    leases.define('tenant:acme@gpt', { buckets: [tpm, rpd], share: () => k });
+    assert.equal(leases.has('tenant:acme'), true);
+    assert.throws(() => leases.define('x', { buckets: [{ ...tpm, capacity: 7000 }], share: () => 1 }), RangeError);
+    assert.deepEqual(leases.take('tenant:acme@gpt', { tokens: 600 }), { ok: false, waitMs: 5 });
+    await leases.whenRenewed('tenant:acme@gpt');
+    assert.deepEqual(leases.take('tenant:acme@gpt', { tokens: 600 }), { ok: true });
+    assert.equal(leases.buckets('tenant:acme')[0]?.balance, 0, 'the same tokens bucket');
+    await leases.whenRenewed('tenant:acme@gpt');
+    scripts.down = true;
+    clock.advance(1000);
+    const held = leases.buckets('tenant:acme')[0]?.balance ?? 0;
+    assert.deepEqual(leases.take('tenant:acme', { tokens: held }), { ok: true });
+    await leases.whenRenewed('tenant:acme');
+    assert.equal(leases.inFallback, true, 'its low-water renewal failed');
+    assert.deepEqual(leases.take('tenant:acme', { tokens: 1 }), { ok: true }, 'from the fallback share');
+    await leases.whenRenewed('tenant:acme');
+    assert.equal(leases.inFallback, true);
+    // Share: 6,000 / 3 per minute.
+    assert.deepEqual(leases.take('tenant:acme', { tokens: 1999 }), { ok: true });
+    assert.deepEqual(leases.take('tenant:acme', { tokens: 1 }), { ok: false, waitMs: 30 });
+    k = 2;
+    assert.equal(leases.buckets('tenant:acme')[0]?.capacity, 6000);
   });
 
   test('providerLimited drains both cluster buckets by retryAfter × rate with force and zeroes the local balance', async () => {

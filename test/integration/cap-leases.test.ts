@@ -1,5 +1,5 @@
 /**
- * DeploymentLeases on a real redis-server: three nodes (three instances, each with its own
+ * CapLeases on a real redis-server: three nodes (three instances, each with its own
  * connection) share one deployment's token quota; admitted tokens stay within the cluster bucket
  * and close to it, with few Redis calls per take (INFO commandstats). Close gives back the unspent
  * balance.
@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, test } from 'node:test';
 import { setImmediate as yieldLoop, setTimeout as sleep } from 'node:timers/promises';
 import type { Redis } from 'ioredis';
-import { DeploymentLeases } from '../../src/globalcap/deployment-lease.ts';
+import { CapLeases } from '../../src/globalcap/cap-leases.ts';
 import { capKey } from '../../src/globalcap/keys.ts';
 import { defineCapScripts } from '../../src/globalcap/scripts.ts';
 import { startRedis } from '../helpers/redis.ts';
@@ -30,7 +30,7 @@ async function scriptCalls(c: Redis): Promise<number> {
 
 const TPM_KEY = capKey('it', 'deployment:gpt:tpm');
 
-describe('DeploymentLeases on a real Redis', () => {
+describe('CapLeases on a real Redis', () => {
   let redis: RunningRedis;
   let admin: Redis;
 
@@ -48,7 +48,7 @@ describe('DeploymentLeases on a real Redis', () => {
   test('3 nodes taking as fast as they can for 3 s: admitted within capacity + rate × elapsed and ≥ 85% of it; Redis calls per take ≪ 1', async () => {
     const nodes = [0, 1, 2].map(
       () =>
-        new DeploymentLeases({
+        new CapLeases({
           cluster: 'it',
           deployments: { gpt: { tpm: 60_000, headroom: 0.9 } },
           scripts: defineCapScripts(redis.client()),
@@ -100,7 +100,7 @@ describe('DeploymentLeases on a real Redis', () => {
 
   test('close gives the unspent balance back to the cluster bucket', async () => {
     const scripts = defineCapScripts(redis.client());
-    const leases = new DeploymentLeases({ cluster: 'it', deployments: { gpt: { tpm: 60_000 } }, scripts });
+    const leases = new CapLeases({ cluster: 'it', deployments: { gpt: { tpm: 60_000 } }, scripts });
     assert.equal(leases.take('gpt', { tokens: 1000 }).ok, false);
     await leases.whenRenewed('gpt');
     assert.equal(leases.take('gpt', { tokens: 600 }).ok, true);

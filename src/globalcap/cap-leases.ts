@@ -1,15 +1,25 @@
 /**
- * A node's leases on the cluster-wide quota of its upstream deployments (issue 4, "Deployment
- * quotas"). Each deployment has up to two token buckets in the global cap (Redis): requests
- * (capacity ⌊rpm × headroom⌋) and tokens (capacity ⌊tpm × headroom⌋), both refilled continuously
- * at capacity / 60 s. The node leases blocks from them, spends the blocks locally and synchronously
+ * A node's leases on the global cap (issue 4): the cluster-wide buckets that no single node can own.
+ * A *group* is what one `take` spends from, all-or-nothing:
+ * - a deployment's provider quota (constructor option `deployments`): requests (capacity
+ *   ⌊rpm × headroom⌋) and tokens (capacity ⌊tpm × headroom⌋), refilled continuously at capacity / 60 s,
+ *   shared by every live node;
+ * - a hot tenant's `requests` and `tokens` limits (`define`), each a token bucket of capacity
+ *   `limit` refilled over its window, shared by the k nodes the tenant is spread over.
+ * The node leases blocks from the buckets in Redis, spends the blocks locally and synchronously
  * (`take`, no Redis on that path), and renews in the background before a block runs dry.
  *
- * Safety choices (they err on admitting less, never more, than the cluster quota):
+ * Safety choices (they err on admitting less, never more, than the cluster-wide limit):
  * - A lease expires `leaseTtlMs` after its lease call was sent. Unspent units of an expired lease
  *   are dropped locally and stay consumed in Redis (they refill there at the bucket's rate).
- * - While Redis is unavailable, each node admits from a local token bucket holding
- *   capacity / live nodes, refilled at that share per 60 s (plus any lease units still valid).
+ * - While Redis is unavailable, each node admits from a local token bucket holding capacity / share
+ *   (live nodes for a deployment, k for a hot tenant), refilled at that share per window (plus any
+ *   lease units still valid).
+ * - Reconciliation: each bucket tracks the node's own in-window usage as a deficit that drains at
+ *   the node's share of the refill rate (an upper bound of what that usage still weighs in the
+ *   cluster bucket). Units spent in fallback are charged to Redis (force) before the next lease;
+ *   when Redis restarted (new `run_id`: empty, or loaded from an old snapshot) the node's whole
+ *   in-window usage is charged before the next lease. A node never lowers in-window usage it knows.
  */
 import type { Clock } from '../clock.ts';
 import { systemClock } from '../clock.ts';
@@ -48,19 +58,19 @@ export interface DeploymentQuota {
   readonly headroom?: number;
 }
 
-/** Options of {@link DeploymentLeases}. */
-export interface DeploymentLeasesOptions {
+/** Options of {@link CapLeases}. */
+export interface CapLeasesOptions {
   /** Cluster name, the namespace of the bucket keys (`capKey(cluster, 'deployment:<name>:rpm' | ':tpm')`). */
   readonly cluster: string;
-  /** Quota by deployment name. */
-  readonly deployments: Readonly<Record<string, DeploymentQuota>>;
+  /** Quota by deployment name: one group per deployment, named like it, shared by `liveNodes()`. @default {} */
+  readonly deployments?: Readonly<Record<string, DeploymentQuota>>;
   /** The global cap's scripts (`defineCapScripts(redis)`). */
   readonly scripts: CapScripts;
   /** @default systemClock */
   readonly clock?: Clock;
   /** Wrapper of every Redis call. @default runCapCall (no timeout) */
   readonly call?: CapCall;
-  /** Nodes currently live in the cluster (≥ 1), read at each renewal and when entering fallback. @default () => 1 */
+  /** Nodes currently live in the cluster (≥ 1), the share of deployment buckets, read at each renewal and when entering fallback. @default () => 1 */
   readonly liveNodes?: () => number;
   /** Life of a lease from the moment its call is sent, ms. @default 5000 */
   readonly leaseTtlMs?: number;
@@ -80,20 +90,38 @@ export interface DeploymentLeasesOptions {
   readonly onFallbackChange?: (inFallback: boolean) => void;
   /**
    * No Redis at all (a node without `cluster.redis`): start in fallback and stay there — each node
-   * enforces `capacity / liveNodes()` locally and never calls the scripts. @default false
+   * enforces `capacity / share` locally and never calls the scripts. @default false
    */
   readonly localOnly?: boolean;
 }
 
+/** A `requests` or `tokens` bucket of a group defined with {@link CapLeases.define}. */
+export interface CapBucketSpec {
+  readonly kind: 'requests' | 'tokens';
+  /** Bucket name in the global cap (the key is `capKey(cluster, name)`); groups naming the same bucket share it. */
+  readonly name: string;
+  /** Units the bucket holds when full (the limit), integer ≥ 1. */
+  readonly capacity: number;
+  /** Window over which a full bucket refills, ms (> 0). */
+  readonly windowMs: number;
+}
+
+/** A group defined with {@link CapLeases.define}: its buckets, and how many nodes share them. */
+export interface CapGroupSpec {
+  readonly buckets: readonly CapBucketSpec[];
+  /** Nodes spending from these buckets now (≥ 1): the fallback share is capacity / share. */
+  readonly share: () => number;
+}
+
 /** What a `take` spends. */
-export interface DeploymentCost {
-  /** Requests (units of the rpm bucket). @default 1 */
+export interface CapCost {
+  /** Requests (units of the group's requests buckets). @default 1 */
   readonly requests?: number;
-  /** Tokens (units of the tpm bucket), e.g. prompt + reserved output. */
+  /** Tokens (units of the group's tokens buckets), e.g. prompt + reserved output. */
   readonly tokens: number;
 }
 
-/** A refusal at most this long (ms) means a renewal is in flight: see {@link DeploymentLeases.takeAfterRenewals}. */
+/** A refusal at most this long (ms) means a renewal is in flight: see {@link CapLeases.takeAfterRenewals}. */
 export const RENEWAL_WAIT_MS = 20;
 /** Renewals a take may await before it is refused. */
 export const RENEWAL_WAITS = 3;
@@ -102,11 +130,11 @@ export const RENEWAL_WAITS = 3;
  * Result of a `take`: admitted, or refused with the ms to wait before trying again (-1: the cost
  * exceeds a bucket's capacity and can never be admitted).
  */
-export type DeploymentTakeResult = { readonly ok: true } | { readonly ok: false; readonly waitMs: number };
+export type CapTakeResult = { readonly ok: true } | { readonly ok: false; readonly waitMs: number };
 
-/** A bucket's local state, for metrics and tests. */
+/** A bucket's local state, for headers, metrics and tests. */
 export interface LeaseBucketView {
-  /** Bucket capacity in units (⌊quota × headroom⌋). */
+  /** Bucket capacity in units (⌊quota × headroom⌋, or the limit). */
   readonly capacity: number;
   /** Units of unexpired leases minus debt (negative after a debit beyond the balance). */
   readonly balance: number;
@@ -116,10 +144,16 @@ export interface LeaseBucketView {
   readonly ratePerSec: number;
   /** A lease call is in flight. */
   readonly renewing: boolean;
+  /** Cluster level at the last lease reply (units, floored), refilled locally since; capacity before any reply. */
+  readonly level: number;
+  /** This node's in-window usage as the reconciliation counts it (units, decaying at the node's share of the refill). */
+  readonly knownUsage: number;
+  /** Of which Redis has not been told yet (spent in fallback, or before a Redis restart). */
+  readonly unreconciled: number;
 }
 
-/** Fixed refill window of deployment buckets: quotas are per minute. */
-const WINDOW_MS = 60_000;
+/** Refill window of deployment buckets: quotas are per minute. */
+const DEPLOYMENT_WINDOW_MS = 60_000;
 
 type BucketKind = 'requests' | 'tokens';
 
@@ -129,12 +163,21 @@ interface Lot {
   readonly expiresAt: number;
 }
 
+/** A number that drains linearly (at a given rate, never below 0) as time passes. */
+interface Deficit {
+  value: number;
+  at: number;
+}
+
 interface Bucket {
   readonly kind: BucketKind;
   readonly key: string;
   readonly capacity: number;
+  readonly windowMs: number;
   readonly ratePerSec: number;
   readonly minBlock: number;
+  /** Nodes sharing the bucket now. */
+  share: () => number;
   /** Unexpired leased units, oldest first (expiry order). */
   lots: Lot[];
   /** Units spent beyond the leases (repaid by the next grant). */
@@ -150,30 +193,40 @@ interface Bucket {
   /** Local token bucket used in fallback (BUCKET_SLOTS numbers), and its capacity (units). */
   fallback: number[] | undefined;
   fallbackShare: number;
+  /** The node's in-window usage (drains at ratePerSec / share). */
+  readonly known: Deficit;
+  /** Usage Redis has not been told (drains likewise); charged before the next lease. */
+  readonly unreconciled: Deficit;
+  /** Cluster level at the last reply, and when. */
+  level: number;
+  levelAt: number;
 }
 
-interface Deployment {
+interface Group {
   readonly buckets: readonly Bucket[];
 }
 
 /**
- * A node's leases on the deployment quotas of the cluster. `take`, `refund` and `debit` are
- * synchronous and local; renewals (one `lease` call per bucket, never two in flight on one bucket)
- * run in the background, triggered when a balance drops below the low-water mark or a take is
- * refused. Block size = max(minBlock, the last take's cost, spend rate × blockMs capped at
- * capacity / (4 × live nodes)), and a refused take's renewal asks at least for what it lacks, so a
- * node at steady load renews about 1000 / blockMs times a second (4 with the defaults). When the
- * cluster bucket runs dry, a partial grant delays the next renewal by blockMs and a denied one by
- * live nodes × the bucket's wait, so starved nodes do not race for every unit of refill.
+ * A node's leases on the global cap. `take`, `refund` and `debit` are synchronous and local;
+ * renewals (one `lease` call per bucket, never two in flight on one bucket) run in the background,
+ * triggered when a balance drops below the low-water mark or a take is refused. Block size =
+ * max(minBlock, the last take's cost, spend rate × blockMs capped at capacity / (4 × share)), and a
+ * refused take's renewal asks at least for what it lacks, so a node at steady load renews about
+ * 1000 / blockMs times a second (4 with the defaults). When a cluster bucket runs dry, a partial grant
+ * delays the next renewal by blockMs and a denied one by max(blockMs, share × the bucket's wait), so
+ * starved nodes do not race for every unit of refill.
  */
-export class DeploymentLeases {
-  readonly #deployments = new Map<string, Deployment>();
+export class CapLeases {
+  readonly #groups = new Map<string, Group>();
+  readonly #buckets = new Map<string, Bucket>();
+  readonly #cluster: string;
   readonly #scripts: CapScripts;
   readonly #clock: Clock;
   readonly #call: CapCall;
   readonly #liveNodes: () => number;
   readonly #ttlMs: number;
   readonly #blockMs: number;
+  readonly #minBlockMs: number;
   readonly #lowWater: number;
   readonly #rateWindowMs: number;
   readonly #pendingWaitMs: number;
@@ -181,20 +234,23 @@ export class DeploymentLeases {
   readonly #onFallbackChange: ((inFallback: boolean) => void) | undefined;
   #inFallback: boolean;
   readonly #localOnly: boolean;
+  /** The connection to Redis dropped: no Redis call until `reconnected()` says whether Redis restarted. */
+  #held = false;
   #closed = false;
 
   /**
    * @throws RangeError when a quota, headroom or option is out of range, or a name is not a valid
    *   cap key part (empty, braces).
    */
-  constructor(options: DeploymentLeasesOptions) {
+  constructor(options: CapLeasesOptions) {
+    this.#cluster = options.cluster;
     this.#scripts = options.scripts;
     this.#clock = options.clock ?? systemClock;
     this.#call = options.call ?? runCapCall;
     this.#liveNodes = options.liveNodes ?? (() => 1);
     this.#ttlMs = positive('leaseTtlMs', options.leaseTtlMs ?? 5_000);
     this.#blockMs = positive('blockMs', options.blockMs ?? 250);
-    const minBlockMs = positive('minBlockMs', options.minBlockMs ?? 100);
+    this.#minBlockMs = positive('minBlockMs', options.minBlockMs ?? 100);
     this.#lowWater = options.lowWater ?? 0.5;
     if (!(this.#lowWater >= 0 && this.#lowWater <= 1)) throw new RangeError(`lowWater must be in [0, 1], got ${this.#lowWater}`);
     this.#rateWindowMs = positive('rateWindowMs', options.rateWindowMs ?? 1_000);
@@ -203,36 +259,19 @@ export class DeploymentLeases {
     this.#localOnly = options.localOnly === true;
     this.#inFallback = this.#localOnly;
     this.#onFallbackChange = options.onFallbackChange;
-    const now = this.#clock.now();
-    for (const [name, quota] of Object.entries(options.deployments)) {
+    const live = (): number => Math.max(1, this.#liveNodes());
+    for (const [name, quota] of Object.entries(options.deployments ?? {})) {
       const headroom = quota.headroom ?? 0.9;
       if (!(headroom > 0 && headroom <= 1)) throw new RangeError(`deployment ${name}: headroom must be in (0, 1], got ${headroom}`);
-      const buckets: Bucket[] = [];
+      const buckets: CapBucketSpec[] = [];
       const add = (kind: BucketKind, suffix: string, perMinute: number | undefined): void => {
         if (perMinute === undefined) return;
         if (!Number.isFinite(perMinute) || perMinute <= 0) throw new RangeError(`deployment ${name}: quota.${suffix} must be > 0, got ${perMinute}`);
-        const capacity = Math.max(1, Math.floor(perMinute * headroom));
-        const ratePerSec = (capacity * 1000) / WINDOW_MS;
-        buckets.push({
-          kind,
-          key: capKey(options.cluster, `deployment:${name}:${suffix}`),
-          capacity,
-          ratePerSec,
-          minBlock: Math.min(capacity, Math.max(1, Math.ceil((ratePerSec * minBlockMs) / 1000))),
-          lots: [],
-          debt: 0,
-          spendAcc: 0,
-          spendAt: now,
-          lastCost: 0,
-          renewing: undefined,
-          retryAt: -Infinity,
-          fallback: undefined,
-          fallbackShare: 0,
-        });
+        buckets.push({ kind, name: `deployment:${name}:${suffix}`, capacity: Math.max(1, Math.floor(perMinute * headroom)), windowMs: DEPLOYMENT_WINDOW_MS });
       };
       add('requests', 'rpm', quota.rpm);
       add('tokens', 'tpm', quota.tpm);
-      this.#deployments.set(name, { buckets });
+      this.define(name, { buckets, share: live });
     }
   }
 
@@ -242,18 +281,73 @@ export class DeploymentLeases {
   }
 
   /**
-   * Spends `cost` from the node's local leases, all-or-nothing across the deployment's buckets.
+   * Defines (or redefines) group `group`: later takes spend from its buckets. A bucket already
+   * known by name (another group's) is shared, and takes its `share` from the latest definition.
+   * @throws RangeError for a bad capacity or window, a bucket name that is not a cap key part, or a
+   *   known bucket name with another capacity, window or kind.
+   */
+  define(group: string, spec: CapGroupSpec): void {
+    if (this.#closed) throw new Error('CapLeases is closed');
+    const now = this.#clock.now();
+    const buckets = spec.buckets.map((bs) => {
+      if (!Number.isInteger(bs.capacity) || bs.capacity < 1) throw new RangeError(`bucket ${bs.name}: capacity must be an integer >= 1, got ${bs.capacity}`);
+      positive(`bucket ${bs.name}: windowMs`, bs.windowMs);
+      const key = capKey(this.#cluster, bs.name);
+      const known = this.#buckets.get(key);
+      if (known !== undefined) {
+        if (known.capacity !== bs.capacity || known.windowMs !== bs.windowMs || known.kind !== bs.kind) {
+          throw new RangeError(`bucket ${bs.name} is already defined with another kind, capacity or window`);
+        }
+        known.share = spec.share;
+        return known;
+      }
+      const ratePerSec = (bs.capacity * 1000) / bs.windowMs;
+      const b: Bucket = {
+        kind: bs.kind,
+        key,
+        capacity: bs.capacity,
+        windowMs: bs.windowMs,
+        ratePerSec,
+        minBlock: Math.min(bs.capacity, Math.max(1, Math.ceil((ratePerSec * this.#minBlockMs) / 1000))),
+        share: spec.share,
+        lots: [],
+        debt: 0,
+        spendAcc: 0,
+        spendAt: now,
+        lastCost: 0,
+        renewing: undefined,
+        retryAt: -Infinity,
+        fallback: undefined,
+        fallbackShare: 0,
+        known: { value: 0, at: now },
+        unreconciled: { value: 0, at: now },
+        level: bs.capacity,
+        levelAt: now,
+      };
+      this.#buckets.set(key, b);
+      return b;
+    });
+    this.#groups.set(group, { buckets });
+  }
+
+  /** Whether `group` is defined. */
+  has(group: string): boolean {
+    return this.#groups.has(group);
+  }
+
+  /**
+   * Spends `cost` from the node's local leases, all-or-nothing across the group's buckets.
    * Never touches Redis: a refused take (or a balance left below the low-water mark) starts a
    * background renewal. In fallback, a bucket whose lease cannot cover the cost takes it from the
-   * node's share (capacity / live nodes per 60 s).
+   * node's share (capacity / share per window).
    * @returns `{ ok: true }`, or `{ ok: false, waitMs }`: ms until the next renewal may cover it
    *   (`pendingWaitMs` while one is in flight, else the bucket's own wait), -1 when the cost exceeds
    *   a bucket's capacity (never admitted).
-   * @throws RangeError for an unknown deployment or a cost that is not a finite number ≥ 0;
+   * @throws RangeError for an unknown group or a cost that is not a finite number ≥ 0;
    *   Error after `close()`.
    */
-  take(deployment: string, cost: DeploymentCost): DeploymentTakeResult {
-    const d = this.#deployment(deployment);
+  take(group: string, cost: CapCost): CapTakeResult {
+    const d = this.#group(group);
     const now = this.#clock.now();
     for (const b of d.buckets) if (costOf(b, cost) > b.capacity) return { ok: false, waitMs: -1 };
     let waitMs = 0;
@@ -273,7 +367,7 @@ export class DeploymentLeases {
       if (this.#inFallback) {
         const fb = this.#fallbackBucket(b, now);
         if (units <= b.fallbackShare) {
-          const w = bucketWaitMs(fb, 0, b.fallbackShare, WINDOW_MS, units);
+          const w = bucketWaitMs(fb, 0, b.fallbackShare, b.windowMs, units);
           if (w === 0) {
             sources.push('fallback');
             continue;
@@ -298,8 +392,10 @@ export class DeploymentLeases {
       const units = costOf(b, cost);
       const source = sources[i];
       if (source === 'lease') spendLots(b, units);
-      else if (source === 'fallback') bucketTake(b.fallback as number[], 0, WINDOW_MS, units);
-      else return;
+      else if (source === 'fallback') {
+        bucketTake(b.fallback as number[], 0, b.windowMs, units);
+        if (!this.#localOnly) this.#addDeficit(b, b.unreconciled, now, units);
+      } else return;
       this.#recordSpend(b, now, units);
       // Low water: renew, asking at least for what the next take of the same size lacks (a smaller
       // grant could not serve it and might expire unused while the node waits for the rest).
@@ -310,48 +406,53 @@ export class DeploymentLeases {
 
   /**
    * Gives back units taken but not used — tokens reserved beyond the actual usage after settlement,
-   * or a whole `take` whose request was then refused by its tenant's limits (`requests: 1`): they go
-   * to the local balance (repaying debt first), not to Redis, valid for one lease ttl from now.
-   * @throws RangeError for an unknown deployment or units not finite ≥ 0.
+   * or a whole `take` whose request was then refused elsewhere (`requests: 1`): they go to the local
+   * balance (repaying debt first), not to Redis, valid for one lease ttl from now.
+   * @throws RangeError for an unknown group or units not finite ≥ 0.
    */
-  refund(deployment: string, usage: { readonly requests?: number; readonly tokens: number }): void {
-    const expires = this.#clock.now() + this.#ttlMs;
-    const tokens = this.#bucket(deployment, 'tokens');
+  refund(group: string, usage: { readonly requests?: number; readonly tokens: number }): void {
+    const now = this.#clock.now();
+    const expires = now + this.#ttlMs;
     const t = nonNegative('tokens', usage.tokens);
-    if (tokens !== undefined && t > 0) credit(tokens, t, expires);
-    const requests = this.#bucket(deployment, 'requests');
     const r = nonNegative('requests', usage.requests ?? 0);
-    if (requests !== undefined && r > 0) credit(requests, r, expires);
+    for (const b of this.#group(group).buckets) {
+      const units = b.kind === 'tokens' ? t : r;
+      if (units <= 0) continue;
+      credit(b, units, expires);
+      this.#addDeficit(b, b.known, now, -units);
+    }
   }
 
   /**
    * Takes tokens used beyond a `take`'s reservation (actual > reserved) from the local balance,
    * which may go negative (debt repaid by the next renewal's grant).
-   * @throws RangeError for an unknown deployment or tokens not finite ≥ 0.
+   * @throws RangeError for an unknown group or tokens not finite ≥ 0.
    */
-  debit(deployment: string, usage: { readonly tokens: number }): void {
-    const b = this.#bucket(deployment, 'tokens');
+  debit(group: string, usage: { readonly tokens: number }): void {
     const units = nonNegative('tokens', usage.tokens);
-    if (b === undefined || units === 0) return;
+    if (units === 0) return;
     const now = this.#clock.now();
-    this.#expire(b, now);
-    const fromLots = Math.min(units, liveUnits(b));
-    spendLots(b, fromLots);
-    b.debt += units - fromLots;
-    this.#recordSpend(b, now, units);
+    for (const b of this.#group(group).buckets) {
+      if (b.kind !== 'tokens') continue;
+      this.#expire(b, now);
+      const fromLots = Math.min(units, liveUnits(b));
+      spendLots(b, fromLots);
+      b.debt += units - fromLots;
+      this.#recordSpend(b, now, units);
+    }
   }
 
   /**
-   * A provider answered 429 (rate limited) for this deployment: drains the cluster buckets by
-   * `retryAfterMs × rate` (token-bucket calls with force, so they may go into debt) and zeroes the
+   * A provider answered 429 (rate limited) for this group's deployment: drains the cluster buckets
+   * by `retryAfterMs × rate` (token-bucket calls with force, so they may go into debt) and zeroes the
    * node's local balances (leases and debt); in fallback the local share is drained likewise.
    * Do NOT call this for a 429 of type `insufficient_quota` (billing, not rate): it is no reason to
    * slow the cluster down; the caller tells the two apart.
    * @param retryAfterMs the provider's wait (retry-after / reset headers), ms ≥ 0.
-   * @throws RangeError for an unknown deployment or a negative/non-finite wait.
+   * @throws RangeError for an unknown group or a negative/non-finite wait.
    */
-  async providerLimited(deployment: string, { retryAfterMs }: { readonly retryAfterMs: number }): Promise<void> {
-    const d = this.#deployment(deployment);
+  async providerLimited(group: string, { retryAfterMs }: { readonly retryAfterMs: number }): Promise<void> {
+    const d = this.#group(group);
     nonNegative('retryAfterMs', retryAfterMs);
     const now = this.#clock.now();
     const calls: Promise<void>[] = [];
@@ -361,12 +462,13 @@ export class DeploymentLeases {
       const drain = (retryAfterMs * b.ratePerSec) / 1000;
       if (drain === 0) continue;
       if (b.fallback !== undefined) {
-        bucketRefill(b.fallback, 0, b.fallbackShare, WINDOW_MS, now);
-        bucketAdjust(b.fallback, 0, b.fallbackShare, WINDOW_MS, (drain * b.fallbackShare) / b.capacity);
+        bucketRefill(b.fallback, 0, b.fallbackShare, b.windowMs, now);
+        bucketAdjust(b.fallback, 0, b.fallbackShare, b.windowMs, (drain * b.fallbackShare) / b.capacity);
       }
+      if (this.#localOnly || this.#held) continue;
       calls.push(
         this.#call(() =>
-          this.#scripts.tokenBucket(b.key, { capacity: b.capacity, ratePerSec: b.ratePerSec, cost: drain, force: true, ttlMs: WINDOW_MS }),
+          this.#scripts.tokenBucket(b.key, { capacity: b.capacity, ratePerSec: b.ratePerSec, cost: drain, force: true, ttlMs: b.windowMs }),
         ).then((r) => this.#setFallback(!r.ok)),
       );
     }
@@ -376,42 +478,82 @@ export class DeploymentLeases {
   /**
    * After `take` refused with `refused`: when that refusal only means "a renewal is in flight"
    * (waitMs ≤ {@link RENEWAL_WAIT_MS}), waits for the renewals (each bounded by the `call`
-   * wrapper's timeout; the requests and tokens buckets renew separately) and takes again, up to
+   * wrapper's timeout; the group's buckets renew separately) and takes again, up to
    * {@link RENEWAL_WAITS} times. Resolves with the last result (`refused` itself when there was
    * nothing to wait for). @throws RangeError as {@link take}.
    */
-  async takeAfterRenewals(deployment: string, cost: DeploymentCost, refused: DeploymentTakeResult): Promise<DeploymentTakeResult> {
+  async takeAfterRenewals(group: string, cost: CapCost, refused: CapTakeResult): Promise<CapTakeResult> {
     let taken = refused;
     for (let i = 0; i < RENEWAL_WAITS && !taken.ok && taken.waitMs >= 0 && taken.waitMs <= RENEWAL_WAIT_MS; i++) {
-      await this.whenRenewed(deployment);
-      taken = this.take(deployment, cost);
+      await this.whenRenewed(group);
+      taken = this.take(group, cost);
     }
     return taken;
   }
 
-  /** Resolves when the deployment's renewals in flight (if any) have settled. Never rejects. */
-  async whenRenewed(deployment: string): Promise<void> {
-    await Promise.all(this.#deployment(deployment).buckets.map((b) => b.renewing));
+  /** Resolves when the group's renewals in flight (if any) have settled. Never rejects. */
+  async whenRenewed(group: string): Promise<void> {
+    await Promise.all(this.#group(group).buckets.map((b) => b.renewing));
   }
 
   /**
-   * The local state of a deployment's buckets (absent when its quota has no rpm / tpm).
-   * @throws RangeError for an unknown deployment.
+   * The local state of a group's buckets, in definition order (a deployment: requests then tokens).
+   * @throws RangeError for an unknown group.
    */
-  view(deployment: string): { readonly requests?: LeaseBucketView; readonly tokens?: LeaseBucketView } {
+  buckets(group: string): (LeaseBucketView & { readonly kind: BucketKind })[] {
     const now = this.#clock.now();
-    const out: { requests?: LeaseBucketView; tokens?: LeaseBucketView } = {};
-    for (const b of this.#deployment(deployment).buckets) {
+    return this.#group(group).buckets.map((b) => {
       this.#expire(b, now);
-      out[b.kind] = {
+      const refilled = b.level + ((now - b.levelAt) * b.ratePerSec) / 1000;
+      return {
+        kind: b.kind,
         capacity: b.capacity,
         balance: balanceOf(b),
         block: this.#blockSize(b, now),
         ratePerSec: (this.#decayedSpend(b, now) * 1000) / this.#rateWindowMs,
         renewing: b.renewing !== undefined,
+        level: Math.floor(Math.min(b.capacity, refilled)),
+        knownUsage: this.#deficit(b, b.known, now),
+        unreconciled: this.#deficit(b, b.unreconciled, now),
       };
-    }
+    });
+  }
+
+  /**
+   * A deployment group's buckets by kind (absent when its quota has no rpm / tpm).
+   * @throws RangeError for an unknown group.
+   */
+  view(group: string): { readonly requests?: LeaseBucketView; readonly tokens?: LeaseBucketView } {
+    const out: { requests?: LeaseBucketView; tokens?: LeaseBucketView } = {};
+    for (const v of this.buckets(group)) out[v.kind] = v;
     return out;
+  }
+
+  /**
+   * The connection to Redis dropped (ioredis `close`): no lease or charge is sent until
+   * {@link reconnected}, so nothing is granted from a Redis that may have restarted empty before the
+   * node's usage is charged to it. Takes go on from the leases and, once a call fails, the fallback.
+   */
+  connectionLost(): void {
+    this.#held = true;
+  }
+
+  /**
+   * The connection is back (ioredis `ready`). When Redis restarted (`restarted`: its `run_id`
+   * changed, so it came back empty or from an older snapshot), every bucket's known in-window usage
+   * becomes unreconciled: it is charged to Redis (force) before the bucket's next lease.
+   */
+  reconnected(restarted: boolean): void {
+    if (restarted) {
+      const now = this.#clock.now();
+      for (const b of this.#buckets.values()) {
+        const v = this.#deficit(b, b.known, now);
+        b.unreconciled.value = v;
+        b.unreconciled.at = now;
+      }
+    }
+    this.#held = false;
+    for (const b of this.#buckets.values()) if (b.renewing === undefined) b.retryAt = -Infinity;
   }
 
   /**
@@ -423,34 +565,30 @@ export class DeploymentLeases {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
-    const all = [...this.#deployments.values()].flatMap((d) => d.buckets);
+    const all = [...this.#buckets.values()];
     await Promise.all(all.map((b) => b.renewing));
     const now = this.#clock.now();
     const calls: Promise<unknown>[] = [];
     for (const b of all) {
       this.#expire(b, now);
-      const balance = balanceOf(b);
+      const balance = balanceOf(b) - this.#deficit(b, b.unreconciled, now);
       b.lots = [];
       b.debt = 0;
-      if (balance === 0) continue;
+      if (balance === 0 || this.#localOnly || this.#held) continue;
       calls.push(
         this.#call(() =>
-          this.#scripts.tokenBucket(b.key, { capacity: b.capacity, ratePerSec: b.ratePerSec, cost: -balance, force: true, ttlMs: WINDOW_MS }),
+          this.#scripts.tokenBucket(b.key, { capacity: b.capacity, ratePerSec: b.ratePerSec, cost: -balance, force: true, ttlMs: b.windowMs }),
         ),
       );
     }
     await Promise.all(calls);
   }
 
-  #deployment(name: string): Deployment {
-    if (this.#closed) throw new Error('DeploymentLeases is closed');
-    const d = this.#deployments.get(name);
-    if (d === undefined) throw new RangeError(`unknown deployment ${JSON.stringify(name)} (not in the leases' deployments)`);
+  #group(name: string): Group {
+    if (this.#closed) throw new Error('CapLeases is closed');
+    const d = this.#groups.get(name);
+    if (d === undefined) throw new RangeError(`unknown group ${JSON.stringify(name)} (not a deployment with a quota, nor defined)`);
     return d;
-  }
-
-  #bucket(deployment: string, kind: BucketKind): Bucket | undefined {
-    return this.#deployment(deployment).buckets.find((b) => b.kind === kind);
   }
 
   /** Drops lots whose lease expired (their units stay consumed in Redis). */
@@ -465,32 +603,66 @@ export class DeploymentLeases {
     return dt > 0 ? b.spendAcc * Math.exp(-dt / this.#rateWindowMs) : b.spendAcc;
   }
 
-  /** Adds to the exponentially decayed spend counter (≈ rate × rateWindowMs at steady load). */
+  /** Adds to the exponentially decayed spend counter (≈ rate × rateWindowMs at steady load), and to the known usage. */
   #recordSpend(b: Bucket, now: number, units: number): void {
     b.spendAcc = this.#decayedSpend(b, now) + units;
     if (now > b.spendAt) b.spendAt = now;
+    this.#addDeficit(b, b.known, now, units);
   }
 
-  /** max(minBlock, last take, rate × blockMs capped at capacity / (4 × live nodes)), integer units. */
+  /** A deficit's value now: drained at the node's share of the refill rate, never below 0. */
+  #deficit(b: Bucket, d: Deficit, now: number): number {
+    const dt = Math.max(0, now - d.at);
+    return Math.max(0, d.value - (dt * b.ratePerSec) / Math.max(1, b.share()) / 1000);
+  }
+
+  #addDeficit(b: Bucket, d: Deficit, now: number, units: number): void {
+    d.value = Math.max(0, this.#deficit(b, d, now) + units);
+    d.at = Math.max(d.at, now);
+  }
+
+  /** max(minBlock, last take, rate × blockMs capped at capacity / (4 × share)), integer units. */
   #blockSize(b: Bucket, now: number): number {
     const rateBlock = (this.#decayedSpend(b, now) * this.#blockMs) / this.#rateWindowMs;
-    const cap = Math.floor(b.capacity / (4 * Math.max(1, this.#liveNodes())));
+    const cap = Math.floor(b.capacity / (4 * Math.max(1, b.share())));
     return Math.max(b.minBlock, Math.ceil(b.lastCost), Math.min(Math.ceil(rateBlock), cap));
   }
 
   /**
    * Starts a renewal unless one is in flight or the bucket said to wait; returns the ms a refused
-   * take should wait. `need`: units the refused take lacks (0 for a low-water renewal).
+   * take should wait. `need`: units the refused take lacks (0 for a low-water renewal). Usage Redis
+   * has not been told is charged first (that call then stands in for the renewal).
    */
   #maybeRenew(b: Bucket, now: number, need: number): number {
     if (b.renewing !== undefined) return this.#pendingWaitMs;
+    if (this.#held) return this.#probeIntervalMs;
     if (now < b.retryAt) return Math.max(1, Math.ceil(b.retryAt - now));
     if (this.#closed) return this.#pendingWaitMs;
+    const unreconciled = this.#deficit(b, b.unreconciled, now);
+    if (unreconciled > 0) {
+      b.renewing = this.#call(() =>
+        this.#scripts.tokenBucket(b.key, { capacity: b.capacity, ratePerSec: b.ratePerSec, cost: unreconciled, force: true, ttlMs: b.windowMs }),
+      ).then((r) => {
+        b.renewing = undefined;
+        const at = this.#clock.now();
+        if (!r.ok) {
+          b.retryAt = at + this.#probeIntervalMs;
+          this.#setFallback(true);
+          return;
+        }
+        this.#addDeficit(b, b.unreconciled, at, -unreconciled);
+        b.level = r.value.level;
+        b.levelAt = at;
+        b.retryAt = -Infinity;
+        this.#setFallback(false);
+      });
+      return this.#pendingWaitMs;
+    }
     const min = Math.min(b.capacity, Math.max(b.minBlock, Math.ceil(need)));
     const want = Math.min(b.capacity, Math.max(min, this.#blockSize(b, now) + Math.ceil(b.debt)));
     const sentAt = now;
     b.renewing = this.#call(() =>
-      this.#scripts.lease(b.key, { capacity: b.capacity, ratePerSec: b.ratePerSec, want, min, ttlMs: WINDOW_MS }),
+      this.#scripts.lease(b.key, { capacity: b.capacity, ratePerSec: b.ratePerSec, want, min, ttlMs: b.windowMs }),
     ).then((r) => {
       b.renewing = undefined;
       const at = this.#clock.now();
@@ -499,6 +671,8 @@ export class DeploymentLeases {
         this.#setFallback(true);
         return;
       }
+      b.level = r.value.level;
+      b.levelAt = at;
       this.#setFallback(false);
       if (r.value.granted > 0) {
         // A partial grant emptied the cluster bucket: the next renewal waits one block time
@@ -507,10 +681,10 @@ export class DeploymentLeases {
         credit(b, r.value.granted, sentAt + this.#ttlMs);
         this.#expire(b, at);
       } else {
-        // Denied: the cluster bucket is starved and every live node competes for its refill, so
-        // ask again after live nodes × the wait (the grant then takes what accumulated, up to
-        // `want`) instead of every node racing for each `min` as it refills.
-        b.retryAt = at + (r.value.waitMs >= 0 ? r.value.waitMs * Math.max(1, this.#liveNodes()) : this.#ttlMs);
+        // Denied: the cluster bucket is starved and every sharing node competes for its refill, so
+        // ask again after max(blockMs, share × the wait) (the grant then takes what accumulated, up
+        // to `want`) instead of every node racing for each `min` as it refills.
+        b.retryAt = at + (r.value.waitMs >= 0 ? Math.max(this.#blockMs, r.value.waitMs * Math.max(1, b.share())) : this.#ttlMs);
       }
     });
     return this.#pendingWaitMs;
@@ -518,11 +692,11 @@ export class DeploymentLeases {
 
   #fallbackBucket(b: Bucket, now: number): number[] {
     if (b.fallback === undefined) {
-      b.fallbackShare = b.capacity / Math.max(1, this.#liveNodes());
+      b.fallbackShare = b.capacity / Math.max(1, b.share());
       b.fallback = new Array<number>(BUCKET_SLOTS).fill(0);
-      bucketInit(b.fallback, 0, b.fallbackShare, WINDOW_MS, now);
+      bucketInit(b.fallback, 0, b.fallbackShare, b.windowMs, now);
     } else {
-      bucketRefill(b.fallback, 0, b.fallbackShare, WINDOW_MS, now);
+      bucketRefill(b.fallback, 0, b.fallbackShare, b.windowMs, now);
     }
     return b.fallback;
   }
@@ -532,12 +706,11 @@ export class DeploymentLeases {
     this.#inFallback = on;
     if (!on) {
       // Back on Redis: drop the local shares, and let every bucket renew at once (a bucket whose last
-      // probe failed would otherwise refuse takes until its probe time).
-      for (const d of this.#deployments.values()) {
-        for (const b of d.buckets) {
-          b.fallback = undefined;
-          if (b.renewing === undefined) b.retryAt = -Infinity;
-        }
+      // probe failed would otherwise refuse takes until its probe time). Units spent from the shares
+      // are charged (unreconciled) before each bucket's next lease.
+      for (const b of this.#buckets.values()) {
+        b.fallback = undefined;
+        if (b.renewing === undefined) b.retryAt = -Infinity;
       }
     }
     this.#onFallbackChange?.(on);
@@ -554,7 +727,7 @@ function nonNegative(name: string, value: number): number {
   return value;
 }
 
-function costOf(b: Bucket, cost: DeploymentCost): number {
+function costOf(b: Bucket, cost: CapCost): number {
   return b.kind === 'requests' ? nonNegative('requests', cost.requests ?? 1) : nonNegative('tokens', cost.tokens);
 }
 
