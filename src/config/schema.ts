@@ -129,6 +129,12 @@ export const DeploymentSchema = z.strictObject({
   body_timeout: duration.default(60_000),
   /** Client request headers passed to this deployment (lower case), e.g. the simulator's `x-sim-output-tokens`. @default [] */
   forward_headers: z.array(z.string().regex(/^[a-z0-9-]+$/, 'a lower-case header name')).default([]),
+  /**
+   * A provider 429 (not `insufficient_quota`, not `x-should-retry: false`) is retried after the
+   * provider's wait (retry-after, reset headers) while the waits of one request add up to at most
+   * this; beyond it the 429 goes to the client with the provider's wait. 0 relays every 429. @default 10s
+   */
+  max_retry_wait: duration.default(10_000),
   /** Keep-alive connections per deployment. @default 128 */
   connections: positiveInt.default(128),
 });

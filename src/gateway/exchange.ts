@@ -15,6 +15,7 @@ import { jsonField } from '../providers/json-field.ts';
 import type { StreamObserver, TokenUsage } from '../providers/types.ts';
 import type { GatewayContext } from './context.ts';
 import { sendMisdirected } from './ownership.ts';
+import { providerRetryWaitMs } from '../providers/retry-wait.ts';
 import { anthropicRateLimitHeaders, openAIRateLimitHeaders, retryAfterHeaders } from '../providers/rate-limit-headers.ts';
 
 /** Everything a route knows about a request once it is parsed and counted. */
@@ -99,12 +100,19 @@ function sendUnavailable(reply: FastifyReply, ex: Exchange): FastifyReply {
   return reply.code(error.statusCode).headers({ 'retry-after': '1', 'x-quotaring-error': error.code }).send(errorBody(ex.dialect, error.code));
 }
 
-/** The provider's wait in a 429, ms: `retry-after-ms`, else `retry-after` seconds, else 1 s. */
-function providerWaitMs(headers: Record<string, string | string[] | undefined>): number {
-  const ms = Number(headers['retry-after-ms']);
-  if (Number.isFinite(ms) && ms >= 0) return ms;
-  const s = Number(headers['retry-after']);
-  return Number.isFinite(s) && s >= 0 ? s * 1_000 : 1_000;
+/** Resolves true after `ms`, or false as soon as `cancel` emits `abort` (the client left). */
+function pause(ms: number, cancel: EventEmitter): Promise<boolean> {
+  return new Promise((resolve) => {
+    const onAbort = (): void => {
+      clearTimeout(timer);
+      resolve(false);
+    };
+    const timer = setTimeout(() => {
+      cancel.off('abort', onAbort);
+      resolve(true);
+    }, ms);
+    cancel.once('abort', onAbort);
+  });
 }
 
 /** Resolves when `stream` drains; rejects when it closes first (the client left). */
@@ -206,26 +214,57 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
       const value = request.headers[name];
       if (typeof value === 'string') forwarded[name] = value;
     }
+    // A provider 429 with a wait: retried after it while this request's waits fit in the
+    // deployment's max_retry_wait; otherwise relayed (body already read) with the provider's wait.
+    let budget = ex.deployment.max_retry_wait;
     let res;
-    try {
-      res = await ctx.upstreams.request(ex.deployment, { path: ex.path, body: ex.body, headers: forwarded, signal: cancel });
-    } catch (err) {
-      if (client.gone) {
-        // The client left before the upstream answered: nothing more to send.
-        actual = ex.promptTokens;
-        return reply.hijack();
+    let relayed429: string | undefined;
+    /** Extra headers of a relayed 429: the provider's wait when it gave only reset headers, or `x-should-retry: false` for billing. */
+    let relayedHeaders: Record<string, string> = {};
+    for (;;) {
+      try {
+        res = await ctx.upstreams.request(ex.deployment, { path: ex.path, body: ex.body, headers: forwarded, signal: cancel });
+      } catch (err) {
+        if (client.gone) {
+          // The client left before the upstream answered: nothing more to send.
+          actual = ex.promptTokens;
+          return reply.hijack();
+        }
+        const error = upstreamError(err);
+        request.log.warn({ deployment: ex.deployment.name, err: (err as Error).message }, 'upstream request failed');
+        return reply.code(error.statusCode).headers({ ...headers, 'x-quotaring-error': error.code }).send(errorBody(ex.dialect, error.code, error.message));
       }
-      const error = upstreamError(err);
-      request.log.warn({ deployment: ex.deployment.name, err: (err as Error).message }, 'upstream request failed');
-      return reply.code(error.statusCode).headers({ ...headers, 'x-quotaring-error': error.code }).send(errorBody(ex.dialect, error.code, error.message));
+      if (res.statusCode !== 429) break;
+      let text: string;
+      try {
+        text = await res.body.text();
+      } catch (err) {
+        if (client.gone) return reply.hijack();
+        const error = upstreamError(err);
+        return reply.code(error.statusCode).headers({ ...headers, 'x-quotaring-error': error.code }).send(errorBody(ex.dialect, error.code, error.message));
+      }
+      // A 429 about billing (insufficient_quota) is not fixed by waiting: no retry, no cooldown.
+      const billing = text.includes('insufficient_quota');
+      const wait = billing ? undefined : providerRetryWaitMs(res.headers, Date.now());
+      // A provider 429 drains the deployment's bucket for the whole cluster by its wait × rate.
+      if (!billing && quotas !== undefined) void quotas.providerLimited(ex.deployment.name, { retryAfterMs: wait ?? 1_000 });
+      if (wait === undefined || wait > budget || String(res.headers['x-should-retry']) === 'false') {
+        relayed429 = text;
+        if (billing) relayedHeaders = { 'x-should-retry': 'false' };
+        else if (wait !== undefined && res.headers['retry-after'] === undefined) relayedHeaders = retryAfterHeaders(wait);
+        break;
+      }
+      budget -= wait;
+      request.log.info({ deployment: ex.deployment.name, waitMs: wait }, 'provider 429: retrying after its wait');
+      if (!(await pause(wait, cancel)) || client.gone) return reply.hijack();
     }
     passHeaders(res.headers, headers, res.statusCode >= 400);
-    const providerLimited = res.statusCode === 429 && quotas !== undefined;
+    Object.assign(headers, relayedHeaders);
     const isEventStream = String(res.headers['content-type'] ?? '').startsWith('text/event-stream');
     if (res.statusCode >= 300 || !ex.stream || !isEventStream) {
       let text: string;
       try {
-        text = await res.body.text();
+        text = relayed429 ?? (await res.body.text());
       } catch (err) {
         if (client.gone) {
           actual = ex.promptTokens;
@@ -234,9 +273,6 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
         const error = upstreamError(err);
         return reply.code(error.statusCode).headers({ ...headers, 'x-quotaring-error': error.code }).send(errorBody(ex.dialect, error.code, error.message));
       }
-      // A provider 429 drains the deployment's bucket for the whole cluster, unless it is about
-      // billing (insufficient_quota), which waiting does not fix.
-      if (providerLimited && !text.includes('insufficient_quota')) void quotas.providerLimited(ex.deployment.name, { retryAfterMs: providerWaitMs(res.headers) });
       if (res.statusCode < 300) {
         const usage = ex.usageFromJson(jsonField(text, 'usage'));
         // No usage reported: keep the reservation (the conservative charge).
