@@ -56,6 +56,16 @@ export function memberJson(m: Member): string {
   return JSON.stringify(m.weight === undefined ? { id: m.id, url: m.url } : { id: m.id, url: m.url, weight: m.weight });
 }
 
+/** Parses a join/leave announcement; undefined for anything else. */
+function parseAnnouncement(message: string): { type: 'join' | 'leave'; id: string } | undefined {
+  try {
+    const v = JSON.parse(message) as { type?: unknown; id?: unknown };
+    return (v.type === 'join' || v.type === 'leave') && typeof v.id === 'string' ? { type: v.type, id: v.id } : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 /** Parses a stored member; undefined for anything that is not one (ignored, never fatal). */
 function parseMember(json: string): Member | undefined {
   let v: unknown;
@@ -132,6 +142,10 @@ export class RedisMembership implements Membership {
   /** Clock ms since which Redis has answered every heartbeat in time; pruning needs `deadAfterMs` of it. */
   #contactSince = -Infinity;
   #lastSync: number | undefined;
+  /** Per member id: its last heartbeat score, and the clock ms when this process saw that score rise. */
+  readonly #beats = new Map<string, { score: number; seenAt: number }>();
+  /** Ids announced as leaving (gracefully): dropped at once, not kept for `deadAfterMs`. */
+  readonly #left = new Set<string>();
 
   /**
    * @throws RangeError on a cluster name with `{`/`}` or empty, heartbeatMs < 1, or
@@ -173,8 +187,12 @@ export class RedisMembership implements Membership {
     const subscriber = this.#redis.duplicate();
     this.#subscriber = subscriber;
     subscriber.on('error', (err: Error) => this.#onError(err));
-    subscriber.on('message', (channel: string) => {
-      if (channel === this.#channel && this.#stopping === undefined) this.#syncInBackground();
+    subscriber.on('message', (channel: string, message: string) => {
+      if (channel !== this.#channel || this.#stopping !== undefined) return;
+      const note = parseAnnouncement(message);
+      if (note?.type === 'leave') this.#left.add(note.id);
+      else if (note?.type === 'join') this.#left.delete(note.id);
+      this.#syncInBackground();
     });
     try {
       await subscriber.subscribe(this.#channel);
@@ -303,8 +321,14 @@ export class RedisMembership implements Membership {
     }
   }
 
-  /** Takes `[json, score, json, score, ...]`, keeps the newest entry per id above `minScore`, rebuilds on change. */
+  /**
+   * Takes `[json, score, json, score, ...]`, keeps the newest entry per id above `minScore`, rebuilds
+   * on change. A member of the current view missing from the read without a leave announcement (a
+   * Redis that restarted empty, or was restored from an old snapshot) stays until `deadAfterMs` after
+   * this process last saw its heartbeat rise: a Redis restart must not move tenants off live nodes.
+   */
   #apply(flat: readonly string[], minScore: number): void {
+    const now = this.#clock.now();
     const newest = new Map<string, { member: Member; score: number }>();
     for (let i = 0; i + 1 < flat.length; i += 2) {
       const member = parseMember(flat[i] ?? '');
@@ -313,6 +337,17 @@ export class RedisMembership implements Membership {
       const seen = newest.get(member.id);
       if (seen === undefined || score > seen.score) newest.set(member.id, { member, score });
     }
+    for (const [id, { score }] of newest) {
+      const beat = this.#beats.get(id);
+      if (beat === undefined || score > beat.score) this.#beats.set(id, { score, seenAt: now });
+      this.#left.delete(id);
+    }
+    for (const member of this.#ring.members) {
+      if (newest.has(member.id) || this.#left.has(member.id)) continue;
+      const beat = this.#beats.get(member.id);
+      if (beat !== undefined && now - beat.seenAt < this.#deadAfterMs) newest.set(member.id, { member, score: beat.score });
+    }
+    for (const id of this.#beats.keys()) if (!newest.has(id)) this.#beats.delete(id);
     const members = sortMembers([...newest.values()].map((e) => e.member));
     const listKey = members.map(memberJson).join('\n');
     if (listKey === this.#listKey) return;

@@ -178,6 +178,12 @@ interface Bucket {
   readonly minBlock: number;
   /** Nodes sharing the bucket now. */
   share: () => number;
+  /**
+   * The largest share seen: reconciliation and the fallback share use it, so a view that shrinks for
+   * a moment (a member list read from a Redis that just restarted empty) never drains the node's
+   * known usage faster or grows its fallback share.
+   */
+  maxShare: number;
   /** Unexpired leased units, oldest first (expiry order). */
   lots: Lot[];
   /** Units spent beyond the leases (repaid by the next grant). */
@@ -310,6 +316,7 @@ export class CapLeases {
         ratePerSec,
         minBlock: Math.min(bs.capacity, Math.max(1, Math.ceil((ratePerSec * this.#minBlockMs) / 1000))),
         share: spec.share,
+        maxShare: Math.max(1, spec.share()),
         lots: [],
         debt: 0,
         spendAcc: 0,
@@ -610,10 +617,10 @@ export class CapLeases {
     this.#addDeficit(b, b.known, now, units);
   }
 
-  /** A deficit's value now: drained at the node's share of the refill rate, never below 0. */
+  /** A deficit's value now: drained at the node's share of the refill rate (by the largest share seen), never below 0. */
   #deficit(b: Bucket, d: Deficit, now: number): number {
     const dt = Math.max(0, now - d.at);
-    return Math.max(0, d.value - (dt * b.ratePerSec) / Math.max(1, b.share()) / 1000);
+    return Math.max(0, d.value - (dt * b.ratePerSec) / sharedBy(b) / 1000);
   }
 
   #addDeficit(b: Bucket, d: Deficit, now: number, units: number): void {
@@ -692,9 +699,13 @@ export class CapLeases {
 
   #fallbackBucket(b: Bucket, now: number): number[] {
     if (b.fallback === undefined) {
-      b.fallbackShare = b.capacity / Math.max(1, b.share());
+      // The share starts with what this node already used in the window (its known usage drains at
+      // the same share rate), so entering fallback again and again never hands out a fresh share.
+      b.fallbackShare = b.capacity / sharedBy(b);
       b.fallback = new Array<number>(BUCKET_SLOTS).fill(0);
       bucketInit(b.fallback, 0, b.fallbackShare, b.windowMs, now);
+      const used = Math.min(this.#deficit(b, b.known, now), b.fallbackShare);
+      if (used > 0) bucketAdjust(b.fallback, 0, b.fallbackShare, b.windowMs, used);
     } else {
       bucketRefill(b.fallback, 0, b.fallbackShare, b.windowMs, now);
     }
@@ -725,6 +736,12 @@ function positive(name: string, value: number): number {
 function nonNegative(name: string, value: number): number {
   if (!Number.isFinite(value) || value < 0) throw new RangeError(`${name} must be a finite number >= 0, got ${value}`);
   return value;
+}
+
+/** Nodes sharing `b`, by the largest count seen (updated here). */
+function sharedBy(b: Bucket): number {
+  b.maxShare = Math.max(b.maxShare, b.share());
+  return b.maxShare;
 }
 
 function costOf(b: Bucket, cost: CapCost): number {

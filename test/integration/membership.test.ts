@@ -107,6 +107,32 @@ describe('RedisMembership (real redis-server)', () => {
     }
   });
 
+  test('Redis emptied under a running cluster (a restart without persistence): no one drops a live member; the list refills by heartbeats', async () => {
+    // Heartbeats every 300 ms, dead after 1 s: a router that rebuilt its ring from the empty list
+    // would route every tenant to whichever node beat first, and those nodes would start them fresh.
+    const c = cluster(300, 1_000);
+    try {
+      const router = c.add(undefined);
+      const nodes = [c.add(member(1)), c.add(member(2)), c.add(member(3))];
+      for (const m of [router, ...nodes]) await m.start();
+      const three = createRing([member(1), member(2), member(3)]).version;
+      await waitFor('agreement', () => [router, ...nodes].every((m) => m.ring().version === three), 2_000);
+      const changes: string[][] = [];
+      router.onChange((r) => changes.push(ids(r)));
+      for (const n of nodes) n.onChange((r) => changes.push(ids(r)));
+      await redis.client().flushall();
+      await sleep(1_500); // several heartbeats: every node has written itself back
+      assert.deepEqual(changes, [], 'no view lost a member');
+      assert.equal((await redis.client().zcard(membersKey(CLUSTER))), 3);
+      // A graceful leave is still seen at once.
+      await nodes[1]!.stop();
+      const two = createRing([member(1), member(3)]).version;
+      await waitFor('leave of node-2', () => [router, nodes[0]!, nodes[2]!].every((m) => m.ring().version === two), 250);
+    } finally {
+      await c.stopAll();
+    }
+  });
+
   test('a node that stops heartbeating (SIGKILL) is dropped after deadAfterMs, and keeps its own last view', async () => {
     const c = cluster(100, 300);
     try {

@@ -349,17 +349,32 @@ describe('CapLeases', () => {
     assert.equal(leases.buckets('tenant:acme')[0]?.balance, 0, 'the same tokens bucket');
     await leases.whenRenewed('tenant:acme@gpt');
     scripts.down = true;
-    clock.advance(1000);
-    const held = leases.buckets('tenant:acme')[0]?.balance ?? 0;
-    assert.deepEqual(leases.take('tenant:acme', { tokens: held }), { ok: true });
-    await leases.whenRenewed('tenant:acme');
-    assert.equal(leases.inFallback, true, 'its low-water renewal failed');
-    assert.deepEqual(leases.take('tenant:acme', { tokens: 1 }), { ok: true }, 'from the fallback share');
+    clock.advance(60_000); // the lease expired, and this node's known usage drained (at 6,000 / 3 per minute)
+    assert.equal(leases.buckets('tenant:acme')[0]?.knownUsage, 0);
+    assert.deepEqual(leases.take('tenant:acme', { tokens: 1 }), { ok: false, waitMs: 5 });
     await leases.whenRenewed('tenant:acme');
     assert.equal(leases.inFallback, true);
     // Share: 6,000 / 3 per minute.
     assert.deepEqual(leases.take('tenant:acme', { tokens: 1999 }), { ok: true });
+    assert.deepEqual(leases.take('tenant:acme', { tokens: 1 }), { ok: true });
     assert.deepEqual(leases.take('tenant:acme', { tokens: 1 }), { ok: false, waitMs: 30 });
+    // Back on Redis (the probe charges the 2,000 spent from the share), then down again: the new
+    // share starts with the usage this node already has in the window, not full.
+    scripts.down = false;
+    clock.advance(1000);
+    assert.deepEqual(leases.take('tenant:acme', { tokens: 1 }), { ok: true }, 'from the share (33 refilled); its probe charges');
+    await leases.whenRenewed('tenant:acme');
+    assert.equal(leases.inFallback, false);
+    scripts.down = true;
+    clock.advance(6000); // the leases expire; known usage 2,000 − 7 s × 33.3/s ≈ 1,767
+    assert.deepEqual(leases.take('tenant:acme', { tokens: 1 }), { ok: false, waitMs: 5 });
+    await leases.whenRenewed('tenant:acme');
+    assert.equal(leases.inFallback, true);
+    assert.equal(leases.take('tenant:acme', { tokens: 1999 }).ok, false, 'not a fresh share');
+    assert.equal(leases.buckets('tenant:acme')[0]?.knownUsage, 2001 - (7 * 100) / 3, '1,999 + 1 + 1 from the share, drained 7 s at 100/3 per s');
+    assert.deepEqual(leases.take('tenant:acme', { tokens: 232 }), { ok: true }); // 2,000 − 1,767.7 = 232.3 left
+    assert.equal(leases.take('tenant:acme', { tokens: 1 }).ok, false);
+    // A shrinking view (share 3 → 2) neither grows the share nor speeds the drain: the largest share seen counts.
     k = 2;
     assert.equal(leases.buckets('tenant:acme')[0]?.capacity, 6000);
   });
