@@ -1,8 +1,11 @@
 /**
  * A real `redis-server` for integration tests: started on a free port of 127.0.0.1 without
- * persistence, stopped afterwards. Integration tests never mock Redis.
+ * persistence, stopped afterwards. Integration tests never mock Redis. A test can also crash it
+ * (`kill()`: SIGKILL) and start a new, empty one on the same port (`restart()`), as an operator's
+ * restart of a Redis without persistence would.
  */
 import { spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { accessSync, constants } from 'node:fs';
 import { connect } from 'node:net';
 import { delimiter, join } from 'node:path';
@@ -26,6 +29,18 @@ export interface RunningRedis {
   signal(signal: 'SIGSTOP' | 'SIGCONT'): void;
   /** FLUSHALL: every key gone (pub/sub subscriptions stay). */
   flush(): Promise<void>;
+  /**
+   * SIGKILL: the server dies at once (no shutdown, nothing saved; its clients' connections are
+   * reset). Resolves once the process exited. The clients of `client()` stay open and reconnect
+   * by themselves after `restart()`. No-op when it is not running.
+   */
+  kill(): Promise<void>;
+  /**
+   * Starts a new `redis-server` on the same port, empty (persistence is off), after killing the
+   * current one (SIGKILL) if it still runs, and resolves once it answers PING (a new `run_id`).
+   * @throws Error with the server's output when it does not come up within 10 s (the port taken).
+   */
+  restart(): Promise<void>;
   /** Closes the clients, then SIGTERM, then SIGKILL after 3 s; resolves once it exited. Idempotent. */
   stop(): Promise<void>;
 }
@@ -61,6 +76,48 @@ export function pings(port: number): Promise<boolean> {
   });
 }
 
+/** One `redis-server` process on `port`. */
+interface ServerProcess {
+  readonly proc: ChildProcess;
+  readonly exited: Promise<void>;
+  output(): string;
+  /** Removes the process-exit hook that SIGKILLs it. */
+  release(): void;
+}
+
+/**
+ * Spawns `redis-server --port <port> --bind 127.0.0.1 --save '' --appendonly no` and waits until it
+ * answers PING (at most 10 s). `up` is false (the process killed and gone) when it did not come up.
+ */
+async function spawnServer(port: number): Promise<{ server: ServerProcess; up: boolean }> {
+  const proc = spawn(BINARY, ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  proc.stdout.on('data', (d: Buffer) => (output += d.toString()));
+  proc.stderr.on('data', (d: Buffer) => (output += d.toString()));
+  const killOnExit = (): void => {
+    proc.kill('SIGKILL');
+  };
+  process.once('exit', killOnExit);
+  const exited = new Promise<void>((resolve) => proc.once('exit', () => resolve()));
+  const server: ServerProcess = { proc, exited, output: () => output, release: () => process.off('exit', killOnExit) };
+
+  const deadline = Date.now() + 10_000;
+  while (Date.now() < deadline && proc.exitCode === null && proc.signalCode === null) {
+    if (await pings(port)) return { server, up: true };
+    await sleep(20);
+  }
+  proc.kill('SIGKILL');
+  await exited;
+  server.release();
+  return { server, up: false };
+}
+
+function running(server: ServerProcess): boolean {
+  return server.proc.exitCode === null && server.proc.signalCode === null;
+}
+
 /**
  * Starts `redis-server --port <free> --bind 127.0.0.1 --save '' --appendonly no` and waits until it
  * answers PING (at most 10 s; a port taken meanwhile is retried on another one, 3 tries).
@@ -77,34 +134,12 @@ export async function startRedis(): Promise<RunningRedis> {
   let lastOutput = '';
   for (let attempt = 0; attempt < 3; attempt++) {
     const port = await freePort();
-    const proc = spawn(BINARY, ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let output = '';
-    proc.stdout.on('data', (d: Buffer) => (output += d.toString()));
-    proc.stderr.on('data', (d: Buffer) => (output += d.toString()));
-    const killOnExit = (): void => {
-      proc.kill('SIGKILL');
-    };
-    process.once('exit', killOnExit);
-    const exited = new Promise<void>((resolve) => proc.once('exit', () => resolve()));
-
-    const deadline = Date.now() + 10_000;
-    let up = false;
-    while (Date.now() < deadline && proc.exitCode === null && proc.signalCode === null) {
-      if (await pings(port)) {
-        up = true;
-        break;
-      }
-      await sleep(20);
-    }
-    if (!up) {
-      proc.kill('SIGKILL');
-      await exited;
-      process.off('exit', killOnExit);
-      lastOutput = output;
+    const first = await spawnServer(port);
+    if (!first.up) {
+      lastOutput = first.server.output();
       continue;
     }
+    let server = first.server;
 
     const clients: Redis[] = [];
     let stopping: Promise<void> | undefined;
@@ -115,28 +150,44 @@ export async function startRedis(): Promise<RunningRedis> {
       return c;
     };
     let admin: Redis | undefined;
+    const kill = async (): Promise<void> => {
+      if (running(server)) {
+        server.proc.kill('SIGKILL');
+        await server.exited;
+      }
+      server.release();
+    };
     return {
       url: `redis://127.0.0.1:${port}`,
       port,
       client,
       signal: (signal) => {
-        proc.kill(signal);
+        server.proc.kill(signal);
       },
       flush: async () => {
         admin ??= client();
         await admin.flushall();
       },
+      kill,
+      restart: async () => {
+        if (stopping !== undefined) throw new Error('redis-server was stopped: it cannot be restarted');
+        await kill();
+        const next = await spawnServer(port);
+        if (!next.up) throw new Error(`${BINARY} did not come back on port ${port}; its output:\n${next.server.output()}`);
+        server = next.server;
+      },
       stop: () => {
         stopping ??= (async () => {
           for (const c of clients) c.disconnect();
-          if (proc.exitCode === null && proc.signalCode === null) {
+          const proc = server.proc;
+          if (running(server)) {
             proc.kill('SIGCONT'); // a frozen server would not act on SIGTERM
             proc.kill('SIGTERM');
             const timer = setTimeout(() => proc.kill('SIGKILL'), 3_000);
-            await exited;
+            await server.exited;
             clearTimeout(timer);
           }
-          process.off('exit', killOnExit);
+          server.release();
         })();
         return stopping;
       },
