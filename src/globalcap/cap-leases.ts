@@ -27,8 +27,12 @@ import { bucketInit, bucketRefill, bucketTake, bucketWaitMs, bucketAdjust, BUCKE
 import { capKey } from './keys.ts';
 import type { CapScripts } from './scripts.ts';
 
-/** Outcome of a Redis call made through {@link CapCall}: the value, or a failure (Redis down, timeout, breaker open). */
-export type CapCallResult<T> = { readonly ok: true; readonly value: T } | { readonly ok: false };
+/**
+ * Outcome of a Redis call made through {@link CapCall}: the value, or a failure (Redis down, timeout,
+ * breaker open). A call given up on after a timeout may still have run in Redis: `late` then settles
+ * with its real outcome (a `RedisGuard` passes it), so a lease granted too late is not lost.
+ */
+export type CapCallResult<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly late?: Promise<T> };
 
 /**
  * Runs one Redis call and reports its outcome instead of throwing (a timeout and circuit-breaker
@@ -74,7 +78,7 @@ export interface CapLeasesOptions {
   readonly liveNodes?: () => number;
   /** Life of a lease from the moment its call is sent, ms. @default 5000 */
   readonly leaseTtlMs?: number;
-  /** A renewal asks for the units spent in this many ms at the recent spend rate. @default 250 */
+  /** A renewal asks for the units spent in this many ms at the recent spend rate (a node at steady load renews about 1000 / blockMs times a second per bucket). @default 500 */
   readonly blockMs?: number;
   /** Smallest block, as ms of the bucket's refill (at least 1 unit). @default 100 */
   readonly minBlockMs?: number;
@@ -201,8 +205,14 @@ interface Bucket {
   fallbackShare: number;
   /** The node's in-window usage (drains at ratePerSec / share). */
   readonly known: Deficit;
-  /** Usage Redis has not been told (drains likewise); charged before the next lease. */
+  /**
+   * Usage Redis has not been told, charged before the next lease. Units spent from the fallback share
+   * do not drain (the other nodes may have leased the whole refill meanwhile), capped at one share;
+   * after a Redis restart it is the known usage at that moment.
+   */
   readonly unreconciled: Deficit;
+  /** The last lease was partial or denied: the cluster bucket is the bottleneck. */
+  starved: boolean;
   /** Cluster level at the last reply, and when. */
   level: number;
   levelAt: number;
@@ -218,9 +228,10 @@ interface Group {
  * triggered when a balance drops below the low-water mark or a take is refused. Block size =
  * max(minBlock, the last take's cost, spend rate × blockMs capped at capacity / (4 × share)), and a
  * refused take's renewal asks at least for what it lacks, so a node at steady load renews about
- * 1000 / blockMs times a second (4 with the defaults). When a cluster bucket runs dry, a partial grant
- * delays the next renewal by blockMs and a denied one by max(blockMs, share × the bucket's wait), so
- * starved nodes do not race for every unit of refill.
+ * 1000 / blockMs times a second (2 with the defaults). When a cluster bucket runs dry, a partial grant
+ * delays the next renewal by 2 × blockMs and a denied one by max(2 × blockMs, share × the bucket's
+ * wait), and a starved renewal asks for at least its fair part of that much refill, so starved nodes
+ * do not race for every unit of refill yet together take all of it.
  */
 export class CapLeases {
   readonly #groups = new Map<string, Group>();
@@ -255,7 +266,7 @@ export class CapLeases {
     this.#call = options.call ?? runCapCall;
     this.#liveNodes = options.liveNodes ?? (() => 1);
     this.#ttlMs = positive('leaseTtlMs', options.leaseTtlMs ?? 5_000);
-    this.#blockMs = positive('blockMs', options.blockMs ?? 250);
+    this.#blockMs = positive('blockMs', options.blockMs ?? 500);
     this.#minBlockMs = positive('minBlockMs', options.minBlockMs ?? 100);
     this.#lowWater = options.lowWater ?? 0.5;
     if (!(this.#lowWater >= 0 && this.#lowWater <= 1)) throw new RangeError(`lowWater must be in [0, 1], got ${this.#lowWater}`);
@@ -328,6 +339,7 @@ export class CapLeases {
         fallbackShare: 0,
         known: { value: 0, at: now },
         unreconciled: { value: 0, at: now },
+        starved: false,
         level: bs.capacity,
         levelAt: now,
       };
@@ -401,7 +413,7 @@ export class CapLeases {
       if (source === 'lease') spendLots(b, units);
       else if (source === 'fallback') {
         bucketTake(b.fallback as number[], 0, b.windowMs, units);
-        if (!this.#localOnly) this.#addDeficit(b, b.unreconciled, now, units);
+        if (!this.#localOnly) b.unreconciled.value = Math.min(b.unreconciled.value + units, b.capacity / sharedBy(b));
       } else return;
       this.#recordSpend(b, now, units);
       // Low water: renew, asking at least for what the next take of the same size lacks (a smaller
@@ -521,7 +533,7 @@ export class CapLeases {
         renewing: b.renewing !== undefined,
         level: Math.floor(Math.min(b.capacity, refilled)),
         knownUsage: this.#deficit(b, b.known, now),
-        unreconciled: this.#deficit(b, b.unreconciled, now),
+        unreconciled: b.unreconciled.value,
       };
     });
   }
@@ -578,7 +590,7 @@ export class CapLeases {
     const calls: Promise<unknown>[] = [];
     for (const b of all) {
       this.#expire(b, now);
-      const balance = balanceOf(b) - this.#deficit(b, b.unreconciled, now);
+      const balance = balanceOf(b) - b.unreconciled.value;
       b.lots = [];
       b.debt = 0;
       if (balance === 0 || this.#localOnly || this.#held) continue;
@@ -645,35 +657,54 @@ export class CapLeases {
     if (this.#held) return this.#probeIntervalMs;
     if (now < b.retryAt) return Math.max(1, Math.ceil(b.retryAt - now));
     if (this.#closed) return this.#pendingWaitMs;
-    const unreconciled = this.#deficit(b, b.unreconciled, now);
+    const unreconciled = b.unreconciled.value;
     if (unreconciled > 0) {
+      const charged = (level: number): void => {
+        b.unreconciled.value = Math.max(0, b.unreconciled.value - unreconciled);
+        b.level = level;
+        b.levelAt = this.#clock.now();
+      };
       b.renewing = this.#call(() =>
         this.#scripts.tokenBucket(b.key, { capacity: b.capacity, ratePerSec: b.ratePerSec, cost: unreconciled, force: true, ttlMs: b.windowMs }),
       ).then((r) => {
         b.renewing = undefined;
         const at = this.#clock.now();
         if (!r.ok) {
+          // Charged after all (the answer came late): do not charge it twice.
+          r.late?.then((v) => charged(v.level), () => undefined);
           b.retryAt = at + this.#probeIntervalMs;
           this.#setFallback(true);
           return;
         }
-        this.#addDeficit(b, b.unreconciled, at, -unreconciled);
-        b.level = r.value.level;
-        b.levelAt = at;
+        charged(r.value.level);
         b.retryAt = -Infinity;
         this.#setFallback(false);
       });
       return this.#pendingWaitMs;
     }
     const min = Math.min(b.capacity, Math.max(b.minBlock, Math.ceil(need)));
-    const want = Math.min(b.capacity, Math.max(min, this.#blockSize(b, now) + Math.ceil(b.debt)));
+    // A starved bucket is renewed every 2 × blockMs: ask for at least this node's fair part of the
+    // refill over that time, so k nodes together can take the whole refill.
+    const starvedPart = Math.min(Math.floor(b.capacity / (4 * sharedBy(b))), Math.ceil((b.ratePerSec * 2 * this.#blockMs) / 1000 / sharedBy(b)));
+    const want = Math.min(b.capacity, Math.max(min, this.#blockSize(b, now) + Math.ceil(b.debt), b.starved ? starvedPart : 0));
     const sentAt = now;
+    const granted = (g: number, at: number): void => {
+      credit(b, g, sentAt + this.#ttlMs);
+      this.#expire(b, at);
+    };
     b.renewing = this.#call(() =>
       this.#scripts.lease(b.key, { capacity: b.capacity, ratePerSec: b.ratePerSec, want, min, ttlMs: b.windowMs }),
     ).then((r) => {
       b.renewing = undefined;
       const at = this.#clock.now();
       if (!r.ok) {
+        // A grant answered after the timeout is still this node's until its lease expires.
+        r.late?.then(
+          (v) => {
+            if (v.granted > 0) granted(v.granted, this.#clock.now());
+          },
+          () => undefined,
+        );
         b.retryAt = at + this.#probeIntervalMs;
         this.#setFallback(true);
         return;
@@ -682,16 +713,17 @@ export class CapLeases {
       b.levelAt = at;
       this.#setFallback(false);
       if (r.value.granted > 0) {
-        // A partial grant emptied the cluster bucket: the next renewal waits one block time
-        // (asking at once would only be denied); units refilled meanwhile wait in Redis.
-        b.retryAt = r.value.granted < want ? at + this.#blockMs : -Infinity;
-        credit(b, r.value.granted, sentAt + this.#ttlMs);
-        this.#expire(b, at);
+        // A partial grant emptied the cluster bucket: the next renewal waits 2 × blockMs (asking at
+        // once would only be denied); units refilled meanwhile wait in Redis.
+        b.starved = r.value.granted < want;
+        b.retryAt = b.starved ? at + 2 * this.#blockMs : -Infinity;
+        granted(r.value.granted, at);
       } else {
         // Denied: the cluster bucket is starved and every sharing node competes for its refill, so
-        // ask again after max(blockMs, share × the wait) (the grant then takes what accumulated, up
-        // to `want`) instead of every node racing for each `min` as it refills.
-        b.retryAt = at + (r.value.waitMs >= 0 ? Math.max(this.#blockMs, r.value.waitMs * Math.max(1, b.share())) : this.#ttlMs);
+        // ask again after max(2 × blockMs, share × the wait) (the grant then takes what accumulated,
+        // up to `want`) instead of every node racing for each `min` as it refills.
+        b.starved = true;
+        b.retryAt = at + (r.value.waitMs >= 0 ? Math.max(2 * this.#blockMs, r.value.waitMs * sharedBy(b)) : this.#ttlMs);
       }
     });
     return this.#pendingWaitMs;

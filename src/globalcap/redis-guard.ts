@@ -20,12 +20,15 @@ export type GuardFailure = 'timeout' | 'error' | 'open';
 
 /**
  * What a guarded call returns: Redis's answer, or why there is none (never an exception).
- * - `timeout`: no answer within `timeoutMs` (the late answer, if any, is dropped).
+ * - `timeout`: no answer within `timeoutMs`; `late` settles with the call's real outcome (the command
+ *   may still have run in Redis: a caller that must not lose its effect, e.g. a lease grant, reads it).
  * - `error`: the call rejected (connection down, Redis error reply, NOSCRIPT that ioredis could not
  *   recover from).
  * - `open`: the breaker is open (or half-open with its probe in flight); Redis was not called.
  */
-export type GuardResult<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly reason: GuardFailure };
+export type GuardResult<T> =
+  | { readonly ok: true; readonly value: T }
+  | { readonly ok: false; readonly reason: GuardFailure; readonly late?: Promise<T> };
 
 /**
  * Why the breaker changed state, passed to `onChange`.
@@ -87,10 +90,9 @@ export interface RedisGuardOptions {
 }
 
 /** How one attempt ended, before the breaker looks at it. */
-type Outcome<T> = { kind: 'ok'; value: T } | { kind: 'timeout' } | { kind: 'error'; noscript: boolean };
+type Outcome<T> = { kind: 'ok'; value: T } | { kind: 'timeout'; late: Promise<T> } | { kind: 'error'; noscript: boolean };
 
 const OPEN: GuardResult<never> = Object.freeze({ ok: false, reason: 'open' });
-const TIMEOUT: GuardResult<never> = Object.freeze({ ok: false, reason: 'timeout' });
 const ERROR: GuardResult<never> = Object.freeze({ ok: false, reason: 'error' });
 
 /**
@@ -202,7 +204,7 @@ export class RedisGuard {
       case 'timeout':
         this.#stats.timeouts++;
         if (current) this.#failed('timeout');
-        return TIMEOUT;
+        return { ok: false, reason: 'timeout', late: outcome.late };
     }
   }
 
@@ -216,8 +218,9 @@ export class RedisGuard {
         clearTimeout(timer);
         resolve(outcome);
       };
-      const timer = setTimeout(() => settle({ kind: 'timeout' }), this.#timeoutMs);
-      let pending: Promise<T>;
+      let pending: Promise<T> = Promise.reject(new Error('not called'));
+      pending.catch(() => undefined);
+      const timer = setTimeout(() => settle({ kind: 'timeout', late: pending }), this.#timeoutMs);
       try {
         pending = Promise.resolve(call());
       } catch (err) {

@@ -76,6 +76,7 @@ function setup(extra: Partial<CapLeasesOptions> = {}): { clock: ManualClock; scr
     deployments: { gpt: { rpm: 1000, tpm: 60_000 } },
     scripts,
     clock,
+    blockMs: 250,
     ...extra,
   });
   return { clock, scripts, leases };
@@ -188,25 +189,26 @@ describe('CapLeases', () => {
     assert.equal(scripts.leases(TPM).length, 3);
   });
 
-  test('with 3 live nodes a denied lease waits max(blockMs, 3 × its waitMs)', async () => {
+  test('with 3 live nodes a denied lease waits max(2 × blockMs, 3 × its waitMs); a starved bucket asks for its fair part of 2 × blockMs of refill', async () => {
     const { clock, scripts, leases } = setup({ liveNodes: () => 3 });
     scripts.levels.set(TPM, { l: 0, t: clock.now() });
     leases.take('gpt', { tokens: 90, requests: 0 });
     await leases.whenRenewed('gpt');
-    // 90 tokens at 900/s: 100 ms, × 3 nodes.
-    assert.deepEqual(leases.take('gpt', { tokens: 90, requests: 0 }), { ok: false, waitMs: 300 });
-    clock.advance(300);
+    // 90 tokens at 900/s: 100 ms, × 3 nodes = 300 ms, below 2 × blockMs.
+    assert.deepEqual(leases.take('gpt', { tokens: 90, requests: 0 }), { ok: false, waitMs: 500 });
+    clock.advance(500);
     leases.take('gpt', { tokens: 90, requests: 0 });
+    // Starved: want = max(90, ⌈900/s × 0.5 s / 3⌉ = 150).
+    assert.deepEqual(scripts.leases(TPM).at(-1), { capacity: 54_000, ratePerSec: 900, want: 150, min: 90, ttlMs: 60_000 });
     await leases.whenRenewed('gpt');
     assert.deepEqual(leases.take('gpt', { tokens: 90, requests: 0 }), { ok: true });
-    // That take's low-water renewal asked for a block of 90 but the bucket held 270 − 90 = 180: a full grant.
+    // A deeper deficit: 900 − 60 held = 840 tokens short at 900/s is 934 ms, × 3 nodes.
     await leases.whenRenewed('gpt');
-    assert.equal(leases.view('gpt').tokens?.balance, 90);
-    scripts.levels.set(TPM, { l: 50, t: clock.now() });
-    assert.deepEqual(leases.take('gpt', { tokens: 90, requests: 0 }), { ok: true });
-    await leases.whenRenewed('gpt'); // wants 90 (min 90): denied, 40 tokens short → 45 ms × 3 = 135, below blockMs 250
-    assert.deepEqual(leases.take('gpt', { tokens: 90, requests: 0 }), { ok: false, waitMs: 250 });
-    assert.equal(scripts.leases(TPM).length, 4);
+    scripts.levels.set(TPM, { l: 0, t: clock.now() });
+    const big = leases.take('gpt', { tokens: 900, requests: 0 });
+    assert.equal(big.ok, false);
+    await leases.whenRenewed('gpt');
+    assert.deepEqual(leases.take('gpt', { tokens: 900, requests: 0 }), { ok: false, waitMs: 2802 });
   });
 
   test('a low-water renewal asks at least what the next take lacks: no fragment smaller than a take is leased', async () => {
@@ -281,16 +283,17 @@ describe('CapLeases', () => {
     clock.advance(1000);
     assert.deepEqual(leases.take('gpt', { tokens: 1 }), { ok: true }); // from the share; its low-water probe succeeds
     // The probe charges what the node spent from its share and Redis never saw: 18,000 + 300 + 1
-    // tokens, drained at the node's share of the refill (900 / 3 = 300 tokens/s) over 2 s: 17,701.
-    assert.equal(leases.view('gpt').tokens?.unreconciled, 17_701);
+    // tokens, not drained (the other nodes may have leased the whole refill meanwhile), capped at
+    // one share (18,000).
+    assert.equal(leases.view('gpt').tokens?.unreconciled, 18_000);
     assert.equal(scripts.leases(TPM).length, 1);
     const charges = scripts.calls.flatMap((c) => (c.op === 'tokenBucket' && c.key === TPM ? [c.o] : []));
-    assert.deepEqual(charges.slice(1), [{ capacity: 54_000, ratePerSec: 900, cost: 17_701, force: true, ttlMs: 60_000 }]);
+    assert.deepEqual(charges.slice(1), [{ capacity: 54_000, ratePerSec: 900, cost: 18_000, force: true, ttlMs: 60_000 }]);
     await leases.whenRenewed('gpt');
     assert.equal(leases.inFallback, false);
     assert.deepEqual(changes, [true, false]);
     assert.equal(leases.view('gpt').tokens?.unreconciled, 0);
-    assert.equal(scripts.level(TPM, 54_000, 900), 54_000 - 17_701);
+    assert.equal(scripts.level(TPM, 54_000, 900), 54_000 - 18_000);
     // Then the leases resume: the next take renews from the reconciled bucket.
     assert.deepEqual(leases.take('gpt', { tokens: 1 }), { ok: false, waitMs: 5 });
     assert.equal(scripts.leases(TPM).length, 2);
