@@ -11,6 +11,7 @@ import { membershipFromConfig } from './coord/from-config.ts';
 import { parseMemberList } from './coord/member-list.ts';
 import { startGateway } from './gateway/start.ts';
 import { startRouter } from './router/server.ts';
+import { HotSet } from './coord/hot-set.ts';
 import { replayCommand } from './replay/cli.ts';
 import { startSimulator } from './simulator/server.ts';
 
@@ -82,9 +83,11 @@ program
       const config = loadConfig(opts.config);
       const configured = membershipFromConfig(withMembers(config.config.cluster, opts.members));
       if (configured === undefined) throw new Error(`${opts.config}: a router needs cluster.members, --members or cluster.redis.url`);
+      const hot = config.config.cluster.hot.threshold_rps === undefined || configured.redis === undefined ? undefined : new HotSet({ redis: configured.redis, cluster: config.config.cluster.name });
       await startRouter({
         config,
         membership: configured.membership,
+        ...(hot === undefined ? {} : { hot }),
         handleSignals: true,
         ...(opts.host === undefined ? {} : { host: opts.host }),
         ...(opts.port === undefined ? {} : { port: opts.port }),

@@ -198,6 +198,23 @@ export const ClusterSchema = z.strictObject({
    * @default local
    */
   on_redis_failure: z.enum(['local', 'closed']).default('local'),
+  /**
+   * Hot tenants found by their owner (Redis membership only): a tenant whose request rate stays above
+   * `threshold_rps` for `sustain` is spread over `spread` nodes like a tenant configured with
+   * `spread`, until its rate has stayed below half the threshold for `cooldown`. Off without `threshold_rps`.
+   */
+  hot: z
+    .strictObject({
+      /** Requests per second (the owner's moving average, 1 s time constant) that make a tenant hot. */
+      threshold_rps: z.number().positive().optional(),
+      /** Nodes a hot tenant is spread over. @default 3 */
+      spread: z.number().int().min(2).max(64).default(3),
+      /** How long the rate must stay above the threshold. @default 5s */
+      sustain: duration.default(5_000),
+      /** How long a hot tenant stays spread after its rate fell below half the threshold. @default 60s */
+      cooldown: duration.default(60_000),
+    })
+    .prefault({}),
   /** Limiter-state handoff between owners (Redis membership only). */
   handoff: z
     .strictObject({
@@ -244,6 +261,9 @@ export const ConfigSchema = z
     unique(config.tenants, 'tenants');
     unique(config.models, 'models');
     unique(config.deployments, 'deployments');
+    if (config.cluster.hot.threshold_rps !== undefined && config.cluster.redis === undefined) {
+      ctx.addIssue({ code: 'custom', path: ['cluster', 'hot', 'threshold_rps'], message: 'hot tenant detection needs cluster.redis.url (the hot set is shared through Redis); use spread: k on the tenant instead' });
+    }
     if (config.cluster.redis !== undefined && config.cluster.members.length > 0) {
       ctx.addIssue({ code: 'custom', path: ['cluster'], message: 'set either members (static membership) or redis.url (Redis membership), not both' });
     }

@@ -8,6 +8,7 @@ import type { ConfiguredQuotas } from '../globalcap/quotas-from-config.ts';
 import type { LoadedConfig } from '../config/load.ts';
 import type { Limiter } from '../limiter/limiter.ts';
 import type { PromptCounter } from '../tokens/index.ts';
+import type { HotDetector } from './hot-detector.ts';
 import type { SpreadTenants } from './spread.ts';
 import type { Upstreams } from './upstream.ts';
 
@@ -20,6 +21,8 @@ export interface GatewayContext {
   readonly quotas?: ConfiguredQuotas;
   /** Hot tenants spread over several nodes (config `spread`); absent when there are none. */
   readonly spread?: SpreadTenants;
+  /** Hot tenant detection on the owner (`cluster.hot.threshold_rps`); absent when off. */
+  readonly hot?: HotDetector;
   /** Ownership and handoff in a cluster: settlements of tenants that moved away go to their owner. */
   readonly handoff?: Handoff;
   readonly tokens: PromptCounter;

@@ -154,6 +154,11 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
   // The tenant moved away while this request was being read and counted: never decide it here.
   if (spread === undefined && ctx.handoff !== undefined && !ctx.handoff.holds(tenantId)) return sendMisdirected(request, reply, ctx.handoff, tenantId, ctx.handoff.ring().owner(tenantId));
   if (spread !== undefined && ctx.handoff !== undefined && spread.placement(tenantId).index < 0) return sendMisdirected(request, reply, ctx.handoff, tenantId, spread.placement(tenantId).members[0]);
+  // Hot tenant detection: the owner counts its tenants' requests (a found-hot tenant's share here × k).
+  if (ctx.hot !== undefined) {
+    if (spread === undefined) ctx.hot.observe(tenantId);
+    else if (spread.isHot(tenantId) && spread.owns(tenantId)) ctx.hot.observeSpread(tenantId, spread.spreadOf(tenantId) ?? 1);
+  }
   const leases = ctx.quotas?.leases;
   // The deployment's provider quota (a local lease of the cluster-wide cap), then the tenant's limits.
   const quotas = ctx.quotas !== undefined && ctx.quotas.limited.has(ex.deployment.name) ? ctx.quotas.leases : undefined;

@@ -3,8 +3,13 @@
  * OpenAI- and Anthropic-compatible requests to the deployments.
  */
 import { SpreadTenants } from './spread.ts';
+import { HotDetector } from './hot-detector.ts';
+import { HotSet } from '../coord/hot-set.ts';
+import { windowLabel } from '../config/duration.ts';
 import Fastify, { LogController } from 'fastify';
-import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyBaseLogger, FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { Redis } from 'ioredis';
+import type { TenantConfig } from '../config/schema.ts';
 import type { Clock } from '../clock.ts';
 import { systemClock } from '../clock.ts';
 import type { LoadedConfig } from '../config/load.ts';
@@ -43,6 +48,8 @@ export interface GatewayOptions {
 /** A node's place in a cluster. Handoff timings come from the config's `cluster.handoff`. */
 export interface NodeClusterOptions {
   readonly self: Member;
+  /** The cluster's Redis connection (membership's), for the hot set; absent with static members. */
+  readonly redis?: Redis;
   /** Source of the ring; started by the caller after the gateway listens (then call `nodeHandoff(app).joined()`). */
   readonly membership: Membership;
   /** Options the membership builds its rings with. */
@@ -95,6 +102,53 @@ function warmExactCounters(config: LoadedConfig, cacheEntries: number): void {
   }
 }
 
+/** Units used of each requests/tokens limit of `tenant` in `limiter` (config order): limit − remaining. */
+function limitUsage(limiter: Limiter, tenant: TenantConfig): number[] {
+  return tenant.limits
+    .filter((l) => l.concurrent === undefined)
+    .map((l) => {
+      const kind = l.requests !== undefined ? 'requests' : 'tokens';
+      const name = `${kind}/${windowLabel(l.window ?? 60_000)}${l.model === undefined ? '' : `@${l.model}`}`;
+      const state = limiter.peek(tenant.id, l.model).find((s) => s.name === name);
+      return state === undefined ? 0 : Math.max(0, state.limit - state.remaining);
+    });
+}
+
+/** Charges a cooled tenant's usage (read from the global cap) to the owner's limiter: one acquire, settled and released at once. */
+function seedUsage(limiter: Limiter, tenant: string, used: { readonly requests: number; readonly tokens: number }, clock: Clock, log: FastifyBaseLogger): void {
+  const id = `seed-${clock.now()}`;
+  const r = limiter.acquire(tenant, { id, requests: used.requests, tokens: used.tokens });
+  if (!r.ok) {
+    log.warn({ tenant, used, refused: r.limit }, 'cooled hot tenant: its usage could not be charged to the owner\'s limiter');
+    return;
+  }
+  limiter.settle(tenant, id, used.tokens);
+  limiter.release(tenant, id);
+  log.info({ tenant, used }, 'hot tenant cooled: back on its owner with its usage from the global cap');
+}
+
+/** The owner's hot detection: promotes by seeding the global cap then marking the hot set; refreshes while hot. */
+function hotDetector(
+  set: HotSet,
+  spread: SpreadTenants,
+  o: { readonly thresholdRps: number; readonly k: number; readonly sustainMs: number; readonly cooldownMs: number },
+  clock: Clock,
+  log: FastifyBaseLogger,
+): HotDetector {
+  return new HotDetector({
+    clock,
+    thresholdRps: o.thresholdRps,
+    sustainMs: o.sustainMs,
+    refreshMs: o.cooldownMs / 3,
+    promote: async (tenant) => {
+      if (!(await spread.promote(tenant))) throw new Error('the global cap could not take the tenant\'s usage');
+      await set.mark(tenant, o.k, o.cooldownMs);
+      log.info({ tenant, k: o.k, thresholdRps: o.thresholdRps }, 'hot tenant: spread over k nodes');
+    },
+    refresh: (tenant) => set.mark(tenant, o.k, o.cooldownMs),
+  });
+}
+
 /**
  * Builds the gateway (not listening). The limiter's idle sweep runs every `server.sweep_interval`;
  * `app.close()` stops it, the token pool and the upstream pools.
@@ -132,20 +186,44 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
         });
   if (handoff !== undefined) handoffs.set(app, handoff);
   const staticMembers = config.config.cluster.members.length;
+  const hotConfig = config.config.cluster.hot;
+  const hotRedis = hotConfig.threshold_rps === undefined ? undefined : clusterOpts?.redis;
+  const hotSet =
+    hotRedis === undefined
+      ? undefined
+      : new HotSet({
+          redis: hotRedis,
+          cluster: config.config.cluster.name,
+          clock,
+          onError: (err) => app.log.warn({ err: err.message }, 'hot set unreadable: keeping the last view'),
+          onChange: (cooled) => (cooled.length > 0 ? app.log.info({ cooled }, 'hot tenants cooled: back on their owners') : undefined),
+        });
   const quotas = quotasFromConfig(config, {
     clock,
     liveNodes: () => handoff?.ring().members.length ?? Math.max(1, staticMembers),
     log: app.log,
+    always: hotSet !== undefined,
   });
-  if (quotas !== undefined && config.config.tenants.some((t) => t.spread !== undefined)) {
-    spread = new SpreadTenants({ config, leases: quotas.leases, ring: () => handoff?.ring(), selfId: clusterOpts?.self.id });
+  if (quotas !== undefined && (hotSet !== undefined || config.config.tenants.some((t) => t.spread !== undefined))) {
+    spread = new SpreadTenants({
+      config,
+      leases: quotas.leases,
+      ring: () => handoff?.ring(),
+      selfId: clusterOpts?.self.id,
+      ...(hotSet === undefined ? {} : { hot: { set: hotSet, usage: (tenant: TenantConfig) => limitUsage(limiter, tenant), seed: (tenant: string, used: { requests: number; tokens: number }) => seedUsage(limiter, tenant, used, clock, app.log) } }),
+    });
   }
+  const hot =
+    hotSet === undefined || spread === undefined || hotConfig.threshold_rps === undefined
+      ? undefined
+      : hotDetector(hotSet, spread, { thresholdRps: hotConfig.threshold_rps, k: hotConfig.spread, sustainMs: hotConfig.sustain, cooldownMs: hotConfig.cooldown }, clock, app.log);
   const ctx: GatewayContext = {
     config,
     clock,
     limiter,
     ...(quotas === undefined ? {} : { quotas }),
     ...(spread === undefined ? {} : { spread }),
+    ...(hot === undefined ? {} : { hot }),
     ...(handoff === undefined ? {} : { handoff }),
     tokens: new PromptCounter({
       poolSize: config.config.tokens.pool_size,
@@ -183,10 +261,12 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
 
   const sweep = setInterval(() => {
     ctx.limiter.sweep();
+    hot?.sweep();
     void handoff?.forgetIdle();
   }, server.sweep_interval);
   sweep.unref();
   app.addHook('onReady', async () => {
+    await hotSet?.start();
     warmExactCounters(config, config.config.tokens.cache_entries);
     ready = true;
   });
@@ -195,6 +275,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
   });
   app.addHook('onClose', async () => {
     clearInterval(sweep);
+    hotSet?.stop();
     handoff?.stop();
     await Promise.all([ctx.tokens.close(), ctx.upstreams.close(), quotas?.close()]);
   });

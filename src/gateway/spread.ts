@@ -15,6 +15,7 @@
 import type { LoadedConfig } from '../config/load.ts';
 import { windowLabel } from '../config/duration.ts';
 import type { LimitConfig, TenantConfig } from '../config/schema.ts';
+import type { HotSet } from '../coord/hot-set.ts';
 import type { Member, Ring } from '../coord/types.ts';
 import type { CapBucketSpec, CapLeases } from '../globalcap/cap-leases.ts';
 import type { AcquireResult, LimitState, Policy } from '../limiter/types.ts';
@@ -28,6 +29,24 @@ export interface SpreadPlacement {
   readonly index: number;
 }
 
+/** Found-hot tenants (`cluster.hot`): the shared hot set and how the owner's limiter hands over. */
+export interface SpreadHotOptions {
+  /** The cluster's hot set (read every 500 ms). */
+  readonly set: HotSet;
+  /**
+   * Usage of each `requests`/`tokens` limit of a tenant in this node's limiter (units used in its
+   * window, in config order), charged to the global cap when the tenant becomes hot.
+   */
+  readonly usage: (tenant: TenantConfig) => number[];
+  /**
+   * Charges a cooled tenant's usage (the most used of its requests limits and of its tokens limits,
+   * read from the global cap) to this node's limiter, once the tenant is back on its owner.
+   */
+  readonly seed: (tenant: string, used: { readonly requests: number; readonly tokens: number }) => void;
+  /** Told when a cooled tenant's levels could not be read (it is seeded from this node's last view). */
+  readonly log?: (obj: object, msg: string) => void;
+}
+
 /** Options of {@link SpreadTenants}. */
 export interface SpreadTenantsOptions {
   readonly config: LoadedConfig;
@@ -37,6 +56,8 @@ export interface SpreadTenantsOptions {
   readonly ring: () => Ring | undefined;
   /** This node's id (undefined outside a cluster). */
   readonly selfId: string | undefined;
+  /** Tenants found hot at run time, besides those configured with `spread`. */
+  readonly hot?: SpreadHotOptions;
 }
 
 interface SpreadTenant {
@@ -54,24 +75,99 @@ export class SpreadTenants {
   readonly #leases: CapLeases;
   readonly #ring: () => Ring | undefined;
   readonly #selfId: string | undefined;
+  readonly #hot: SpreadHotOptions | undefined;
+  readonly #configs = new Map<string, TenantConfig>();
+  /** Tenants spread because they are in the hot set (or were, until their owner has taken them back). */
+  readonly #dynamic = new Map<string, SpreadTenant & { cooling: boolean }>();
 
   constructor(opts: SpreadTenantsOptions) {
     this.#leases = opts.leases;
     this.#ring = opts.ring;
     this.#selfId = opts.selfId;
+    this.#hot = opts.hot;
     for (const t of opts.config.config.tenants) {
+      this.#configs.set(t.id, t);
       if (t.spread !== undefined) this.#tenants.set(t.id, { config: t, k: t.spread, policies: new Map() });
     }
   }
 
-  /** True when `tenant` is configured with `spread`. */
+  /**
+   * True when `tenant` is spread: configured with `spread`, in the hot set, or cooled but not yet
+   * taken back by its owner (which reads the tenant's usage from the global cap first).
+   */
   isSpread(tenant: string): boolean {
-    return this.#tenants.has(tenant);
+    if (this.#tenants.has(tenant)) return true;
+    if (this.#hot === undefined) return false;
+    const k = this.#hot.set.spreadOf(tenant);
+    const known = this.#dynamic.get(tenant);
+    if (k !== undefined) {
+      const config = this.#configs.get(tenant);
+      if (config === undefined) return false;
+      if (known === undefined || known.k !== k) this.#dynamic.set(tenant, { config, k, policies: new Map(), cooling: false });
+      return true;
+    }
+    if (known === undefined) return false;
+    this.#cool(tenant, known);
+    return this.#dynamic.has(tenant);
   }
 
-  /** The tenant's configured k, or undefined. */
+  /** The tenant's k (configured or hot), or undefined when it is not spread. */
   spreadOf(tenant: string): number | undefined {
-    return this.#tenants.get(tenant)?.k;
+    return this.isSpread(tenant) ? this.#tenant(tenant).k : undefined;
+  }
+
+  /** True when the tenant is spread because it was found hot (not configured). */
+  isHot(tenant: string): boolean {
+    return !this.#tenants.has(tenant) && this.isSpread(tenant);
+  }
+
+  /** True when this node is the tenant's owner on the ring (the first of its range). */
+  owns(tenant: string): boolean {
+    return this.#ring()?.owner(tenant)?.id === this.#selfId;
+  }
+
+  /**
+   * Before `tenant` is marked hot (by its owner): charges the usage its limits have in this node's
+   * limiter to the global cap, so the k nodes lease only what is left. @returns false when Redis
+   * could not take it (the tenant then stays on its owner).
+   */
+  async promote(tenant: string): Promise<boolean> {
+    const config = this.#configs.get(tenant);
+    if (config === undefined || this.#hot === undefined) return false;
+    return this.#leases.charge(this.#allGroup(tenant, config), this.#hot.usage(config));
+  }
+
+  /** A tenant that left the hot set: other nodes drop it at once; its owner first reads its levels. */
+  #cool(tenant: string, t: SpreadTenant & { cooling: boolean }): void {
+    const hot = this.#hot;
+    if (hot === undefined || t.cooling) return;
+    if (!this.owns(tenant)) {
+      this.#dynamic.delete(tenant);
+      return;
+    }
+    t.cooling = true;
+    const limits = t.config.limits.filter((l) => l.concurrent === undefined);
+    void this.#leases.levels(this.#allGroup(tenant, t.config)).then((levels) => {
+      const used = { requests: 0, tokens: 0 };
+      limits.forEach((l, i) => {
+        const kind = l.requests !== undefined ? 'requests' : 'tokens';
+        const capacity = l.requests ?? l.tokens ?? 0;
+        used[kind] = Math.max(used[kind], Math.min(capacity, Math.max(0, capacity - (levels[i] ?? capacity))));
+      });
+      if (this.#dynamic.get(tenant) === t) this.#dynamic.delete(tenant);
+      hot.seed(tenant, used);
+    });
+  }
+
+  /** A group with every requests/tokens limit of the tenant (for charging and reading levels). */
+  #allGroup(tenant: string, config: TenantConfig): string {
+    const name = `tenant:${tenant}`;
+    if (!this.#groupLimits.has(name)) {
+      const limits = config.limits.filter((l) => l.concurrent === undefined);
+      this.#leases.define(name, { buckets: limits.map(bucketSpec(tenant)), share: () => this.share(tenant) });
+      this.#groupLimits.set(name, limits);
+    }
+    return name;
   }
 
   /** The nodes a spread tenant is routed over now and this node's place among them. @throws RangeError for a tenant that is not spread. */
@@ -83,8 +179,9 @@ export class SpreadTenants {
     return { members, index: members.findIndex((m) => m.id === this.#selfId) };
   }
 
-  /** Nodes sharing the tenant's limits now (≥ 1). */
+  /** Nodes sharing the tenant's limits now (≥ 1; 1 once a found-hot tenant is back on its owner). */
   share(tenant: string): number {
+    if (!this.#tenants.has(tenant) && !this.#dynamic.has(tenant)) return 1;
     return Math.max(1, this.placement(tenant).members.length);
   }
 
@@ -170,7 +267,7 @@ export class SpreadTenants {
   }
 
   #tenant(tenant: string): SpreadTenant {
-    const t = this.#tenants.get(tenant);
+    const t = this.#tenants.get(tenant) ?? this.#dynamic.get(tenant);
     if (t === undefined) throw new RangeError(`tenant ${JSON.stringify(tenant)} is not spread`);
     return t;
   }

@@ -49,7 +49,15 @@ export async function startGateway(opts: StartGatewayOptions): Promise<{ url: st
     config,
     ...(configured === undefined
       ? {}
-      : { cluster: { self, membership: configured.membership, ringOptions: configured.ringOptions, ...(store === undefined ? {} : { store }) } }),
+      : {
+          cluster: {
+            self,
+            membership: configured.membership,
+            ringOptions: configured.ringOptions,
+            ...(store === undefined ? {} : { store }),
+            ...(configured.redis === undefined ? {} : { redis: configured.redis }),
+          },
+        }),
   });
   const url = await app.listen({ host, port });
   const handoff = nodeHandoff(app);

@@ -549,6 +549,46 @@ export class CapLeases {
   }
 
   /**
+   * Charges `units[i]` to the group's bucket i in Redis (forced: may go into debt), e.g. a tenant's
+   * usage on its owner when it becomes hot. Resolves false when a call failed (Redis unavailable).
+   * @throws RangeError for an unknown group or units not finite ≥ 0.
+   */
+  async charge(group: string, units: readonly number[]): Promise<boolean> {
+    const buckets = this.#group(group).buckets;
+    if (this.#localOnly) return false;
+    const calls = buckets.map((b, i) => {
+      const u = nonNegative('units', units[i] ?? 0);
+      if (u === 0) return Promise.resolve(true);
+      return this.#call(() => this.#scripts.tokenBucket(b.key, { capacity: b.capacity, ratePerSec: b.ratePerSec, cost: u, force: true, ttlMs: b.windowMs })).then((r) => {
+        if (r.ok) {
+          b.level = r.value.level;
+          b.levelAt = this.#clock.now();
+        }
+        return r.ok;
+      });
+    });
+    return (await Promise.all(calls)).every(Boolean);
+  }
+
+  /**
+   * Each bucket's level in Redis now (a token-bucket call of cost 0), or, for a bucket whose call
+   * failed, the level this node last saw refilled since (never above capacity).
+   * @throws RangeError for an unknown group.
+   */
+  async levels(group: string): Promise<number[]> {
+    const buckets = this.#group(group).buckets;
+    return Promise.all(
+      buckets.map(async (b) => {
+        const r = this.#localOnly
+          ? ({ ok: false } as const)
+          : await this.#call(() => this.#scripts.tokenBucket(b.key, { capacity: b.capacity, ratePerSec: b.ratePerSec, cost: 0, force: true, ttlMs: b.windowMs }));
+        if (r.ok) return r.value.level;
+        return Math.min(b.capacity, b.level + ((this.#clock.now() - b.levelAt) * b.ratePerSec) / 1000);
+      }),
+    );
+  }
+
+  /**
    * The connection to Redis dropped (ioredis `close`): no lease or charge is sent until
    * {@link reconnected}, so nothing is granted from a Redis that may have restarted empty before the
    * node's usage is charged to it. Takes go on from the leases and, once a call fails, the fallback.

@@ -67,9 +67,13 @@ const LOCAL_ONLY: CapCall = async () => ({ ok: false });
 
 /**
  * @param liveNodes nodes sharing the quotas now (the ring's members; at least 1).
- * @returns undefined when no deployment has a quota.
+ * @param always build the leases even when nothing in the config needs them yet (hot tenant detection).
+ * @returns undefined when no deployment has a quota, no tenant is spread and `always` is not set.
  */
-export function quotasFromConfig(config: LoadedConfig, opts: { readonly clock: Clock; readonly liveNodes: () => number; readonly log: QuotaLog }): ConfiguredQuotas | undefined {
+export function quotasFromConfig(
+  config: LoadedConfig,
+  opts: { readonly clock: Clock; readonly liveNodes: () => number; readonly log: QuotaLog; readonly always?: boolean },
+): ConfiguredQuotas | undefined {
   const deployments: Record<string, DeploymentQuota> = {};
   for (const d of config.config.deployments) {
     if (d.quota.rpm === undefined && d.quota.tpm === undefined) continue;
@@ -77,7 +81,7 @@ export function quotasFromConfig(config: LoadedConfig, opts: { readonly clock: C
   }
   const limited = new Set(Object.keys(deployments));
   const spread = config.config.tenants.some((t) => t.spread !== undefined);
-  if (limited.size === 0 && !spread) return undefined;
+  if (limited.size === 0 && !spread && opts.always !== true) return undefined;
   const cluster = config.config.cluster;
   let redis: Redis | undefined;
   let scripts = NO_REDIS;

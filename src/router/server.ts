@@ -16,6 +16,7 @@ import { HealthCheck } from './health-check.ts';
 import { MemberPools } from './member-pools.ts';
 import { MAX_REPLAY_BYTES } from './request-body.ts';
 import { Suspects } from './suspects.ts';
+import type { HotSet } from '../coord/hot-set.ts';
 
 /** Options of {@link buildRouter}. */
 export interface RouterOptions {
@@ -29,6 +30,8 @@ export interface RouterOptions {
   readonly healthCheckMs?: number;
   /** Time source of suspect marks. @default systemClock */
   readonly clock?: Clock;
+  /** The cluster's hot set (`cluster.hot`): found-hot tenants are spread like configured ones. Started and stopped by {@link startRouter}. */
+  readonly hot?: HotSet;
 }
 
 /** Introspection and manual control of a router, for tests and operators. */
@@ -97,7 +100,7 @@ export function buildRouter(opts: RouterOptions): FastifyInstance {
       if (tenant === undefined) {
         return sendError(request, reply, 'invalid_api_key', key === undefined ? undefined : 'Incorrect API key provided. Use a key configured for a tenant of this gateway.');
       }
-      return forward(ctx, request, reply, tenant.id, tenant.spread);
+      return forward(ctx, request, reply, tenant.id, tenant.spread ?? opts.hot?.spreadOf(tenant.id));
     },
   });
 
@@ -135,6 +138,7 @@ export interface StartRouterOptions extends RouterOptions {
  */
 export async function startRouter(opts: StartRouterOptions): Promise<{ url: string; close(): Promise<void> }> {
   await opts.membership.start();
+  await opts.hot?.start();
   const app = buildRouter(opts);
   const settings = opts.config.config.router;
   let url: string;
@@ -148,6 +152,7 @@ export async function startRouter(opts: StartRouterOptions): Promise<{ url: stri
   app.log.info({ url, ring: ring.version, members: ring.members.length }, 'quotaring router listening');
   const close = async (): Promise<void> => {
     await app.close();
+    opts.hot?.stop();
     await opts.membership.stop();
   };
   if (opts.handleSignals === true) {

@@ -200,7 +200,8 @@ describe('RedisGuard on a real redis-server', () => {
 });
 
 /** A guard result without the `late` promise of a timeout (compared separately where it matters). */
-function withoutLate(r: object): object {
+function withoutLate(r: object | undefined): object | undefined {
+  if (r === undefined) return r;
   const { late: _late, ...rest } = r as { late?: unknown };
   return rest;
 }

@@ -374,7 +374,8 @@ describe('RedisGuard options', () => {
 });
 
 /** A guard result without the `late` promise of a timeout (compared separately where it matters). */
-function withoutLate(r: object): object {
+function withoutLate(r: object | undefined): object | undefined {
+  if (r === undefined) return r;
   const { late: _late, ...rest } = r as { late?: unknown };
   return rest;
 }
