@@ -1,6 +1,6 @@
 /**
- * The load of `npm run bench:global`: one node's `CapLeases` taken from as fast as the cap
- * allows, the way the gateway takes (src/gateway/exchange.ts): a take refused with a wait of at
+ * The closed-loop load of `npm run bench:global`: one node's `CapLeases` group (a deployment's
+ * quota or a hot tenant's limits) taken from as fast as the cap allows, the way the gateway takes (src/gateway/exchange.ts): a take refused with a wait of at
  * most 20 ms awaits the renewal in flight and takes again, up to 3 times; a refusal after that
  * sleeps its wait (not timed) before the next request. Latencies go to HDR histograms in ns.
  */
@@ -51,7 +51,8 @@ export interface DriveCounts {
 /** Options of {@link drive}. */
 export interface DriveOptions {
   readonly leases: CapLeases;
-  readonly deployment: string;
+  /** The group taken from: a deployment's name, or a group made with `CapLeases.define`. */
+  readonly group: string;
   readonly cost: CapCost;
   /** `performance.now()` at which the loop stops, ms. */
   readonly stopAt: number;
@@ -71,7 +72,7 @@ export async function drive(o: DriveOptions): Promise<DriveCounts> {
     counts.takeCalls++;
     const calls = sink === undefined ? 0 : (o.callsSent?.() ?? 0);
     const t0 = process.hrtime.bigint();
-    const r = o.leases.take(o.deployment, o.cost);
+    const r = o.leases.take(o.group, o.cost);
     const ns = Number(process.hrtime.bigint() - t0);
     if (sink !== undefined) {
       sink.take.recordValue(ns);
@@ -86,7 +87,7 @@ export async function drive(o: DriveOptions): Promise<DriveCounts> {
     let r = take(sink);
     let waits = 0;
     for (; waits < RENEWAL_WAITS && !r.ok && r.waitMs >= 0 && r.waitMs <= RENEWAL_WAIT_MS; waits++) {
-      await o.leases.whenRenewed(o.deployment);
+      await o.leases.whenRenewed(o.group);
       r = take(sink);
     }
     const ns = Number(process.hrtime.bigint() - start);

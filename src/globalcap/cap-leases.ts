@@ -32,7 +32,18 @@ import type { CapScripts } from './scripts.ts';
  * breaker open). A call given up on after a timeout may still have run in Redis: `late` then settles
  * with its real outcome (a `RedisGuard` passes it), so a lease granted too late is not lost.
  */
-export type CapCallResult<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly late?: Promise<T> };
+export type CapCallResult<T> =
+  | { readonly ok: true; readonly value: T }
+  | {
+      readonly ok: false;
+      readonly late?: Promise<T>;
+      /**
+       * false: a single failure while the circuit breaker is still closed (a blip): the node stays on
+       * its leases and serves only the requests waiting on that call from its fallback share.
+       * Absent or true: Redis is unavailable (breaker open, or no breaker): the node enters fallback.
+       */
+      readonly open?: boolean;
+    };
 
 /**
  * Runs one Redis call and reports its outcome instead of throwing (a timeout and circuit-breaker
@@ -90,6 +101,8 @@ export interface CapLeasesOptions {
   readonly pendingWaitMs?: number;
   /** After a failed Redis call, no new renewal (probe) is sent for this long, ms. @default 1000 */
   readonly probeIntervalMs?: number;
+  /** After a blip (a failed call, breaker still closed), takes the leases cannot cover are served from the fallback share for this long, ms. @default 50 */
+  readonly blipMs?: number;
   /** Called with true when the node enters fallback (a Redis call failed) and false when it leaves it (a call succeeded). */
   readonly onFallbackChange?: (inFallback: boolean) => void;
   /**
@@ -213,6 +226,8 @@ interface Bucket {
   readonly unreconciled: Deficit;
   /** The last lease was partial or denied: the cluster bucket is the bottleneck. */
   starved: boolean;
+  /** Until then (ms) a take the leases cannot cover is served from the fallback share: the last call failed while the breaker stayed closed. */
+  blipUntil: number;
   /** Cluster level at the last reply, and when. */
   level: number;
   levelAt: number;
@@ -248,6 +263,7 @@ export class CapLeases {
   readonly #rateWindowMs: number;
   readonly #pendingWaitMs: number;
   readonly #probeIntervalMs: number;
+  readonly #blipMs: number;
   readonly #onFallbackChange: ((inFallback: boolean) => void) | undefined;
   #inFallback: boolean;
   readonly #localOnly: boolean;
@@ -273,6 +289,7 @@ export class CapLeases {
     this.#rateWindowMs = positive('rateWindowMs', options.rateWindowMs ?? 1_000);
     this.#pendingWaitMs = positive('pendingWaitMs', options.pendingWaitMs ?? 5);
     this.#probeIntervalMs = positive('probeIntervalMs', options.probeIntervalMs ?? 1_000);
+    this.#blipMs = positive('blipMs', options.blipMs ?? 50);
     this.#localOnly = options.localOnly === true;
     this.#inFallback = this.#localOnly;
     this.#onFallbackChange = options.onFallbackChange;
@@ -340,6 +357,7 @@ export class CapLeases {
         known: { value: 0, at: now },
         unreconciled: { value: 0, at: now },
         starved: false,
+        blipUntil: -Infinity,
         level: bs.capacity,
         levelAt: now,
       };
@@ -383,7 +401,7 @@ export class CapLeases {
         sources.push('lease');
         continue;
       }
-      if (this.#inFallback) {
+      if (this.#inFallback || b.blipUntil > now) {
         const fb = this.#fallbackBucket(b, now);
         if (units <= b.fallbackShare) {
           const w = bucketWaitMs(fb, 0, b.fallbackShare, b.windowMs, units);
@@ -397,7 +415,7 @@ export class CapLeases {
         } else {
           waitMs = Math.max(waitMs, this.#probeIntervalMs);
         }
-        if (!this.#localOnly) this.#maybeRenew(b, now, 0);
+        if (!this.#localOnly) this.#maybeRenew(b, now, this.#inFallback ? 0 : units + b.debt - liveUnits(b));
         sources.push('none');
         continue;
       }
@@ -488,7 +506,7 @@ export class CapLeases {
       calls.push(
         this.#call(() =>
           this.#scripts.tokenBucket(b.key, { capacity: b.capacity, ratePerSec: b.ratePerSec, cost: drain, force: true, ttlMs: b.windowMs }),
-        ).then((r) => this.#setFallback(!r.ok)),
+        ).then((r) => (r.ok ? this.#answered(b) : this.#failed(b, this.#clock.now(), r.open))),
       );
     }
     await Promise.all(calls);
@@ -712,13 +730,12 @@ export class CapLeases {
         if (!r.ok) {
           // Charged after all (the answer came late): do not charge it twice.
           r.late?.then((v) => charged(v.level), () => undefined);
-          b.retryAt = at + this.#probeIntervalMs;
-          this.#setFallback(true);
+          this.#failed(b, at, r.open);
           return;
         }
         charged(r.value.level);
         b.retryAt = -Infinity;
-        this.#setFallback(false);
+        this.#answered(b);
       });
       return this.#pendingWaitMs;
     }
@@ -745,13 +762,12 @@ export class CapLeases {
           },
           () => undefined,
         );
-        b.retryAt = at + this.#probeIntervalMs;
-        this.#setFallback(true);
+        this.#failed(b, at, r.open);
         return;
       }
       b.level = r.value.level;
       b.levelAt = at;
-      this.#setFallback(false);
+      this.#answered(b);
       if (r.value.granted > 0) {
         // A partial grant emptied the cluster bucket: the next renewal waits 2 × blockMs (asking at
         // once would only be denied); units refilled meanwhile wait in Redis.
@@ -767,6 +783,29 @@ export class CapLeases {
       }
     });
     return this.#pendingWaitMs;
+  }
+
+  /**
+   * A call on `b` failed. A blip (`open` false: the breaker is still closed) leaves the node on its
+   * leases: the takes waiting on the call, and those of the next `blipMs`, are served from the
+   * fallback share, and the next take may renew at once. Otherwise the node enters fallback and
+   * probes again after `probeIntervalMs`.
+   */
+  #failed(b: Bucket, at: number, open: boolean | undefined): void {
+    if (open === false) {
+      b.blipUntil = at + this.#blipMs;
+      b.retryAt = at;
+      return;
+    }
+    b.retryAt = at + this.#probeIntervalMs;
+    this.#setFallback(true);
+  }
+
+  /** A call on `b` was answered: the node is on its leases (a blip's share is dropped). */
+  #answered(b: Bucket): void {
+    b.blipUntil = -Infinity;
+    if (!this.#inFallback) b.fallback = undefined;
+    this.#setFallback(false);
   }
 
   #fallbackBucket(b: Bucket, now: number): number[] {

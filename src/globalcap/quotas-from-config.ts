@@ -10,7 +10,7 @@ import type { LoadedConfig } from '../config/load.ts';
 import { CapLeases } from './cap-leases.ts';
 import type { CapCall, DeploymentQuota } from './cap-leases.ts';
 import { redisForDecisions } from './redis-connection.ts';
-import { RedisGuard } from './redis-guard.ts';
+import { RedisGuard, guardedCall } from './redis-guard.ts';
 import { defineCapScripts } from './scripts.ts';
 import type { CapScripts } from './scripts.ts';
 
@@ -90,7 +90,7 @@ export function quotasFromConfig(
     redis = redisForDecisions(cluster.redis.url);
     scripts = defineCapScripts(redis);
     const guard = new RedisGuard({ clock: opts.clock, onChange: (state, reason) => opts.log.info({ breaker: state, reason }, 'Redis circuit breaker') });
-    call = (fn) => guard.run(fn);
+    call = guardedCall(guard);
   }
   const restarts = redis === undefined ? undefined : new RestartWatch(redis);
   const leases = new CapLeases({

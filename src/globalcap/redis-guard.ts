@@ -271,3 +271,16 @@ export class RedisGuard {
     }
   }
 }
+
+/**
+ * A `CapCall` (see `cap-leases.ts`) running every call through `guard`: a failure says whether the
+ * breaker is open after it (`open`), so a single timeout is a blip and only an open breaker puts the
+ * node in fallback.
+ */
+export function guardedCall(guard: RedisGuard): <T>(fn: () => Promise<T>) => Promise<{ ok: true; value: T } | { ok: false; late?: Promise<T>; open: boolean }> {
+  return async (fn) => {
+    const r = await guard.run(fn);
+    if (r.ok) return r;
+    return { ok: false, ...(r.late === undefined ? {} : { late: r.late }), open: guard.state !== 'closed' };
+  };
+}

@@ -301,6 +301,31 @@ describe('CapLeases', () => {
     assert.deepEqual(leases.take('gpt', { tokens: 1 }), { ok: true });
   });
 
+  test('a blip (one failed call, breaker still closed): no fallback; the waiting take is served from the share, the next take renews at once', async () => {
+    let blips = 1;
+    const changes: boolean[] = [];
+    const { scripts, leases } = setup({
+      liveNodes: () => 3,
+      onFallbackChange: (on) => changes.push(on),
+      call: async (fn) => {
+        if (blips > 0) {
+          blips--;
+          return { ok: false, open: false };
+        }
+        return { ok: true, value: await fn() };
+      },
+    });
+    const first = leases.take('gpt', { tokens: 1000, requests: 0 });
+    assert.deepEqual(first, { ok: false, waitMs: 5 });
+    assert.deepEqual(await leases.takeAfterRenewals('gpt', { tokens: 1000, requests: 0 }, first), { ok: true }, 'from the share (18,000 / min)');
+    assert.equal(leases.inFallback, false);
+    assert.deepEqual(changes, []);
+    assert.equal(leases.view('gpt').tokens?.unreconciled, 1000, 'charged before the next lease');
+    await leases.whenRenewed('gpt'); // that take's renewal: the charge of 1,000
+    assert.equal(scripts.level(TPM, 54_000, 900), 53_000);
+    assert.equal(leases.view('gpt').tokens?.unreconciled, 0);
+  });
+
   test('Redis restarted empty: known in-window usage is charged before the next lease, and no lease is sent while the connection is down', async () => {
     const { clock, scripts, leases } = setup({ liveNodes: () => 2 });
     const t = (tokens: number): ReturnType<CapLeases['take']> => leases.take('gpt', { tokens, requests: 0 });
