@@ -141,8 +141,7 @@ function hotDetector(
     sustainMs: o.sustainMs,
     refreshMs: o.cooldownMs / 3,
     promote: async (tenant) => {
-      if (!(await spread.promote(tenant))) throw new Error('the global cap could not take the tenant\'s usage');
-      await set.mark(tenant, o.k, o.cooldownMs);
+      if (!(await spread.promote(tenant, o.k, o.cooldownMs))) throw new Error('the global cap could not take the tenant\'s usage');
       log.info({ tenant, k: o.k, thresholdRps: o.thresholdRps }, 'hot tenant: spread over k nodes');
     },
     refresh: (tenant) => set.mark(tenant, o.k, o.cooldownMs),

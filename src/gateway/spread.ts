@@ -127,14 +127,24 @@ export class SpreadTenants {
   }
 
   /**
-   * Before `tenant` is marked hot (by its owner): charges the usage its limits have in this node's
-   * limiter to the global cap, so the k nodes lease only what is left. @returns false when Redis
-   * could not take it (the tenant then stays on its owner).
+   * Makes `tenant` hot (called by its owner): charges the usage its limits have in this node's
+   * limiter to the global cap, then, in one synchronous step, records what this node admitted while
+   * that call was in flight (charged before its next lease) and marks the tenant in the hot set over
+   * `k` nodes for `ttlMs` (this node decides from the cap from then on; the others read the set
+   * within 500 ms). @returns false when Redis could not take the usage (the tenant stays on its
+   * owner); rejects when the hot set could not be written.
    */
-  async promote(tenant: string): Promise<boolean> {
+  async promote(tenant: string, k: number, ttlMs: number): Promise<boolean> {
     const config = this.#configs.get(tenant);
-    if (config === undefined || this.#hot === undefined) return false;
-    return this.#leases.charge(this.#allGroup(tenant, config), this.#hot.usage(config));
+    const hot = this.#hot;
+    if (config === undefined || hot === undefined) return false;
+    const group = this.#allGroup(tenant, config);
+    const before = hot.usage(config);
+    if (!(await this.#leases.charge(group, before))) return false;
+    const after = hot.usage(config);
+    this.#leases.owe(group, after.map((u, i) => Math.max(0, u - (before[i] ?? 0))));
+    await hot.set.mark(tenant, k, ttlMs);
+    return true;
   }
 
   /** A tenant that left the hot set: other nodes drop it at once; its owner first reads its levels. */

@@ -589,6 +589,17 @@ export class CapLeases {
   }
 
   /**
+   * Records `units[i]` as usage of the group's bucket i that Redis has not been told: charged
+   * (forced) before this node's next lease of that bucket. @throws RangeError for an unknown group
+   * or units not finite ≥ 0.
+   */
+  owe(group: string, units: readonly number[]): void {
+    this.#group(group).buckets.forEach((b, i) => {
+      b.unreconciled.value += nonNegative('units', units[i] ?? 0);
+    });
+  }
+
+  /**
    * Each bucket's level in Redis now (a token-bucket call of cost 0), or, for a bucket whose call
    * failed, the level this node last saw refilled since (never above capacity).
    * @throws RangeError for an unknown group.
