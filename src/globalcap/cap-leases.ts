@@ -620,10 +620,13 @@ export class CapLeases {
   /**
    * The connection to Redis dropped (ioredis `close`): no lease or charge is sent until
    * {@link reconnected}, so nothing is granted from a Redis that may have restarted empty before the
-   * node's usage is charged to it. Takes go on from the leases and, once a call fails, the fallback.
+   * node's usage is charged to it. The node enters fallback: takes go on from the leases, then the
+   * fallback shares.
    */
   connectionLost(): void {
     this.#held = true;
+    // No connection is Redis unavailable: decide from the fallback shares until it is back.
+    if (!this.#localOnly) this.#setFallback(true);
   }
 
   /**

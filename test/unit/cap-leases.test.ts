@@ -337,15 +337,18 @@ describe('CapLeases', () => {
     clock.advance(1000);
     leases.connectionLost();
     scripts.levels.clear(); // the restart: Redis lost every bucket
+    assert.equal(leases.inFallback, true, 'no connection: fallback');
     assert.deepEqual(t(10_000), { ok: true }); // from the lease still held (the low-water renewal is held back)
-    assert.deepEqual(t(10_000), { ok: false, waitMs: 1000 });
+    // The share (54,000 / 2) less the 19,550 this node used: 10,000 waits (10,000 − 7,450) / 450 per s.
+    assert.deepEqual(t(10_000), { ok: false, waitMs: 5667 });
     assert.equal(scripts.calls.length, before, 'nothing sent while the connection is down');
     // Spent 10,000 (1 s ago) and 10,000 (now); drained at 900 / 2 = 450 tokens/s for 1 s: 19,550.
     assert.equal(leases.view('gpt').tokens?.knownUsage, 19_550);
     leases.reconnected(true);
     assert.equal(leases.view('gpt').tokens?.unreconciled, 19_550);
-    assert.deepEqual(t(10_000), { ok: false, waitMs: 5 });
+    assert.deepEqual(t(10_000), { ok: false, waitMs: 5667 }); // still in fallback; its probe is the charge
     await leases.whenRenewed('gpt');
+    assert.equal(leases.inFallback, false);
     assert.equal(scripts.level(TPM, 54_000, 900), 54_000 - 19_550, 'the restarted bucket holds the node usage it knew');
     assert.deepEqual(t(10_000), { ok: false, waitMs: 5 }); // now the lease
     await leases.whenRenewed('gpt');
