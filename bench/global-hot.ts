@@ -40,11 +40,21 @@ export const HOT_LIMIT_RPS = Math.min(
   (HOT_LIMITS.tokens * 1000) / HOT_LIMITS.windowMs / HOT_COST.tokens,
 );
 
+/**
+ * Limits of the hot tenant in the decision-latency runs: far above what the closed-loop load can
+ * take in a run, so every decision is a lease (or fallback) decision, never a refusal by the limit
+ * (at 5× its real limits the tenant would spend its window in the 2 s before Redis is cut, and its
+ * fallback share, net of that usage, would admit nothing).
+ */
+export const HOT_LATENCY_LIMITS = { requests: 3_000_000, tokens: 600_000_000, windowMs: 60_000 } as const;
+/** The group of the latency runs (another model: other buckets than HOT_GROUP's). */
+export const HOT_LATENCY_GROUP = `tenant:${HOT_TENANT}-latency@${HOT_MODEL}`;
+
 /** The tenant's buckets, named as src/gateway/spread.ts names them (config order: requests, tokens). */
-export function hotBuckets(): CapBucketSpec[] {
+export function hotBuckets(limits: { readonly requests: number; readonly tokens: number; readonly windowMs: number } = HOT_LIMITS, tenant = HOT_TENANT): CapBucketSpec[] {
   const spec = (kind: 'requests' | 'tokens'): CapBucketSpec => {
-    const capacity = HOT_LIMITS[kind];
-    return { kind, name: `tenant:${HOT_TENANT}:${kind}:${capacity}/${HOT_LIMITS.windowMs}`, capacity, windowMs: HOT_LIMITS.windowMs };
+    const capacity = limits[kind];
+    return { kind, name: `tenant:${tenant}:${kind}:${capacity}/${limits.windowMs}`, capacity, windowMs: limits.windowMs };
   };
   return [spec('requests'), spec('tokens')];
 }
@@ -52,6 +62,7 @@ export function hotBuckets(): CapBucketSpec[] {
 /** Defines the hot tenant's group on a node's leases, shared by HOT_SPREAD nodes. */
 export function defineHot(leases: CapLeases): void {
   leases.define(HOT_GROUP, { buckets: hotBuckets(), share: () => HOT_SPREAD });
+  leases.define(HOT_LATENCY_GROUP, { buckets: hotBuckets(HOT_LATENCY_LIMITS, `${HOT_TENANT}-latency`), share: () => HOT_SPREAD });
 }
 
 /** One node of the benchmark, as bench/global.ts makes it. */

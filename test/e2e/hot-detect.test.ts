@@ -59,11 +59,13 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Agent, request } from 'undici';
-import { createRing, ringVersion } from '../../src/coord/ring.ts';
+import { createRing } from '../../src/coord/ring.ts';
 import type { Member } from '../../src/coord/types.ts';
 import { PromptBuilder } from '../../src/replay/prompt.ts';
 import { freePort, runCli, writeConfig } from '../helpers/processes.ts';
 import type { Running } from '../helpers/processes.ts';
+import { worstInterval } from '../helpers/bounds.ts';
+import { startNodesAndRouter } from '../helpers/cluster.ts';
 import { startRedis } from '../helpers/redis.ts';
 
 const CLUSTER = 'hotdetect';
@@ -130,42 +132,7 @@ function logLines(node: string, output: string): LogLine[] {
   return out;
 }
 
-interface Worst {
-  /** admitted − bound at the worst interval (≤ 0 when the tenant stayed within its limit). */
-  readonly excess: number;
-  readonly a: number;
-  readonly b: number;
-  readonly admitted: number;
-  readonly bound: number;
-}
 
-/**
- * The interval [a, b] (a = some 200's start, b = some 200's end) where the tokens of the 200s lying
- * wholly inside it exceed (or come closest to) capacity + refill × (b − a).
- */
-function worstInterval(admitted: readonly Sent[], capacity: number, refillPerS: number): Worst {
-  const byStart = [...admitted].sort((x, y) => x.start - y.start);
-  let worst: Worst = { excess: -Infinity, a: 0, b: 0, admitted: 0, bound: 0 };
-  for (let i = 0; i < byStart.length; i++) {
-    const a = (byStart[i] as Sent).start;
-    if (i > 0 && (byStart[i - 1] as Sent).start === a) continue;
-    const inside = byStart.slice(i).sort((x, y) => x.end - y.end);
-    let sum = 0;
-    for (let k = 0; k < inside.length; k++) {
-      const s = inside[k] as Sent;
-      sum += s.tokens;
-      if (k + 1 < inside.length && (inside[k + 1] as Sent).end === s.end) continue;
-      const bound = capacity + (refillPerS * (s.end - a)) / 1000;
-      if (sum - bound > worst.excess) worst = { excess: sum - bound, a, b: s.end, admitted: sum, bound };
-    }
-  }
-  return worst;
-}
-
-async function ringOf(url: string): Promise<string> {
-  const res = await request(`${url}/healthz`);
-  return ((await res.body.json()) as { ring?: string }).ring ?? '';
-}
 
 describe('a tenant found hot by its owner, spread over 3 nodes, then back on its owner', () => {
   let redis: Awaited<ReturnType<typeof startRedis>>;
@@ -197,28 +164,12 @@ describe('a tenant found hot by its owner, spread over 3 nodes, then back on its
     });
     const env = { QUOTARING_SIM_KEY: SIM_KEY };
     procs.push(await runCli(['simulate', '--port', String(simPort)], `${simUrl}/sim/stats`, env));
-    for (let i = 1; i <= 3; i++) {
-      const port = await freePort();
-      const url = `http://127.0.0.1:${port}`;
-      const node = await runCli(['node', '--config', config, '--id', `node-${i}`, '--port', String(port)], `${url}/healthz`, env);
-      procs.push(node);
-      nodeProcs.push(node);
-      members.push({ id: `node-${i}`, url });
-    }
-    const port = await freePort();
-    router = `http://127.0.0.1:${port}`;
-    procs.push(await runCli(['router', '--config', config, '--port', String(port)], `${router}/readyz`, env));
     // Every process on the ring of the three nodes before anything is measured.
-    const expected = ringVersion(members);
-    const urls = [router, ...members.map((m) => m.url)];
-    const deadline = Date.now() + 10_000;
-    let versions: string[] = [];
-    while (Date.now() < deadline) {
-      versions = await Promise.all(urls.map(ringOf));
-      if (versions.every((v) => v === expected)) break;
-      await sleep(50);
-    }
-    assert.deepEqual(versions, urls.map(() => expected), 'router and nodes agree on the ring of 3');
+    const cluster = await startNodesAndRouter(config, env);
+    procs.push(...cluster.all);
+    nodeProcs.push(...cluster.nodes);
+    members.push(...cluster.members);
+    router = cluster.routerUrl;
   });
 
   after(async () => {

@@ -47,11 +47,11 @@ import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Redis } from 'ioredis';
 import { Agent, request } from 'undici';
-import { ringVersion } from '../../src/coord/ring.ts';
 import type { Member } from '../../src/coord/types.ts';
 import { PromptBuilder } from '../../src/replay/prompt.ts';
 import { freePort, runCli, writeConfig } from '../helpers/processes.ts';
 import type { Running } from '../helpers/processes.ts';
+import { startNodesAndRouter } from '../helpers/cluster.ts';
 import { startRedis } from '../helpers/redis.ts';
 
 const CLUSTER = 'hot';
@@ -104,10 +104,6 @@ function fallbackEpisodes(log: string, t0: number): string[] {
   return out;
 }
 
-async function ringOf(url: string): Promise<string> {
-  const res = await request(`${url}/healthz`);
-  return ((await res.body.json()) as { ring?: string }).ring ?? '';
-}
 
 describe('a hot tenant spread over 3 nodes at 5× its TPM limit', () => {
   let redis: Awaited<ReturnType<typeof startRedis>>;
@@ -132,28 +128,12 @@ describe('a hot tenant spread over 3 nodes at 5× its TPM limit', () => {
     });
     const env = { QUOTARING_SIM_KEY: SIM_KEY };
     procs.push(await runCli(['simulate', '--port', String(simPort)], `${simUrl}/sim/stats`, env));
-    for (let i = 1; i <= 3; i++) {
-      const port = await freePort();
-      const url = `http://127.0.0.1:${port}`;
-      const node = await runCli(['node', '--config', config, '--id', `node-${i}`, '--port', String(port)], `${url}/healthz`, env);
-      procs.push(node);
-      nodeProcs.push(node);
-      members.push({ id: `node-${i}`, url });
-    }
-    const port = await freePort();
-    router = `http://127.0.0.1:${port}`;
-    procs.push(await runCli(['router', '--config', config, '--port', String(port)], `${router}/readyz`, env));
     // Every process on the ring of the three nodes before anything is measured.
-    const expected = ringVersion(members);
-    const urls = [router, ...members.map((m) => m.url)];
-    const deadline = Date.now() + 10_000;
-    let versions: string[] = [];
-    while (Date.now() < deadline) {
-      versions = await Promise.all(urls.map(ringOf));
-      if (versions.every((v) => v === expected)) break;
-      await sleep(50);
-    }
-    assert.deepEqual(versions, urls.map(() => expected), 'router and nodes agree on the ring of 3');
+    const cluster = await startNodesAndRouter(config, env);
+    procs.push(...cluster.all);
+    nodeProcs.push(...cluster.nodes);
+    members.push(...cluster.members);
+    router = cluster.routerUrl;
   });
 
   after(async () => {

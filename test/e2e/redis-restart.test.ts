@@ -51,6 +51,8 @@ import { Agent, request } from 'undici';
 import { PromptBuilder } from '../../src/replay/prompt.ts';
 import { freePort, runCli, writeConfig } from '../helpers/processes.ts';
 import type { Running } from '../helpers/processes.ts';
+import { worstInterval } from '../helpers/bounds.ts';
+import type { Worst } from '../helpers/bounds.ts';
 import { startRedis } from '../helpers/redis.ts';
 import type { RunningRedis } from '../helpers/redis.ts';
 
@@ -95,37 +97,6 @@ interface Sent {
   error?: string;
 }
 
-interface Worst {
-  /** admitted − bound at the worst interval (≤ 0 when the tenant stayed within its limit). */
-  readonly excess: number;
-  readonly a: number;
-  readonly b: number;
-  readonly admitted: number;
-  readonly bound: number;
-}
-
-/**
- * The interval [a, b] (a = some 200's start, b = some 200's end) where the tokens of the 200s lying
- * wholly inside it exceed (or come closest to) capacity + refill × (b − a).
- */
-function worstInterval(admitted: readonly Sent[], capacity: number, refillPerS: number): Worst {
-  const byStart = [...admitted].sort((x, y) => x.start - y.start);
-  let worst: Worst = { excess: -Infinity, a: 0, b: 0, admitted: 0, bound: 0 };
-  for (let i = 0; i < byStart.length; i++) {
-    const a = (byStart[i] as Sent).start;
-    if (i > 0 && (byStart[i - 1] as Sent).start === a) continue;
-    const inside = byStart.slice(i).sort((x, y) => x.end - y.end);
-    let sum = 0;
-    for (let k = 0; k < inside.length; k++) {
-      const s = inside[k] as Sent;
-      sum += s.tokens;
-      if (k + 1 < inside.length && (inside[k + 1] as Sent).end === s.end) continue;
-      const bound = capacity + (refillPerS * (s.end - a)) / 1000;
-      if (sum - bound > worst.excess) worst = { excess: sum - bound, a, b: s.end, admitted: sum, bound };
-    }
-  }
-  return worst;
-}
 
 async function runId(redis: RunningRedis): Promise<string> {
   const c = redis.client({ maxRetriesPerRequest: 5 });

@@ -1,0 +1,60 @@
+/**
+ * A cluster of real processes for end-to-end tests: `n` nodes and one router started with the CLI
+ * on free ports from one config file, returned once every one of them builds the same ring of the
+ * `n` nodes.
+ */
+import assert from 'node:assert/strict';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { request } from 'undici';
+import { ringVersion } from '../../src/coord/ring.ts';
+import type { Member } from '../../src/coord/types.ts';
+import { freePort, runCli } from './processes.ts';
+import type { Running } from './processes.ts';
+
+/** The processes of {@link startNodesAndRouter}. */
+export interface TestCluster {
+  /** Node `i` is `node-<i + 1>`. */
+  readonly nodes: readonly Running[];
+  /** The nodes as members (id, URL), in the same order. */
+  readonly members: readonly Member[];
+  readonly router: Running;
+  /** The router's base URL. */
+  readonly routerUrl: string;
+  /** Every process, for `stop()`. */
+  readonly all: readonly Running[];
+}
+
+/** The ring version a process reports on `/healthz` ('' when none). */
+export async function ringOf(url: string): Promise<string> {
+  const res = await request(`${url}/healthz`);
+  return ((await res.body.json()) as { ring?: string }).ring ?? '';
+}
+
+/**
+ * Starts `n` nodes (`node-1`…) then a router from `config`, and waits (≤ 10 s) until the router and
+ * every node report the ring of exactly those nodes. @throws AssertionError when they do not agree.
+ */
+export async function startNodesAndRouter(config: string, env: Record<string, string>, n = 3): Promise<TestCluster> {
+  const nodes: Running[] = [];
+  const members: Member[] = [];
+  for (let i = 1; i <= n; i++) {
+    const port = await freePort();
+    const url = `http://127.0.0.1:${port}`;
+    nodes.push(await runCli(['node', '--config', config, '--id', `node-${i}`, '--port', String(port)], `${url}/healthz`, env));
+    members.push({ id: `node-${i}`, url });
+  }
+  const port = await freePort();
+  const routerUrl = `http://127.0.0.1:${port}`;
+  const router = await runCli(['router', '--config', config, '--port', String(port)], `${routerUrl}/readyz`, env);
+  const expected = ringVersion(members);
+  const urls = [routerUrl, ...members.map((m) => m.url)];
+  const deadline = Date.now() + 10_000;
+  let versions: string[] = [];
+  while (Date.now() < deadline) {
+    versions = await Promise.all(urls.map(ringOf));
+    if (versions.every((v) => v === expected)) break;
+    await sleep(50);
+  }
+  assert.deepEqual(versions, urls.map(() => expected), `router and nodes agree on the ring of ${n}`);
+  return { nodes, members, router, routerUrl, all: [...nodes, router] };
+}
