@@ -7,7 +7,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { parse, stringify } from 'yaml';
-import { loadConfig } from '../src/config/load.ts';
+import { buildConfig, loadConfig } from '../src/config/load.ts';
 import type { LoadedConfig } from '../src/config/load.ts';
 import { clusterBanner } from './banner.ts';
 import { DEMO_MODELS, DEMO_TENANTS, demoConfigPath } from './demo.ts';
@@ -64,15 +64,21 @@ const SIM_KEY = 'sim-demo-key';
  * the demo config, deployments pointed at `simulatorUrl`. Written to a temp file; @returns its path.
  */
 function clusterConfig(source: string, isDemo: boolean, nodes: readonly { id: string; url: string }[], simulatorUrl: string, redis: string | undefined): string {
-  const raw = parse(readFileSync(source, 'utf8')) as Record<string, unknown>;
+  const raw = launchedConfig(source, isDemo, nodes, simulatorUrl, redis);
+  const file = join(mkdtempSync(join(tmpdir(), 'quotaring-up-')), 'cluster.yaml');
+  writeFileSync(file, stringify(raw));
+  return file;
+}
+
+/** The config file's content with the members (or Redis) of this launch and, for the demo, the simulator's URL. */
+function launchedConfig(source: string, isDemo: boolean, nodes: readonly { id: string; url: string }[], simulatorUrl: string, redis: string | undefined): Record<string, unknown> {
+  const raw = (parse(readFileSync(source, 'utf8')) ?? {}) as Record<string, unknown>;
   const cluster = (raw.cluster ?? {}) as Record<string, unknown>;
   raw.cluster = redis === undefined ? { ...cluster, members: nodes } : { ...cluster, members: [], redis: { url: redis } };
   if (isDemo && Array.isArray(raw.deployments)) {
     raw.deployments = (raw.deployments as Record<string, unknown>[]).map((d) => ({ ...d, base_url: simulatorUrl }));
   }
-  const file = join(mkdtempSync(join(tmpdir(), 'quotaring-up-')), 'cluster.yaml');
-  writeFileSync(file, stringify(raw));
-  return file;
+  return raw;
 }
 
 /**
@@ -132,7 +138,16 @@ function modelOf(loaded: LoadedConfig, provider: 'openai' | 'anthropic'): string
 export async function runUp(opts: UpOptions = {}, out: (text: string) => void = (t) => process.stdout.write(t)): Promise<number> {
   checkUpOptions(opts);
   const source = opts.config ?? demoConfigPath();
-  const loaded = loadConfig(source, { ...process.env, QUOTARING_SIM_KEY: SIM_KEY, ...opts.env });
+  const env = { ...process.env, QUOTARING_SIM_KEY: SIM_KEY, ...opts.env };
+  // Validated as it will run: with this launch's Redis (or members), e.g. `cluster.hot` needs `--redis`.
+  let raw: Record<string, unknown>;
+  try {
+    raw = launchedConfig(source, opts.config === undefined, [], 'http://127.0.0.1:1', opts.redis);
+  } catch {
+    loadConfig(source, env); // an unreadable file or bad YAML: its ConfigError names the file and line
+    throw new Error(`${source}: cannot read the config`);
+  }
+  const loaded = buildConfig(raw, source, env);
   const started = await startCluster({ ...opts, handleSignals: true });
   const isDemo = opts.config === undefined;
   out(

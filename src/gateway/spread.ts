@@ -265,6 +265,10 @@ export class SpreadTenants {
     const units = (kind: 'requests' | 'tokens'): number => (kind === 'requests' ? cost.requests : cost.tokens);
     let i = views.findIndex((b) => (waitMs < 0 ? units(b.kind) > b.capacity : units(b.kind) > b.balance));
     if (i < 0) i = 0;
+    // This node's view of the cluster level may still cover the cost (a renewal was in flight or the
+    // other nodes hold the rest): the refusing limit reads as short of the request, not as if it fit.
+    const shown = limits[i];
+    if (shown !== undefined && waitMs >= 0) limits[i] = { ...shown, remaining: Math.min(shown.remaining, Math.max(0, units(shown.kind === 'requests' ? 'requests' : 'tokens') - 1)) };
     const refusing = limits[i];
     return {
       ok: false,

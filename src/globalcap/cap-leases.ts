@@ -23,7 +23,7 @@
  */
 import type { Clock } from '../clock.ts';
 import { systemClock } from '../clock.ts';
-import { bucketInit, bucketRefill, bucketTake, bucketWaitMs, bucketAdjust, BUCKET_SLOTS } from '../limiter/token-bucket.ts';
+import { bucketInit, bucketRefill, bucketTake, bucketWaitMs, bucketAdjust, bucketUsed, BUCKET_SLOTS } from '../limiter/token-bucket.ts';
 import { capKey } from './keys.ts';
 import type { CapScripts } from './scripts.ts';
 
@@ -161,7 +161,7 @@ export interface LeaseBucketView {
   readonly ratePerSec: number;
   /** A lease call is in flight. */
   readonly renewing: boolean;
-  /** Cluster level at the last lease reply (units, floored), refilled locally since; capacity before any reply. */
+  /** Cluster level at the last lease reply (units, floored), refilled locally since; capacity before any reply. In fallback: what the node's local share has left. */
   readonly level: number;
   /** This node's in-window usage as the reconciliation counts it (units, decaying at the node's share of the refill). */
   readonly knownUsage: number;
@@ -541,7 +541,12 @@ export class CapLeases {
     const now = this.#clock.now();
     return this.#group(group).buckets.map((b) => {
       this.#expire(b, now);
-      const refilled = b.level + ((now - b.levelAt) * b.ratePerSec) / 1000;
+      let refilled = b.level + ((now - b.levelAt) * b.ratePerSec) / 1000;
+      if (this.#inFallback) {
+        // Deciding from the local share: what it has left is what this node can still admit.
+        const fb = this.#fallbackBucket(b, now);
+        refilled = b.fallbackShare - bucketUsed(fb, 0, b.fallbackShare, b.windowMs);
+      }
       return {
         kind: b.kind,
         capacity: b.capacity,
@@ -624,6 +629,7 @@ export class CapLeases {
    * fallback shares.
    */
   connectionLost(): void {
+    if (this.#closed) return; // the connection closed after close(): nothing to hold
     this.#held = true;
     // No connection is Redis unavailable: decide from the fallback shares until it is back.
     if (!this.#localOnly) this.#setFallback(true);

@@ -71,12 +71,14 @@ describe('spread tenants', () => {
     const g2 = spread.group('big', 'm2');
     assert.deepEqual(leases.buckets(g1).map((b) => [b.kind, b.capacity]), [['tokens', 60_000]]);
     assert.deepEqual(leases.buckets(g2).map((b) => [b.kind, b.capacity]), [['tokens', 60_000], ['requests', 100]]);
-    assert.deepEqual(spread.limitStates(g2).map((l) => [l.name, l.limit, l.remaining]), [['tokens/1m', 60_000, 60_000], ['requests/1d@m2', 100, 100]]);
+    // No Redis (local only): each node's remaining is its share, limit / 3.
+    assert.deepEqual(spread.limitStates(g2).map((l) => [l.name, l.limit, l.remaining]), [['tokens/1m', 60_000, 20_000], ['requests/1d@m2', 100, 33]]);
     // Fallback (no Redis): each of the 3 nodes takes 60,000 / 3 per minute.
     assert.deepEqual(leases.take(g1, { tokens: 20_000 }), { ok: true });
     assert.equal(leases.take(g2, { tokens: 1 }).ok, false, 'the tokens bucket is the same one');
     const refused = spread.refusal(g2, 3, { requests: 1, tokens: 1 });
     assert.equal(refused.limit, 'tokens/1m');
+    assert.equal(refused.limits[0]?.remaining, 0, 'a refused limit never reads as if the request fit');
     assert.equal(refused.reason, 'limited');
     assert.equal(spread.refusal(g1, -1, { requests: 1, tokens: 70_000 }).reason, 'too_large');
   });
