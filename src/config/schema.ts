@@ -241,6 +241,12 @@ export const RouterSchema = z.strictObject({
 /** The whole config file; cross-references (deployments, models, duplicate names) are checked too. */
 export const ConfigSchema = z
   .strictObject({
+    /**
+     * `sharded` (default): each tenant's owner decides in RAM. `central`: the comparison baseline —
+     * every decision is a Lua call against Redis (`cluster.redis.url`), any node decides for any
+     * tenant, routers balance round-robin (issue 5).
+     */
+    mode: z.enum(['sharded', 'central']).default('sharded'),
     server: ServerSchema.prefault({}),
     tokens: TokensSchema.prefault({}),
     cluster: ClusterSchema.prefault({}),
@@ -261,6 +267,9 @@ export const ConfigSchema = z
     unique(config.tenants, 'tenants');
     unique(config.models, 'models');
     unique(config.deployments, 'deployments');
+    if (config.mode === 'central' && config.cluster.redis === undefined) {
+      ctx.addIssue({ code: 'custom', path: ['mode'], message: 'mode: central keeps every limit in Redis: set cluster.redis.url' });
+    }
     if (config.cluster.hot.threshold_rps !== undefined && config.cluster.redis === undefined) {
       ctx.addIssue({ code: 'custom', path: ['cluster', 'hot', 'threshold_rps'], message: 'hot tenant detection needs cluster.redis.url (the hot set is shared through Redis); use spread: k on the tenant instead' });
     }

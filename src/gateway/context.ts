@@ -9,6 +9,8 @@ import type { LoadedConfig } from '../config/load.ts';
 import type { Limiter } from '../limiter/limiter.ts';
 import type { PromptCounter } from '../tokens/index.ts';
 import type { HotDetector } from './hot-detector.ts';
+import type { CentralLimiter } from '../central/central-limiter.ts';
+import type { RedisGuard } from '../globalcap/redis-guard.ts';
 import type { SpreadTenants } from './spread.ts';
 import type { Upstreams } from './upstream.ts';
 
@@ -19,6 +21,8 @@ export interface GatewayContext {
   readonly limiter: Limiter;
   /** Deployment provider quotas (cluster-wide caps leased to this node); absent when no deployment has a quota. */
   readonly quotas?: ConfiguredQuotas;
+  /** `mode: central`: every decision is a Lua call against Redis (the comparison baseline); absent in the sharded mode. */
+  readonly central?: CentralDecisions;
   /** Hot tenants spread over several nodes (config `spread`); absent when there are none. */
   readonly spread?: SpreadTenants;
   /** Hot tenant detection on the owner (`cluster.hot.threshold_rps`); absent when off. */
@@ -29,6 +33,12 @@ export interface GatewayContext {
   readonly upstreams: Upstreams;
   /** A request id unique in the cluster: a random per-process prefix and a counter. */
   nextRequestId(): string;
+}
+
+/** The central-store limiter and the guard its calls run through (a timeout, no fallback: a failure is 503 `limiter_unavailable`). */
+export interface CentralDecisions {
+  readonly limiter: CentralLimiter;
+  readonly guard: RedisGuard;
 }
 
 /** Returns a cheap unique-id generator: `<8 hex chars>-<counter>`. */

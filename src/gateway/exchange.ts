@@ -150,12 +150,14 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
   const id = ctx.nextRequestId();
   const tenantId = ex.tenant.id;
   const cost = ex.promptTokens + ex.reservedOutput;
-  const spread = ctx.spread?.isSpread(tenantId) === true ? ctx.spread : undefined;
+  const central = ctx.central;
+  // Central mode: every limit of every tenant is in Redis; no owner, no spread.
+  const spread = central === undefined && ctx.spread?.isSpread(tenantId) === true ? ctx.spread : undefined;
   // The tenant moved away while this request was being read and counted: never decide it here.
-  if (spread === undefined && ctx.handoff !== undefined && !ctx.handoff.holds(tenantId)) return sendMisdirected(request, reply, ctx.handoff, tenantId, ctx.handoff.ring().owner(tenantId));
+  if (central === undefined && spread === undefined && ctx.handoff !== undefined && !ctx.handoff.holds(tenantId)) return sendMisdirected(request, reply, ctx.handoff, tenantId, ctx.handoff.ring().owner(tenantId));
   if (spread !== undefined && ctx.handoff !== undefined && spread.placement(tenantId).index < 0) return sendMisdirected(request, reply, ctx.handoff, tenantId, spread.placement(tenantId).members[0]);
   // Hot tenant detection: the owner counts its tenants' requests (a found-hot tenant's share here × k).
-  if (ctx.hot !== undefined) {
+  if (ctx.hot !== undefined && central === undefined) {
     if (spread === undefined) ctx.hot.observe(tenantId);
     else if (spread.isHot(tenantId) && spread.owns(tenantId)) ctx.hot.observeSpread(tenantId, spread.spreadOf(tenantId) ?? 1);
   }
@@ -190,13 +192,25 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
       return sendRefusal(ctx, reply, ex, spread.refusal(group, taken.waitMs, { requests: 1, tokens: cost }), cost);
     }
   }
-  const admitted = ctx.limiter.acquire(tenantId, { id, tokens: cost, model: ex.model.name });
+  let admitted: AcquireResult;
+  if (central !== undefined) {
+    const decided = await central.guard.run(() => central.limiter.acquire(tenantId, { id, tokens: cost, model: ex.model.name }));
+    if (!decided.ok) {
+      // The central store could not decide: never a rate-limit answer, and nothing charged.
+      quotas?.refund(ex.deployment.name, { requests: 1, tokens: cost });
+      request.log.warn({ tenant: tenantId, reason: decided.reason }, 'central store unavailable');
+      return sendUnavailable(reply, ex);
+    }
+    admitted = decided.value;
+  } else {
+    admitted = ctx.limiter.acquire(tenantId, { id, tokens: cost, model: ex.model.name });
+  }
   if (!admitted.ok) {
     quotas?.refund(ex.deployment.name, { requests: 1, tokens: cost });
     if (group !== undefined) leases?.refund(group, { requests: 1, tokens: cost });
     return sendRefusal(ctx, reply, ex, group === undefined ? admitted : { ...admitted, limits: [...(spread?.limitStates(group) ?? []), ...admitted.limits] }, cost);
   }
-  if (spread === undefined) ctx.handoff?.touched(tenantId);
+  if (spread === undefined && central === undefined) ctx.handoff?.touched(tenantId);
 
   const headers = limitHeaders(ctx, ex.dialect, group === undefined ? admitted.limits : [...(spread?.limitStates(group) ?? []), ...admitted.limits]);
   headers['x-quotaring-request-id'] = id;
@@ -307,7 +321,11 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
  */
 function finish(ctx: GatewayContext, tenant: string, id: string, actual: number, spread: boolean): void {
   const handoff = ctx.handoff;
-  if (spread) {
+  const central = ctx.central;
+  if (central !== undefined) {
+    // One call settles and frees the slot; if it fails the slot expires with its lease.
+    void central.guard.run(() => central.limiter.finish(tenant, id, actual));
+  } else if (spread) {
     // A spread tenant's slot is always this node's; its tokens were settled on the leases.
     ctx.limiter.release(tenant, id);
   } else if (handoff === undefined || handoff.holds(tenant)) {
@@ -348,7 +366,10 @@ async function pipeStream(
       }
       const now = ctx.clock.now();
       if (now - lastRenew >= renewEvery) {
-        if (ctx.spread?.isSpread(ex.tenant.id) === true) {
+        const central = ctx.central;
+        if (central !== undefined) {
+          void central.guard.run(() => central.limiter.renew(ex.tenant.id, id));
+        } else if (ctx.spread?.isSpread(ex.tenant.id) === true) {
           ctx.limiter.renew(ex.tenant.id, id);
         } else if (ctx.handoff === undefined || ctx.handoff.holds(ex.tenant.id)) {
           ctx.limiter.renew(ex.tenant.id, id);

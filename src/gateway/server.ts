@@ -3,6 +3,10 @@
  * OpenAI- and Anthropic-compatible requests to the deployments.
  */
 import { SpreadTenants } from './spread.ts';
+import { CentralLimiter } from '../central/central-limiter.ts';
+import { RedisGuard } from '../globalcap/redis-guard.ts';
+import { redisForDecisions } from '../globalcap/redis-connection.ts';
+import type { CentralDecisions } from './context.ts';
 import { HotDetector } from './hot-detector.ts';
 import { HotSet } from '../coord/hot-set.ts';
 import { windowLabel } from '../config/duration.ts';
@@ -148,6 +152,32 @@ function hotDetector(
   });
 }
 
+/** `mode: central`: the central-store limiter on its own decision connection, every call behind a 1 s guard; undefined in the sharded mode. */
+function centralDecisions(config: LoadedConfig): (CentralDecisions & { ready(): Promise<void>; close(): void }) | undefined {
+  const url = config.config.cluster.redis?.url;
+  if (config.config.mode !== 'central' || url === undefined) return undefined;
+  const redis = redisForDecisions(url);
+  return {
+    limiter: new CentralLimiter({ redis, cluster: config.config.cluster.name, policyFor: (tenant) => config.policies.get(tenant) }),
+    guard: new RedisGuard({ clock: systemClock, timeoutMs: CENTRAL_TIMEOUT_MS }),
+    // The decision connection queues nothing while connecting: serve once it is up (or after 5 s anyway).
+    ready: () =>
+      redis.status === 'ready'
+        ? Promise.resolve()
+        : new Promise<void>((resolve) => {
+            const timer = setTimeout(resolve, 5_000);
+            redis.once('ready', () => {
+              clearTimeout(timer);
+              resolve();
+            });
+          }),
+    close: () => redis.disconnect(),
+  };
+}
+
+/** Longest wait for one central-store decision, ms: beyond it the request gets 503 `limiter_unavailable`. */
+const CENTRAL_TIMEOUT_MS = 1_000;
+
 /**
  * Builds the gateway (not listening). The limiter's idle sweep runs every `server.sweep_interval`;
  * `app.close()` stops it, the token pool and the upstream pools.
@@ -216,10 +246,12 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     hotSet === undefined || spread === undefined || hotConfig.threshold_rps === undefined
       ? undefined
       : hotDetector(hotSet, spread, { thresholdRps: hotConfig.threshold_rps, k: hotConfig.spread, sustainMs: hotConfig.sustain, cooldownMs: hotConfig.cooldown }, clock, app.log);
+  const central = centralDecisions(config);
   const ctx: GatewayContext = {
     config,
     clock,
     limiter,
+    ...(central === undefined ? {} : { central }),
     ...(quotas === undefined ? {} : { quotas }),
     ...(spread === undefined ? {} : { spread }),
     ...(hot === undefined ? {} : { hot }),
@@ -250,7 +282,8 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
 
   app.register(async (v1) => {
     v1.addHook('onRequest', authHook(ctx));
-    if (clusterOpts !== undefined && handoff !== undefined) v1.addHook('preHandler', ownershipHook({ ...clusterOpts, handoff, ...(spread === undefined ? {} : { spread }) }));
+    // Central mode: any node decides for any tenant (its limits are in Redis), so no ownership check.
+    if (clusterOpts !== undefined && handoff !== undefined && central === undefined) v1.addHook('preHandler', ownershipHook({ ...clusterOpts, handoff, ...(spread === undefined ? {} : { spread }) }));
     openAIRoutes(v1, ctx);
     anthropicRoutes(v1, ctx);
   });
@@ -266,6 +299,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
   sweep.unref();
   app.addHook('onReady', async () => {
     await hotSet?.start();
+    await central?.ready();
     warmExactCounters(config, config.config.tokens.cache_entries);
     ready = true;
   });
@@ -277,6 +311,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     hotSet?.stop();
     handoff?.stop();
     await Promise.all([ctx.tokens.close(), ctx.upstreams.close(), quotas?.close()]);
+    central?.close();
   });
   return app;
 }

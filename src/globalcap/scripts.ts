@@ -161,12 +161,16 @@ export function defineCapScripts(redis: Redis): CapScripts {
   return scripts;
 }
 
-function readLua(file: string): string {
+/**
+ * The text of a script in `lua/`.
+ * @throws Error naming the path when the file cannot be read.
+ */
+export function readLua(file: string): string {
   const path = luaScriptPath(file);
   try {
     return readFileSync(path, 'utf8');
   } catch (err) {
-    throw new Error(`cannot read the global cap script ${path}: ${(err as Error).message}`, { cause: err });
+    throw new Error(`cannot read the Redis script ${path}: ${(err as Error).message}`, { cause: err });
   }
 }
 

@@ -100,7 +100,9 @@ export function buildRouter(opts: RouterOptions): FastifyInstance {
       if (tenant === undefined) {
         return sendError(request, reply, 'invalid_api_key', key === undefined ? undefined : 'Incorrect API key provided. Use a key configured for a tenant of this gateway.');
       }
-      return forward(ctx, request, reply, tenant.id, tenant.spread ?? opts.hot?.spreadOf(tenant.id));
+      // Central mode: any node decides for any tenant (every limit is in Redis): round-robin over all.
+      const spread = config.config.mode === 'central' ? Number.POSITIVE_INFINITY : (tenant.spread ?? opts.hot?.spreadOf(tenant.id));
+      return forward(ctx, request, reply, tenant.id, spread);
     },
   });
 

@@ -92,6 +92,11 @@ describe('spread tenants', () => {
     assert.deepEqual(new Set(healthy), new Set(range.filter((id) => id !== suspect)));
   });
 
+  test('central mode routes over every member in turn (k = Infinity)', () => {
+    const picks = Array.from({ length: 8 }, () => chooseSpreadMember(ring, 'any', Number.POSITIVE_INFINITY, () => false)?.id);
+    assert.deepEqual(new Set(picks), new Set(members.map((m) => m.id)));
+  });
+
   test('config: a concurrency limit smaller than spread is refused', () => {
     assert.throws(() => config({ spread: 4, limits: [{ concurrent: 3 }] }), /concurrent 3 cannot be split over spread 4 nodes/);
     assert.throws(() => config({ spread: 1, limits: [] }), /spread/);
