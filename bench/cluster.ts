@@ -11,10 +11,12 @@
  * 3. Handoff when a fourth node joins 10,000 active tenants (bench/cluster-handoff.ts), 3 runs on
  *    fresh clusters (one join's p99 on a shared 2-core machine is fragile).
  *
- * Writes bench/results/<date>/cluster.{json,md} and prints the Markdown. Every process is stopped at
+ * Writes bench/results/<date>/cluster.{json,md} (sharded-vs-central.{json,md} when BENCH_MODES has
+ * `central`) and prints the Markdown. Every process is stopped at
  * the end, on error and on Ctrl-C. Environment: BENCH_ROUNDS (3), BENCH_DURATION (6 s),
  * BENCH_CONNECTIONS (64), BENCH_TENANTS (1,000), BENCH_HANDOFF_TENANTS (10,000),
- * BENCH_HANDOFF_RATE (1,000 req/s), BENCH_HANDOFF_RUNS (3), BENCH_SKIP (comma list of `throughput`, `handoff`).
+ * BENCH_HANDOFF_RATE (1,000 req/s), BENCH_HANDOFF_RUNS (3), BENCH_SKIP (comma list of `throughput`, `handoff`),
+ * BENCH_MODES (comma list of `sharded`, `central`: the throughput setups of each mode; `sharded`).
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
@@ -33,6 +35,7 @@ const HANDOFF_TENANTS = Number(process.env['BENCH_HANDOFF_TENANTS'] ?? 10_000);
 const HANDOFF_RATE = Number(process.env['BENCH_HANDOFF_RATE'] ?? 1_000);
 const HANDOFF_RUNS = Number(process.env['BENCH_HANDOFF_RUNS'] ?? 3);
 const SKIP = new Set((process.env['BENCH_SKIP'] ?? '').split(',').filter((s) => s !== ''));
+const MODES = (process.env['BENCH_MODES'] ?? 'sharded').split(',').filter((m): m is 'sharded' | 'central' => m === 'sharded' || m === 'central');
 const PROMPT_TOKENS = 200;
 const WARMUP_S = 2;
 /** Unmeasured load on a cluster right before each of its measured runs, s. */
@@ -81,13 +84,15 @@ const keys = Array.from({ length: TENANTS }, (_, i) => `bench-cluster-key-${i}`)
 const body = chatBody(PROMPT_TOKENS);
 const env = { BENCH_SIM_KEY: 'bench-sim-key' };
 
-/** Redis, n nodes and a router for `bench-<n>`; resolves once the router's ring has the n nodes. */
-async function startCluster(n: number, simUrl: string): Promise<Setup> {
+/** Redis, n nodes and a router for `bench-<n>` (in `mode`); resolves once the router's ring has the n nodes. */
+async function startCluster(n: number, simUrl: string, mode: 'sharded' | 'central' = 'sharded'): Promise<Setup> {
   const group = groups.throughput;
-  const redis = await group.redis(`redis-${n}`);
+  const tag = mode === 'sharded' ? `${n}` : `${mode}-${n}`;
+  const redis = await group.redis(`redis-${tag}`);
   const config = writeConfig({
+    mode,
     server: { log_level: 'warn' },
-    cluster: { name: `bench-${n}`, redis: { url: redis.url } },
+    cluster: { name: `bench-${tag}`, redis: { url: redis.url } },
     tenants: keys.map((key, i) => ({
       id: `t${i}`,
       keys: [key],
@@ -99,17 +104,17 @@ async function startCluster(n: number, simUrl: string): Promise<Setup> {
   const ports = await Promise.all(Array.from({ length: n }, () => freePort()));
   await Promise.all(
     ports.map((port, i) =>
-      group.cli(`${n}-node ${i + 1}`, ['node', '--config', config, '--id', `node-${i + 1}`, '--port', String(port)], `http://127.0.0.1:${port}/readyz`, env),
+      group.cli(`${tag}-node ${i + 1}`, ['node', '--config', config, '--id', `node-${i + 1}`, '--port', String(port)], `http://127.0.0.1:${port}/readyz`, env),
     ),
   );
   const routerPort = await freePort();
   const url = `http://127.0.0.1:${routerPort}`;
-  await group.cli(`${n}-router`, ['router', '--config', config, '--port', String(routerPort)], `${url}/readyz`, env);
+  await group.cli(`${tag}-router`, ['router', '--config', config, '--port', String(routerPort)], `${url}/readyz`, env);
   await waitUntil(`the ${n}-node router to see ${n} members`, async () => {
     const res = await fetch(`${url}/readyz`);
     return ((await res.json()) as { members?: number }).members === n;
   });
-  return { name: `${n} node${n === 1 ? '' : 's'} + router`, nodes: n, url, redis };
+  return { name: `${n} node${n === 1 ? '' : 's'} + router${mode === 'sharded' ? '' : `, ${mode}`}`, nodes: n, url, redis };
 }
 
 function fmt(ms: number): string {
@@ -127,7 +132,7 @@ function signed(ms: number): string {
 
 async function throughput(simUrl: string): Promise<SetupResult[]> {
   const setups: Setup[] = [{ name: 'simulator direct', nodes: 0, url: simUrl }];
-  for (const n of [1, 2, 3]) setups.push(await startCluster(n, simUrl));
+  for (const mode of MODES) for (const n of [1, 2, 3]) setups.push(await startCluster(n, simUrl, mode));
   log(`throughput: ${setups.length} setups up; warm-up ${WARMUP_S} s each`);
   for (const s of setups) await runAutocannon({ url: s.url, bodies: [body], keys, connections: CONNECTIONS, durationS: WARMUP_S });
   const results = new Map<string, SetupResult>(
@@ -292,8 +297,9 @@ try {
     throughput: results.map((r) => ({ ...r, medianRps: median(r.rps), medianP50: median(r.p50), medianP99: median(r.p99) })),
     handoff: handoffs,
   };
-  writeFileSync(`${dir}cluster.json`, JSON.stringify(json, null, 2) + '\n');
-  writeFileSync(`${dir}cluster.md`, md + '\n');
+  const name = MODES.includes('central') ? 'sharded-vs-central' : 'cluster';
+  writeFileSync(`${dir}${name}.json`, JSON.stringify(json, null, 2) + '\n');
+  writeFileSync(`${dir}${name}.md`, md + '\n');
   process.stdout.write(md + '\n');
 } catch (err) {
   log(`bench:cluster failed: ${(err as Error).stack ?? String(err)}`);
