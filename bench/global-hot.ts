@@ -17,6 +17,7 @@
  * the tenant is at its limit. Accuracy = admitted / allowance, allowance = capacity + refill rate ×
  * (last admission − first request), per bucket; admitted above it is over-admission (a defect).
  */
+import { bucketSpec } from '../src/gateway/spread.ts';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { CapBucketSpec, CapLeases } from '../src/globalcap/cap-leases.ts';
 import type { GuardStats } from '../src/globalcap/redis-guard.ts';
@@ -52,11 +53,7 @@ export const HOT_LATENCY_GROUP = `tenant:${HOT_TENANT}-latency@${HOT_MODEL}`;
 
 /** The tenant's buckets, named as src/gateway/spread.ts names them (config order: requests, tokens). */
 export function hotBuckets(limits: { readonly requests: number; readonly tokens: number; readonly windowMs: number } = HOT_LIMITS, tenant = HOT_TENANT): CapBucketSpec[] {
-  const spec = (kind: 'requests' | 'tokens'): CapBucketSpec => {
-    const capacity = limits[kind];
-    return { kind, name: `tenant:${tenant}:${kind}:${capacity}/${limits.windowMs}`, capacity, windowMs: limits.windowMs };
-  };
-  return [spec('requests'), spec('tokens')];
+  return [{ requests: limits.requests, window: limits.windowMs }, { tokens: limits.tokens, window: limits.windowMs }].map(bucketSpec(tenant));
 }
 
 /** Defines the hot tenant's group on a node's leases, shared by HOT_SPREAD nodes. */

@@ -16,6 +16,7 @@ import type { StreamObserver, TokenUsage } from '../providers/types.ts';
 import type { GatewayContext } from './context.ts';
 import { sendMisdirected } from './ownership.ts';
 import { providerRetryWaitMs } from '../providers/retry-wait.ts';
+import type { CapLeases, CapTakeResult } from '../globalcap/cap-leases.ts';
 import { anthropicRateLimitHeaders, openAIRateLimitHeaders, retryAfterHeaders } from '../providers/rate-limit-headers.ts';
 
 /** Everything a route knows about a request once it is parsed and counted. */
@@ -100,6 +101,22 @@ function sendUnavailable(reply: FastifyReply, ex: Exchange): FastifyReply {
   return reply.code(error.statusCode).headers({ 'retry-after': '1', 'x-quotaring-error': error.code }).send(errorBody(ex.dialect, error.code));
 }
 
+/**
+ * One request (1 request, `cost` tokens) from a global-cap group's local leases. A refusal that only
+ * means "a renewal is in flight" waits for it rather than refusing what the cluster can take.
+ * @returns the take's result, or 'unavailable' when Redis is unavailable and `closedOnFailure` is set
+ *   (whatever the local share gave is given back; the take itself keeps probing Redis).
+ */
+async function takeLeased(leases: CapLeases, group: string, cost: number, closedOnFailure: boolean): Promise<CapTakeResult | 'unavailable'> {
+  const want = { requests: 1, tokens: cost };
+  const taken = leases.take(group, want);
+  if (leases.inFallback && closedOnFailure) {
+    if (taken.ok) leases.refund(group, want);
+    return 'unavailable';
+  }
+  return taken.ok ? taken : leases.takeAfterRenewals(group, want, taken);
+}
+
 /** Resolves true after `ms`, or false as soon as `cancel` emits `abort` (the client left). */
 function pause(ms: number, cancel: EventEmitter): Promise<boolean> {
   return new Promise((resolve) => {
@@ -164,33 +181,19 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
   const leases = ctx.quotas?.leases;
   // The deployment's provider quota (a local lease of the cluster-wide cap), then the tenant's limits.
   const quotas = ctx.quotas !== undefined && ctx.quotas.limited.has(ex.deployment.name) ? ctx.quotas.leases : undefined;
+  const closed = ctx.quotas?.closedOnFailure === true;
   if (quotas !== undefined) {
-    let taken = quotas.take(ex.deployment.name, { requests: 1, tokens: cost });
-    if (quotas.inFallback && ctx.quotas?.closedOnFailure === true) {
-      // Redis unavailable and configured to refuse: give back what the local share gave (the take
-      // itself keeps probing Redis), answer 503.
-      if (taken.ok) quotas.refund(ex.deployment.name, { requests: 1, tokens: cost });
-      return sendUnavailable(reply, ex);
-    }
-    // The node's lease ran dry and a renewal is in flight: wait for it rather than refuse a request
-    // the cluster cap can take.
-    if (!taken.ok) taken = await quotas.takeAfterRenewals(ex.deployment.name, { requests: 1, tokens: cost }, taken);
+    const taken = await takeLeased(quotas, ex.deployment.name, cost, closed);
+    if (taken === 'unavailable') return sendUnavailable(reply, ex);
     if (!taken.ok) return sendQuotaRefusal(reply, ex, taken.waitMs, cost);
   }
   // A spread tenant's requests/tokens limits: its node's lease of the tenant's global-cap buckets.
   const group = spread?.group(tenantId, ex.model.name);
   if (spread !== undefined && leases !== undefined && group !== undefined) {
-    let taken = leases.take(group, { requests: 1, tokens: cost });
-    if (leases.inFallback && ctx.quotas?.closedOnFailure === true) {
-      if (taken.ok) leases.refund(group, { requests: 1, tokens: cost });
-      quotas?.refund(ex.deployment.name, { requests: 1, tokens: cost });
-      return sendUnavailable(reply, ex);
-    }
-    if (!taken.ok) taken = await leases.takeAfterRenewals(group, { requests: 1, tokens: cost }, taken);
-    if (!taken.ok) {
-      quotas?.refund(ex.deployment.name, { requests: 1, tokens: cost });
-      return sendRefusal(ctx, reply, ex, spread.refusal(group, taken.waitMs, { requests: 1, tokens: cost }), cost);
-    }
+    const taken = await takeLeased(leases, group, cost, closed);
+    if (taken === 'unavailable' || !taken.ok) quotas?.refund(ex.deployment.name, { requests: 1, tokens: cost });
+    if (taken === 'unavailable') return sendUnavailable(reply, ex);
+    if (!taken.ok) return sendRefusal(ctx, reply, ex, spread.refusal(group, taken.waitMs, { requests: 1, tokens: cost }), cost);
   }
   let admitted: AcquireResult;
   if (central !== undefined) {

@@ -9,7 +9,7 @@ import { redisForDecisions } from '../globalcap/redis-connection.ts';
 import type { CentralDecisions } from './context.ts';
 import { HotDetector } from './hot-detector.ts';
 import { HotSet } from '../coord/hot-set.ts';
-import { windowLabel } from '../config/duration.ts';
+import { limitName } from '../config/policy.ts';
 import Fastify, { LogController } from 'fastify';
 import type { FastifyBaseLogger, FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Redis } from 'ioredis';
@@ -111,8 +111,7 @@ function limitUsage(limiter: Limiter, tenant: TenantConfig): number[] {
   return tenant.limits
     .filter((l) => l.concurrent === undefined)
     .map((l) => {
-      const kind = l.requests !== undefined ? 'requests' : 'tokens';
-      const name = `${kind}/${windowLabel(l.window ?? 60_000)}${l.model === undefined ? '' : `@${l.model}`}`;
+      const name = limitName(l);
       const state = limiter.peek(tenant.id, l.model).find((s) => s.name === name);
       return state === undefined ? 0 : Math.max(0, state.limit - state.remaining);
     });

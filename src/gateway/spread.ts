@@ -13,13 +13,12 @@
  *   refill since and the units it holds, so it may read higher than what the other nodes left.
  */
 import type { LoadedConfig } from '../config/load.ts';
-import { windowLabel } from '../config/duration.ts';
 import type { LimitConfig, TenantConfig } from '../config/schema.ts';
 import type { HotSet } from '../coord/hot-set.ts';
 import type { Member, Ring } from '../coord/types.ts';
 import type { CapBucketSpec, CapLeases } from '../globalcap/cap-leases.ts';
 import type { AcquireResult, LimitState, Policy } from '../limiter/types.ts';
-import { DEFAULT_LEASE_TTL_MS } from '../config/policy.ts';
+import { limitName, policyFromLimits } from '../config/policy.ts';
 
 /** Where a spread tenant stands on this node. */
 export interface SpreadPlacement {
@@ -43,8 +42,6 @@ export interface SpreadHotOptions {
    * read from the global cap) to this node's limiter, once the tenant is back on its owner.
    */
   readonly seed: (tenant: string, used: { readonly requests: number; readonly tokens: number }) => void;
-  /** Told when a cooled tenant's levels could not be read (it is seeded from this node's last view). */
-  readonly log?: (obj: object, msg: string) => void;
 }
 
 /** Options of {@link SpreadTenants}. */
@@ -65,7 +62,12 @@ interface SpreadTenant {
   readonly k: number;
   /** Local policy (split concurrency limits only) by `<share>/<index>`. */
   readonly policies: Map<string, Policy>;
+  /** The last placement and the ring it was computed on. */
+  placed?: { readonly ring: Ring; readonly placement: SpreadPlacement };
 }
+
+/** A node outside any cluster serves a spread tenant alone. */
+const OUTSIDE_CLUSTER: SpreadPlacement = Object.freeze({ members: Object.freeze([]) as readonly Member[], index: 0 });
 
 /** The spread tenants of a node's config, their placement, local policies and global-cap groups. */
 export class SpreadTenants {
@@ -184,9 +186,13 @@ export class SpreadTenants {
   placement(tenant: string): SpreadPlacement {
     const t = this.#tenant(tenant);
     const ring = this.#ring();
-    if (ring === undefined) return { members: [], index: 0 };
+    if (ring === undefined) return OUTSIDE_CLUSTER;
+    // Asked several times per request (ownership, local policy, lease share): computed once per ring.
+    if (t.placed?.ring === ring) return t.placed.placement;
     const members = ring.range(tenant, t.k);
-    return { members, index: members.findIndex((m) => m.id === this.#selfId) };
+    const placement = { members, index: members.findIndex((m) => m.id === this.#selfId) };
+    t.placed = { ring, placement };
+    return placement;
   }
 
   /** Nodes sharing the tenant's limits now (≥ 1; 1 once a found-hot tenant is back on its owner). */
@@ -209,21 +215,10 @@ export class SpreadTenants {
     const key = `${n}/${i}`;
     let policy = t.policies.get(key);
     if (policy === undefined) {
-      const limits = t.config.limits.flatMap((l) => {
-        if (l.concurrent === undefined) return [];
-        const share = Math.floor(l.concurrent / n) + (i < l.concurrent % n ? 1 : 0);
-        const suffix = l.model === undefined ? '' : `@${l.model}`;
-        return [
-          {
-            name: `concurrent${suffix}`,
-            kind: 'concurrent' as const,
-            limit: Math.max(1, share),
-            leaseTtlMs: l.lease_ttl ?? DEFAULT_LEASE_TTL_MS,
-            ...(l.model === undefined ? {} : { model: l.model }),
-          },
-        ];
-      });
-      policy = Object.freeze({ limits: Object.freeze(limits) });
+      const split = t.config.limits.flatMap((l) =>
+        l.concurrent === undefined ? [] : [{ ...l, concurrent: Math.max(1, Math.floor(l.concurrent / n) + (i < l.concurrent % n ? 1 : 0)) }],
+      );
+      policy = policyFromLimits(split);
       t.policies.set(key, policy);
     }
     return policy;
@@ -251,7 +246,7 @@ export class SpreadTenants {
     return this.#leases.buckets(group).map((b, i) => {
       const remaining = Math.max(0, Math.min(b.capacity, Math.floor(b.level + Math.max(0, b.balance))));
       const windowMs = limits[i]?.window ?? 60_000;
-      return { name: limitName(limits[i]), kind: b.kind, limit: b.capacity, remaining, resetMs: Math.ceil(((b.capacity - remaining) * windowMs) / b.capacity) };
+      return { name: limits[i] === undefined ? b.kind : limitName(limits[i]), kind: b.kind, limit: b.capacity, remaining, resetMs: Math.ceil(((b.capacity - remaining) * windowMs) / b.capacity) };
     });
   }
 
@@ -287,14 +282,13 @@ export class SpreadTenants {
   }
 }
 
-/** The limit's name as the limiter names it (`tokens/1m`, `requests/1d@gpt-4o`). */
-function limitName(l: LimitConfig | undefined): string {
-  if (l === undefined) return 'tokens';
-  const kind = l.requests !== undefined ? 'requests' : 'tokens';
-  return `${kind}/${windowLabel(l.window ?? 60_000)}${l.model === undefined ? '' : `@${l.model}`}`;
-}
 
-function bucketSpec(tenant: string): (l: LimitConfig) => CapBucketSpec {
+/**
+ * The global-cap bucket of a spread tenant's `requests` or `tokens` limit: capacity = the limit (units),
+ * refilled over its window (ms), named `tenant:<id>:<kind>:<limit>/<window ms>[@model]` so that a
+ * changed limit gets a bucket of its own. Passing a `concurrent` limit is a caller error.
+ */
+export function bucketSpec(tenant: string): (l: LimitConfig) => CapBucketSpec {
   return (l) => {
     const kind = l.requests !== undefined ? 'requests' : 'tokens';
     const capacity = l.requests ?? l.tokens ?? 1;

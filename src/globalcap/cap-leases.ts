@@ -223,7 +223,7 @@ interface Bucket {
    * do not drain (the other nodes may have leased the whole refill meanwhile), capped at one share;
    * after a Redis restart it is the known usage at that moment.
    */
-  readonly unreconciled: Deficit;
+  unreconciled: number;
   /** The last lease was partial or denied: the cluster bucket is the bottleneck. */
   starved: boolean;
   /** Until then (ms) a take the leases cannot cover is served from the fallback share: the last call failed while the breaker stayed closed. */
@@ -355,7 +355,7 @@ export class CapLeases {
         fallback: undefined,
         fallbackShare: 0,
         known: { value: 0, at: now },
-        unreconciled: { value: 0, at: now },
+        unreconciled: 0,
         starved: false,
         blipUntil: -Infinity,
         level: bs.capacity,
@@ -365,11 +365,6 @@ export class CapLeases {
       return b;
     });
     this.#groups.set(group, { buckets });
-  }
-
-  /** Whether `group` is defined. */
-  has(group: string): boolean {
-    return this.#groups.has(group);
   }
 
   /**
@@ -431,7 +426,7 @@ export class CapLeases {
       if (source === 'lease') spendLots(b, units);
       else if (source === 'fallback') {
         bucketTake(b.fallback as number[], 0, b.windowMs, units);
-        if (!this.#localOnly) b.unreconciled.value = Math.min(b.unreconciled.value + units, b.capacity / sharedBy(b));
+        if (!this.#localOnly) b.unreconciled = Math.min(b.unreconciled + units, b.capacity / sharedBy(b));
       } else return;
       this.#recordSpend(b, now, units);
       // Low water: renew, asking at least for what the next take of the same size lacks (a smaller
@@ -556,7 +551,7 @@ export class CapLeases {
         renewing: b.renewing !== undefined,
         level: Math.floor(Math.min(b.capacity, refilled)),
         knownUsage: this.#deficit(b, b.known, now),
-        unreconciled: b.unreconciled.value,
+        unreconciled: b.unreconciled,
       };
     });
   }
@@ -600,7 +595,7 @@ export class CapLeases {
    */
   owe(group: string, units: readonly number[]): void {
     this.#group(group).buckets.forEach((b, i) => {
-      b.unreconciled.value += nonNegative('units', units[i] ?? 0);
+      b.unreconciled += nonNegative('units', units[i] ?? 0);
     });
   }
 
@@ -644,9 +639,7 @@ export class CapLeases {
     if (restarted) {
       const now = this.#clock.now();
       for (const b of this.#buckets.values()) {
-        const v = this.#deficit(b, b.known, now);
-        b.unreconciled.value = v;
-        b.unreconciled.at = now;
+        b.unreconciled = this.#deficit(b, b.known, now);
       }
     }
     this.#held = false;
@@ -668,7 +661,7 @@ export class CapLeases {
     const calls: Promise<unknown>[] = [];
     for (const b of all) {
       this.#expire(b, now);
-      const balance = balanceOf(b) - b.unreconciled.value;
+      const balance = balanceOf(b) - b.unreconciled;
       b.lots = [];
       b.debt = 0;
       if (balance === 0 || this.#localOnly || this.#held) continue;
@@ -735,10 +728,10 @@ export class CapLeases {
     if (this.#held) return this.#probeIntervalMs;
     if (now < b.retryAt) return Math.max(1, Math.ceil(b.retryAt - now));
     if (this.#closed) return this.#pendingWaitMs;
-    const unreconciled = b.unreconciled.value;
+    const unreconciled = b.unreconciled;
     if (unreconciled > 0) {
       const charged = (level: number): void => {
-        b.unreconciled.value = Math.max(0, b.unreconciled.value - unreconciled);
+        b.unreconciled = Math.max(0, b.unreconciled - unreconciled);
         b.level = level;
         b.levelAt = this.#clock.now();
       };
