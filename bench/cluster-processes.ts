@@ -4,6 +4,7 @@
  * (also on Ctrl-C and on exit). Free ports and temp configs come from test/helpers, as in bench/node.ts.
  */
 import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import type { ChildProcess } from 'node:child_process';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
@@ -53,7 +54,35 @@ export interface BenchRedis {
   readonly url: string;
   /** `INFO commandstats` as calls per command (lower-case names, e.g. `zadd`, `evalsha`). */
   commandCalls(): Promise<Map<string, number>>;
+  /** CPU seconds the server has used so far (`INFO cpu`: used_cpu_user + used_cpu_sys). */
+  cpuSeconds(): Promise<number>;
 }
+
+/** Parses `INFO cpu` into the CPU seconds used (user + system, main thread and children). */
+export function parseCpuSeconds(info: string): number {
+  let total = 0;
+  for (const line of info.split('\n')) {
+    const m = /^used_cpu_(user|sys):([\d.]+)/.exec(line.trim());
+    if (m?.[2] !== undefined) total += Number(m[2]);
+  }
+  return total;
+}
+
+/** CPU seconds (user + system) a live process has used, from `/proc/<pid>/stat` (Linux; NaN elsewhere or once it exited). */
+export function processCpuSeconds(pid: number | undefined): number {
+  if (pid === undefined) return Number.NaN;
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // Fields after the command name (which may hold spaces): state is field 3, utime 14, stime 15.
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS;
+  } catch {
+    return Number.NaN;
+  }
+}
+
+/** USER_HZ of Linux /proc times (100 on every mainstream architecture). */
+const CLOCK_TICKS = 100;
 
 /** Parses `INFO commandstats` (`cmdstat_<name>:calls=N,usec=...` lines) into calls per command. */
 export function parseCommandStats(info: string): Map<string, number> {
@@ -164,6 +193,7 @@ export class ProcessGroup {
     return {
       url: `redis://127.0.0.1:${port}`,
       commandCalls: async () => parseCommandStats(await client.info('commandstats')),
+      cpuSeconds: async () => parseCpuSeconds(await client.info('cpu')),
     };
   }
 

@@ -24,7 +24,9 @@ import { fileURLToPath } from 'node:url';
 import { runHandoff } from './cluster-handoff.ts';
 import type { FirstRequestLatency, HandoffResult, NodeHandoffStats } from './cluster-handoff.ts';
 import { chatBody, median, MODEL, runAutocannon } from './load.ts';
-import { commandDelta, freePort, ProcessGroup, waitUntil, writeConfig } from './cluster-processes.ts';
+import { startBenchCluster } from './bench-cluster.ts';
+import type { BenchMode } from './bench-cluster.ts';
+import { commandDelta, freePort, ProcessGroup } from './cluster-processes.ts';
 import type { BenchRedis } from './cluster-processes.ts';
 
 const ROUNDS = Number(process.env['BENCH_ROUNDS'] ?? 3);
@@ -35,7 +37,7 @@ const HANDOFF_TENANTS = Number(process.env['BENCH_HANDOFF_TENANTS'] ?? 10_000);
 const HANDOFF_RATE = Number(process.env['BENCH_HANDOFF_RATE'] ?? 1_000);
 const HANDOFF_RUNS = Number(process.env['BENCH_HANDOFF_RUNS'] ?? 3);
 const SKIP = new Set((process.env['BENCH_SKIP'] ?? '').split(',').filter((s) => s !== ''));
-const MODES = (process.env['BENCH_MODES'] ?? 'sharded').split(',').filter((m): m is 'sharded' | 'central' => m === 'sharded' || m === 'central');
+const MODES = (process.env['BENCH_MODES'] ?? 'sharded').split(',').filter((m): m is BenchMode => m === 'sharded' || m === 'central');
 const PROMPT_TOKENS = 200;
 const WARMUP_S = 2;
 /** Unmeasured load on a cluster right before each of its measured runs, s. */
@@ -84,37 +86,24 @@ const keys = Array.from({ length: TENANTS }, (_, i) => `bench-cluster-key-${i}`)
 const body = chatBody(PROMPT_TOKENS);
 const env = { BENCH_SIM_KEY: 'bench-sim-key' };
 
-/** Redis, n nodes and a router for `bench-<n>` (in `mode`); resolves once the router's ring has the n nodes. */
-async function startCluster(n: number, simUrl: string, mode: 'sharded' | 'central' = 'sharded'): Promise<Setup> {
-  const group = groups.throughput;
-  const tag = mode === 'sharded' ? `${n}` : `${mode}-${n}`;
-  const redis = await group.redis(`redis-${tag}`);
-  const config = writeConfig({
+/** Redis, n nodes and a router for `bench-<n>` (in `mode`), with limits that never refuse. */
+async function startCluster(n: number, simUrl: string, mode: BenchMode = 'sharded'): Promise<Setup> {
+  const cluster = await startBenchCluster(groups.throughput, {
+    tag: mode === 'sharded' ? `${n}` : `${mode}-${n}`,
+    nodes: n,
     mode,
-    server: { log_level: 'warn' },
-    cluster: { name: `bench-${tag}`, redis: { url: redis.url } },
-    tenants: keys.map((key, i) => ({
-      id: `t${i}`,
-      keys: [key],
-      limits: [{ requests: 1_000_000_000, window: '1m' }, { tokens: 1_000_000_000_000, window: '1m' }, { concurrent: 10_000 }],
-    })),
-    models: [{ name: MODEL, encoding: 'o200k_base', estimator: 'estimate', deployments: ['sim'] }],
-    deployments: [{ name: 'sim', provider: 'openai', base_url: simUrl, api_key_env: 'BENCH_SIM_KEY' }],
+    env,
+    config: {
+      tenants: keys.map((key, i) => ({
+        id: `t${i}`,
+        keys: [key],
+        limits: [{ requests: 1_000_000_000, window: '1m' }, { tokens: 1_000_000_000_000, window: '1m' }, { concurrent: 10_000 }],
+      })),
+      models: [{ name: MODEL, encoding: 'o200k_base', estimator: 'estimate', deployments: ['sim'] }],
+      deployments: [{ name: 'sim', provider: 'openai', base_url: simUrl, api_key_env: 'BENCH_SIM_KEY' }],
+    },
   });
-  const ports = await Promise.all(Array.from({ length: n }, () => freePort()));
-  await Promise.all(
-    ports.map((port, i) =>
-      group.cli(`${tag}-node ${i + 1}`, ['node', '--config', config, '--id', `node-${i + 1}`, '--port', String(port)], `http://127.0.0.1:${port}/readyz`, env),
-    ),
-  );
-  const routerPort = await freePort();
-  const url = `http://127.0.0.1:${routerPort}`;
-  await group.cli(`${tag}-router`, ['router', '--config', config, '--port', String(routerPort)], `${url}/readyz`, env);
-  await waitUntil(`the ${n}-node router to see ${n} members`, async () => {
-    const res = await fetch(`${url}/readyz`);
-    return ((await res.json()) as { members?: number }).members === n;
-  });
-  return { name: `${n} node${n === 1 ? '' : 's'} + router${mode === 'sharded' ? '' : `, ${mode}`}`, nodes: n, url, redis };
+  return { name: cluster.name, nodes: n, url: cluster.url, redis: cluster.redis };
 }
 
 function fmt(ms: number): string {
