@@ -1,7 +1,15 @@
 /**
- * Where limiter state waits between owners: one Redis string per tenant (a JSON `TenantSnapshot`),
- * written by an owner's checkpoints and by its handoff when the tenant moves, read by the next owner
- * before its first decision. A handoff is announced on a pub/sub channel once its writes are stored.
+ * Where limiter state waits between owners: one Redis hash per cluster, a field per tenant holding
+ * its JSON `TenantSnapshot` and the time it expires, written by an owner's checkpoints and by its
+ * handoff when the tenant moves, read by the next owner before its first decision. A handoff is
+ * announced on a pub/sub channel once its writes are stored.
+ *
+ * One hash, not a key per tenant, so that a checkpoint of a thousand tenants is one `HSET` (one
+ * command per {@link WRITE_CHUNK} tenants) rather than a thousand `SET`s: Redis commands then scale
+ * with nodes and checkpoints, not with active tenants. Redis 7.0 has no per-field expiry, so each
+ * value carries its own (`<expiresAtMs> <json>`) and a reader treats an expired value as absent;
+ * a value is replaced by the next write and deleted when its tenant goes idle, so the hash holds at
+ * most one value per configured tenant.
  */
 import type { Redis } from 'ioredis';
 
@@ -23,9 +31,27 @@ export interface HandoffDone {
   readonly tenants?: Readonly<Record<string, readonly string[]>>;
 }
 
-/** Key of a tenant's state: `qr:{<cluster>}:state:<tenant>`. */
-export function stateKey(cluster: string, tenant: string): string {
-  return `qr:{${cluster}}:state:${tenant}`;
+/** Key of the hash of tenant states: `qr:{<cluster>}:state` (field: the tenant id). */
+export function stateKey(cluster: string): string {
+  return `qr:{${cluster}}:state`;
+}
+
+/** Most tenants written or deleted by one command (`HSET`/`HDEL` arguments stay a few MB at most). */
+const WRITE_CHUNK = 1_000;
+
+/** A stored value: `<expiresAtMs> <json>`. */
+function storedValue(json: string, expiresAtMs: number): string {
+  return `${Math.ceil(expiresAtMs)} ${json}`;
+}
+
+/**
+ * Splits a stored value into its expiry (epoch ms) and snapshot JSON; undefined when it is not one.
+ */
+export function parseStoredValue(value: string): { expiresAtMs: number; json: string } | undefined {
+  const space = value.indexOf(' ');
+  const expiresAtMs = Number(value.slice(0, space));
+  if (space <= 0 || !Number.isFinite(expiresAtMs)) return undefined;
+  return { expiresAtMs, json: value.slice(space + 1) };
 }
 
 /** Channel of handoff announcements: `qr:{<cluster>}:handoff`. */
@@ -50,50 +76,76 @@ function parseDone(message: string): HandoffDone | undefined {
 /** Tenant state in Redis for one cluster. Commands go over the given connection; pub/sub over a duplicate of it. */
 export class TenantStateStore {
   readonly #redis: Redis;
-  readonly #cluster: string;
+  readonly #key: string;
   readonly #channel: string;
+  readonly #now: () => number;
   #subscriber: Redis | undefined;
 
-  /** @param cluster the cluster name (`cluster.name`), namespace of every key. */
-  constructor(redis: Redis, cluster: string) {
+  /**
+   * @param cluster the cluster name (`cluster.name`), namespace of every key.
+   * @param now wall-clock time in epoch ms, for expiries shared by every node. @default Date.now
+   */
+  constructor(redis: Redis, cluster: string, now: () => number = Date.now) {
     this.#redis = redis;
-    this.#cluster = cluster;
+    this.#key = stateKey(cluster);
     this.#channel = handoffChannel(cluster);
+    this.#now = now;
   }
 
   /**
-   * Stores states in one pipeline (`SET key json PX ttl` each).
+   * Stores states: one `HSET` per {@link WRITE_CHUNK} tenants, pipelined; each value expires
+   * `ttlMs` from now.
    * @throws the Redis error of the first failed command.
    */
   async write(states: readonly StoredState[]): Promise<void> {
     if (states.length === 0) return;
+    const now = this.#now();
     const pipeline = this.#redis.pipeline();
-    for (const s of states) pipeline.set(stateKey(this.#cluster, s.tenant), s.json, 'PX', Math.max(1, Math.ceil(s.ttlMs)));
+    for (let i = 0; i < states.length; i += WRITE_CHUNK) {
+      const fields: string[] = [];
+      for (const s of states.slice(i, i + WRITE_CHUNK)) fields.push(s.tenant, storedValue(s.json, now + Math.max(1, s.ttlMs)));
+      pipeline.hset(this.#key, ...fields);
+    }
     const replies = (await pipeline.exec()) ?? [];
     for (const [err] of replies) if (err !== null) throw err;
   }
 
   /**
-   * Deletes the stored states of tenants whose state is fresh (one pipeline of `DEL`s).
+   * Deletes the stored states of tenants whose state is fresh: one `HDEL` per {@link WRITE_CHUNK}
+   * tenants, pipelined.
    * @throws the Redis error of the first failed command.
    */
   async remove(tenants: readonly string[]): Promise<void> {
     if (tenants.length === 0) return;
     const pipeline = this.#redis.pipeline();
-    for (const tenant of tenants) pipeline.del(stateKey(this.#cluster, tenant));
+    for (let i = 0; i < tenants.length; i += WRITE_CHUNK) pipeline.hdel(this.#key, ...tenants.slice(i, i + WRITE_CHUNK));
     const replies = (await pipeline.exec()) ?? [];
     for (const [err] of replies) if (err !== null) throw err;
   }
 
-  /** The stored states of several tenants (`MGET`), null where none. @throws the Redis error. */
-  readMany(tenants: readonly string[]): Promise<(string | null)[]> {
-    if (tenants.length === 0) return Promise.resolve([]);
-    return this.#redis.mget(tenants.map((t) => stateKey(this.#cluster, t)));
+  /** The stored states (snapshot JSON) of several tenants (`HMGET`), null where none or expired. @throws the Redis error. */
+  async readMany(tenants: readonly string[]): Promise<(string | null)[]> {
+    if (tenants.length === 0) return [];
+    const values = await this.#redis.hmget(this.#key, ...tenants);
+    const now = this.#now();
+    return values.map((v) => this.#live(v, now));
   }
 
-  /** The stored state of a tenant, or null. @throws the Redis error. */
-  read(tenant: string): Promise<string | null> {
-    return this.#redis.get(stateKey(this.#cluster, tenant));
+  /** The stored state (snapshot JSON) of a tenant, or null when none or expired. @throws the Redis error. */
+  async read(tenant: string): Promise<string | null> {
+    return this.#live(await this.#redis.hget(this.#key, tenant), this.#now());
+  }
+
+  /** When the stored state of a tenant expires (epoch ms), or null when none. @throws the Redis error. */
+  async expiresAt(tenant: string): Promise<number | null> {
+    const value = await this.#redis.hget(this.#key, tenant);
+    return value === null ? null : (parseStoredValue(value)?.expiresAtMs ?? null);
+  }
+
+  #live(value: string | null, now: number): string | null {
+    if (value === null) return null;
+    const stored = parseStoredValue(value);
+    return stored === undefined || stored.expiresAtMs <= now ? null : stored.json;
   }
 
   /** Publishes a handoff announcement. @throws the Redis error. */

@@ -233,30 +233,37 @@ describe('handoff through a real Redis', () => {
       b.limiter.peek(U).map((l) => l.remaining),
       [10_000 - 2_500 - 400, 98, 2],
     );
-    const ttl = await connections[0]!.pttl(stateKey(`t${cluster}`, U));
+    const ttl = ((await new TenantStateStore(connections[0]!, `t${cluster}`).expiresAt(U)) ?? 0) - Date.now();
     assert.ok(ttl > 100_000 && ttl <= 120_000, `ttl ${ttl}`);
     a.handoff.stop();
     b.handoff.stop();
   });
 
-  test('a tenant swept idle is forgotten with its stored state: its next claim starts fresh, not from a busy checkpoint', async () => {
+  test('a tenant swept idle has its stored state deleted and stays claimed: its next request starts fresh in RAM, not from a busy checkpoint', async () => {
     const a = await node(A, [A]);
     await a.handoff.ready(T);
     assert.equal(a.limiter.acquire(T, { id: 'r0', tokens: 1_000 }).ok, true);
     a.handoff.touched(T);
     await a.handoff.checkpoint(); // stores the open reservation and its slot
+    assert.equal(await connections.at(-1)!.hexists(stateKey(`t${cluster}`), T), 1);
     assert.deepEqual(await a.handoff.finish(T, 'r0', 1_000), { settled: true, released: true });
     clock.advance(61_000);
     assert.equal(a.limiter.sweep(), 1);
     await a.handoff.forgetIdle();
-    assert.equal(a.handoff.claimed().has(T), false);
-    assert.equal(await connections.at(-1)!.exists(stateKey(`t${cluster}`, T)), 0);
-    await a.handoff.ready(T);
+    assert.equal(a.handoff.claimed().has(T), true);
+    assert.equal(await connections.at(-1)!.hexists(stateKey(`t${cluster}`), T), 0);
+    assert.equal(a.handoff.ready(T), undefined, 'still claimed: no read before the next decision');
     assert.equal(a.handoff.stats.loaded, 0);
     assert.deepEqual(
       a.limiter.peek(T).map((l) => l.remaining),
       [10_000, 100, 2],
     );
+    // A ring change that takes the idle tenant away and gives it back: it is claimed again from Redis (nothing stored: fresh).
+    const b = await node(B, [A, B]);
+    a.membership.set(createRing([A, B]));
+    a.membership.set(createRing([A]));
+    assert.equal(a.handoff.claimed().has(T), false);
+    b.handoff.stop();
     a.handoff.stop();
   });
 
