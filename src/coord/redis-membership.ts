@@ -41,6 +41,9 @@ export const DEFAULT_HEARTBEAT_MS = 1_000;
 /** @see RedisMembershipOptions.deadAfterMs */
 export const DEFAULT_DEAD_AFTER_MS = 3_000;
 
+/** Redis `TIME` is read on the first sync, after a failed one, and every this many syncs; in between, Redis time = wall clock + the measured offset. */
+const TIME_EVERY = 10;
+
 /** The sorted set of members: member JSON → last heartbeat, ms of Redis `TIME`. */
 export function membersKey(cluster: string): string {
   return `qr:{${cluster}}:members`;
@@ -103,9 +106,11 @@ function asError(err: unknown): Error {
 /**
  * A {@link Membership} over Redis.
  *
- * Every heartbeat (and at once on a join/leave announcement) the process reads Redis `TIME`, then in
- * one pipeline: a node ZADDs itself with that time, everyone ZREMRANGEBYSCOREs members older than
- * `deadAfterMs` and ZRANGEs the rest. Several entries with one id (a node restarted on another URL)
+ * Every heartbeat (and at once on a join/leave announcement), in one pipeline: a node ZADDs itself
+ * with the Redis time, everyone ZRANGEs the set and ignores members older than `deadAfterMs`, which
+ * are also deleted (ZREMRANGEBYSCORE) once per `deadAfterMs`. The Redis time is Redis `TIME`, read
+ * on the first sync, after a failure and every {@link TIME_EVERY} syncs, and in between the wall
+ * clock plus the offset last measured: 2 commands per node heartbeat, not 4 (a router: 1). Several entries with one id (a node restarted on another URL)
  * count once, the newest. The ring is rebuilt and listeners are called only when the sorted list
  * changes.
  *
@@ -142,6 +147,11 @@ export class RedisMembership implements Membership {
   /** Clock ms since which Redis has answered every heartbeat in time; pruning needs `deadAfterMs` of it. */
   #contactSince = -Infinity;
   #lastSync: number | undefined;
+  /** Redis `TIME` − `Date.now()`, ms, as last measured; undefined until then and after a failed sync. */
+  #redisOffsetMs: number | undefined;
+  /** Syncs since Redis `TIME` was last read, and since stale members were last deleted. */
+  #sinceTime = 0;
+  #sincePrune = 0;
   /** Per member id: its last heartbeat score, and the clock ms when this process saw that score rise. */
   readonly #beats = new Map<string, { score: number; seenAt: number }>();
   /** Ids announced as leaving (gracefully): dropped at once, not kept for `deadAfterMs`. */
@@ -297,26 +307,41 @@ export class RedisMembership implements Membership {
 
   async #syncOnce(): Promise<void> {
     try {
-      const [sec, usec] = await this.#redis.time();
-      const nowMs = Number(sec) * 1000 + Math.floor(Number(usec) / 1000);
+      if (this.#redisOffsetMs === undefined || this.#sinceTime >= TIME_EVERY) {
+        const [sec, usec] = await this.#redis.time();
+        this.#redisOffsetMs = Number(sec) * 1000 + Math.floor(Number(usec) / 1000) - Date.now();
+        this.#sinceTime = 0;
+      }
+      this.#sinceTime++;
+      const nowMs = Date.now() + this.#redisOffsetMs;
       const p = this.#redis.pipeline();
       // Checked after TIME: stop() may have sent the ZREM meanwhile, and a ZADD now would re-add us.
       if (this.#selfJson !== undefined && this.#stopping === undefined) p.zadd(this.#key, nowMs, this.#selfJson);
-      const t = this.#clock.now();
-      if (this.#lastSync !== undefined && (this.#failed || t - this.#lastSync > this.#deadAfterMs - this.#heartbeatMs)) this.#contactSince = t;
-      const prune = t - this.#contactSince >= this.#deadAfterMs;
-      if (prune) p.zremrangebyscore(this.#key, '-inf', `(${nowMs - this.#deadAfterMs}`);
+      // Stale members are deleted once per deadAfterMs, and only while in contact (the threshold is
+      // this send's time: a sync stalled by Redis deletes nothing newer than that).
+      const sentAt = this.#clock.now();
+      const inContact = this.#lastSync !== undefined && !this.#failed && sentAt - this.#lastSync <= this.#deadAfterMs - this.#heartbeatMs;
+      if (inContact && sentAt - this.#contactSince >= this.#deadAfterMs && ++this.#sincePrune * this.#heartbeatMs >= this.#deadAfterMs) {
+        this.#sincePrune = 0;
+        p.zremrangebyscore(this.#key, '-inf', `(${nowMs - this.#deadAfterMs}`);
+      }
       p.zrange(this.#key, 0, -1, 'WITHSCORES');
       const results = await p.exec();
       if (results === null) throw new Error('membership pipeline was discarded');
       for (const [err] of results) if (err) throw err;
       const flat = results[results.length - 1]?.[1];
       if (!Array.isArray(flat)) throw new Error('membership ZRANGE returned no list');
+      // Contact is judged when the answer came: a sync that Redis held (a stall) counts as a gap.
+      const t = this.#clock.now();
+      if (this.#lastSync !== undefined && (this.#failed || t - this.#lastSync > this.#deadAfterMs - this.#heartbeatMs)) this.#contactSince = t;
+      // Members older than deadAfterMs are ignored once in contact for deadAfterMs.
+      const prune = t - this.#contactSince >= this.#deadAfterMs;
       this.#apply(flat as string[], prune ? nowMs - this.#deadAfterMs : -Infinity);
       this.#lastSync = this.#clock.now();
       this.#failed = false;
     } catch (err) {
       this.#failed = true;
+      this.#redisOffsetMs = undefined;
       throw err;
     }
   }
