@@ -16,7 +16,13 @@
  *   is reported with the result. Negative when the limit was never reached.
  * - Demand of a window: sum of `reservedTokens` (tokens) or count (requests) of ALL records sent
  *   in it, admitted or not (status 0 — network errors and aborted requests — excluded).
- * - Utilisation: aligned windows [k·windowMs, (k+1)·windowMs) for k = 0.. while
+ * - Utilisation at refusals: for each 429 record of a tenant with a limit of the kind, sent at t,
+ *   the admitted (tokens or requests) of that tenant sent in (t − (windowMs − toleranceMs), t],
+ *   over the limit: how full the sliding window was when the limiter said no. An exact limiter
+ *   refuses only when admitted + the request's need > limit, so this is > 1 − need/limit; a
+ *   limiter that refuses early shows a low figure. A 429 counts for every kind the tenant has a
+ *   limit of: meaningful when one kind binds (the benchmark limits tokens only).
+ * - Utilisation of aligned minutes: aligned windows [k·windowMs, (k+1)·windowMs) for k = 0.. while
  *   (k+1)·windowMs ≤ durationMs (whole windows only); a tenant-window is saturated for a kind when
  *   its demand ≥ 1.1 × limit; utilisation of a saturated tenant-window = admitted / limit.
  * - 429s seen by clients: records with status 429, split into `gateway` (gatewayError true) and
@@ -63,6 +69,17 @@ export interface OverAdmissionOf {
   readonly admittedInWindow: number | null;
   /** Start (sentMs) of the first window reaching the max; null with `overAdmission`. */
   readonly windowStartMs: number | null;
+}
+
+/** How full the sliding window was at the limiter's refusals, for one kind (see the module comment). */
+export interface RefusalUtilisation {
+  /** 429 records counted (of tenants with a limit of the kind). */
+  readonly refusals: number;
+  /** Mean, median, 5th percentile (nearest rank) and min of admitted-in-window / limit; null without refusals. */
+  readonly mean: number | null;
+  readonly median: number | null;
+  readonly p5: number | null;
+  readonly min: number | null;
 }
 
 /** Utilisation over the saturated tenant-windows of one kind. */
@@ -134,6 +151,8 @@ export interface AccuracyResult {
   /** One entry per tenant of `limits` and kind it has a limit of, by tenant name then kind. */
   readonly perTenant: readonly OverAdmissionOf[];
   readonly utilisation: { readonly tokens: UtilisationSummary; readonly requests: UtilisationSummary };
+  /** How full each tenant's sliding window was at the 429s it got. */
+  readonly atRefusal: { readonly tokens: RefusalUtilisation; readonly requests: RefusalUtilisation };
   readonly clients: ClientOutcomes;
   /** Every tenant (of `limits` or of the records) × every whole aligned window, by tenant name then window. */
   readonly windows: readonly WindowPoint[];
@@ -174,6 +193,32 @@ function sweep(admitted: readonly ReplayRecord[], kind: LimitKind, limit: number
     sum -= weightOf(admitted[i] as ReplayRecord, kind);
   }
   return best;
+}
+
+/** Ratios at refusals of one tenant: admitted (sorted by sentMs) in (t − spanMs, t] / limit for each refusal time t. */
+function ratiosAtRefusals(admitted: readonly ReplayRecord[], refusedAt: readonly number[], kind: LimitKind, limit: number, spanMs: number): number[] {
+  // prefix[j] = Σ weights of admitted[0..j).
+  const prefix = [0];
+  for (const r of admitted) prefix.push((prefix[prefix.length - 1] as number) + weightOf(r, kind));
+  /** Index of the first admitted record with sentMs > x. */
+  const after = (x: number): number => {
+    let lo = 0;
+    let hi = admitted.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if ((admitted[mid] as ReplayRecord).sentMs > x) hi = mid;
+      else lo = mid + 1;
+    }
+    return lo;
+  };
+  return refusedAt.map((t) => ((prefix[after(t)] as number) - (prefix[after(t - spanMs)] as number)) / limit);
+}
+
+function refusalSummary(ratios: number[]): RefusalUtilisation {
+  if (ratios.length === 0) return { refusals: 0, mean: null, median: null, p5: null, min: null };
+  const sorted = [...ratios].sort((a, b) => a - b);
+  const rank = (p: number): number => sorted[Math.max(0, Math.ceil((p / 100) * sorted.length) - 1)] as number;
+  return { refusals: sorted.length, mean: sorted.reduce((a, b) => a + b, 0) / sorted.length, median: rank(50), p5: rank(5), min: sorted[0] as number };
 }
 
 function summarise(ratios: readonly number[], admittedSum: number, limitSum: number): UtilisationSummary {
@@ -229,6 +274,7 @@ export function accuracyOf(records: readonly ReplayRecord[], limits: ReadonlyMap
   // Over-admission on sliding windows shortened by the tolerance.
   const spanMs = windowMs - toleranceMs;
   const perTenant: OverAdmissionOf[] = [];
+  const refusalRatios: Record<LimitKind, number[]> = { tokens: [], requests: [] };
   let overAdmission: number | null = null;
   let overAdmissionAt: AccuracyResult['overAdmissionAt'] = null;
   for (const tenant of [...limits.keys()].sort()) {
@@ -238,6 +284,8 @@ export function accuracyOf(records: readonly ReplayRecord[], limits: ReadonlyMap
       const limit = l[kind];
       if (limit === undefined) continue;
       const best = sweep(admitted, kind, limit, spanMs);
+      const refusedAt = (byTenant.get(tenant) ?? []).filter((r) => r.status === 429).map((r) => r.sentMs);
+      refusalRatios[kind].push(...ratiosAtRefusals(admitted, refusedAt, kind, limit, spanMs));
       perTenant.push({ tenant, kind, limit, overAdmission: best?.ratio ?? null, admittedInWindow: best?.sum ?? null, windowStartMs: best?.startMs ?? null });
       if (best !== null && (overAdmission === null || best.ratio > overAdmission)) {
         overAdmission = best.ratio;
@@ -298,6 +346,7 @@ export function accuracyOf(records: readonly ReplayRecord[], limits: ReadonlyMap
       tokens: summarise(sat.tokens.ratios, sat.tokens.admitted, sat.tokens.limit),
       requests: summarise(sat.requests.ratios, sat.requests.admitted, sat.requests.limit),
     },
+    atRefusal: { tokens: refusalSummary(refusalRatios.tokens), requests: refusalSummary(refusalRatios.requests) },
     clients: { sent: records.length, admitted: admittedCount, status429: gateway429 + upstream429, gateway429, upstream429, otherByStatus, network },
     windows,
   };

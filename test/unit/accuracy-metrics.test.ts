@@ -213,6 +213,37 @@ describe('utilisation (whole aligned windows, saturated only)', () => {
   });
 });
 
+describe('utilisation at refusals (how full the sliding window was when the limiter said no)', () => {
+  // Tokens limit 1,000 per 1 s window, tolerance 0. Admitted: 400 at 0, 500 at 300, 300 at 1,200.
+  // Refusals at 350 (window (−650, 350]: 400 + 500 = 900 → 0.9), at 999 (same → 0.9), at 1,000
+  // ((0, 1000]: 500 → 0.5: the record at 0 left the window), at 1,250 ((250, 1250]: 500 + 300 → 0.8).
+  const records = [
+    rec({ sentMs: 0, reserved: 400 }),
+    rec({ sentMs: 300, reserved: 500 }),
+    rec({ sentMs: 1_200, reserved: 300 }),
+    ...[350, 999, 1_000, 1_250].map((t) => rec({ sentMs: t, status: 429, reserved: 200, gatewayError: true })),
+    rec({ tenant: 'unlimited', sentMs: 10, status: 429, gatewayError: true }),
+  ];
+  test('tokens: one ratio per 429 of a limited tenant, exact mean, median, p5 and min', () => {
+    const r = accuracyOf(records, limitsOf({ a: { tokens: 1_000 } }), opts());
+    assert.equal(r.atRefusal.tokens.refusals, 4);
+    assert.ok(Math.abs((r.atRefusal.tokens.mean ?? 0) - (0.9 + 0.9 + 0.5 + 0.8) / 4) < 1e-12);
+    assert.equal(r.atRefusal.tokens.median, 0.8);
+    assert.equal(r.atRefusal.tokens.p5, 0.5);
+    assert.equal(r.atRefusal.tokens.min, 0.5);
+    assert.deepEqual(r.atRefusal.requests, { refusals: 0, mean: null, median: null, p5: null, min: null });
+  });
+  test('the tolerance shortens the window back from the refusal', () => {
+    const r = accuracyOf(records, limitsOf({ a: { tokens: 1_000 } }), opts(300));
+    // Windows (t − 700, t]: 350 → (−350, 350] 900 → 0.9; 999 → (299, 999] 500 → 0.5;
+    // 1,000 → (300, 1000]: the record at 300 is out → 0; 1,250 → (550, 1250] 300 → 0.3.
+    assert.equal(r.atRefusal.tokens.refusals, 4);
+    assert.equal(r.atRefusal.tokens.min, 0);
+    assert.equal(r.atRefusal.tokens.median, 0.3);
+    assert.ok(Math.abs((r.atRefusal.tokens.mean ?? 0) - (0.9 + 0.5 + 0 + 0.3) / 4) < 1e-12);
+  });
+});
+
 describe('what clients saw', () => {
   test('429 split gateway / upstream, other statuses, network', () => {
     const r = accuracyOf(
