@@ -104,6 +104,22 @@ export function commandDelta(before: ReadonlyMap<string, number>, after: Readonl
   return delta;
 }
 
+/**
+ * On the first SIGINT or SIGTERM: says so on stderr, runs `stopAll` (every process the benchmark
+ * started) and exits with 130 / 143. Later signals are ignored while it stops.
+ */
+export function stopOnSignals(stopAll: () => Promise<void>): void {
+  let interrupted = false;
+  const onSignal = (code: number) => (): void => {
+    if (interrupted) return;
+    interrupted = true;
+    process.stderr.write('stopping every process...\n');
+    void stopAll().then(() => process.exit(code));
+  };
+  process.once('SIGINT', onSignal(130));
+  process.once('SIGTERM', onSignal(143));
+}
+
 /** Children of the benchmark, stopped together (newest first) by {@link ProcessGroup.stopAll}. */
 export class ProcessGroup {
   readonly #children: Child[] = [];

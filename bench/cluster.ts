@@ -11,12 +11,11 @@
  * 3. Handoff when a fourth node joins 10,000 active tenants (bench/cluster-handoff.ts), 3 runs on
  *    fresh clusters (one join's p99 on a shared 2-core machine is fragile).
  *
- * Writes bench/results/<date>/cluster.{json,md} (sharded-vs-central.{json,md} when BENCH_MODES has
- * `central`) and prints the Markdown. Every process is stopped at
+ * Writes bench/results/<date>/cluster.{json,md} and prints the Markdown (sharded vs central is
+ * `npm run bench`, bench/compare.ts). Every process is stopped at
  * the end, on error and on Ctrl-C. Environment: BENCH_ROUNDS (3), BENCH_DURATION (6 s),
  * BENCH_CONNECTIONS (64), BENCH_TENANTS (1,000), BENCH_HANDOFF_TENANTS (10,000),
- * BENCH_HANDOFF_RATE (1,000 req/s), BENCH_HANDOFF_RUNS (3), BENCH_SKIP (comma list of `throughput`, `handoff`),
- * BENCH_MODES (comma list of `sharded`, `central`: the throughput setups of each mode; `sharded`).
+ * BENCH_HANDOFF_RATE (1,000 req/s), BENCH_HANDOFF_RUNS (3), BENCH_SKIP (comma list of `throughput`, `handoff`).
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
@@ -25,8 +24,7 @@ import { runHandoff } from './cluster-handoff.ts';
 import type { FirstRequestLatency, HandoffResult, NodeHandoffStats } from './cluster-handoff.ts';
 import { chatBody, median, MODEL, runAutocannon } from './load.ts';
 import { startBenchCluster } from './bench-cluster.ts';
-import type { BenchMode } from './bench-cluster.ts';
-import { commandDelta, freePort, ProcessGroup } from './cluster-processes.ts';
+import { commandDelta, freePort, ProcessGroup, stopOnSignals } from './cluster-processes.ts';
 import type { BenchRedis } from './cluster-processes.ts';
 
 const ROUNDS = Number(process.env['BENCH_ROUNDS'] ?? 3);
@@ -37,7 +35,6 @@ const HANDOFF_TENANTS = Number(process.env['BENCH_HANDOFF_TENANTS'] ?? 10_000);
 const HANDOFF_RATE = Number(process.env['BENCH_HANDOFF_RATE'] ?? 1_000);
 const HANDOFF_RUNS = Number(process.env['BENCH_HANDOFF_RUNS'] ?? 3);
 const SKIP = new Set((process.env['BENCH_SKIP'] ?? '').split(',').filter((s) => s !== ''));
-const MODES = (process.env['BENCH_MODES'] ?? 'sharded').split(',').filter((m): m is BenchMode => m === 'sharded' || m === 'central');
 const PROMPT_TOKENS = 200;
 const WARMUP_S = 2;
 /** Unmeasured load on a cluster right before each of its measured runs, s. */
@@ -72,26 +69,18 @@ const stopAll = async (): Promise<void> => {
   await Promise.all([groups.throughput.stopAll(), groups.handoff.stopAll()]);
   await groups.base.stopAll();
 };
-let interrupted = false;
-const onSignal = (code: number) => (): void => {
-  if (interrupted) return;
-  interrupted = true;
-  log('stopping every process...');
-  void stopAll().then(() => process.exit(code));
-};
-process.once('SIGINT', onSignal(130));
-process.once('SIGTERM', onSignal(143));
+stopOnSignals(stopAll);
 
 const keys = Array.from({ length: TENANTS }, (_, i) => `bench-cluster-key-${i}`);
 const body = chatBody(PROMPT_TOKENS);
 const env = { BENCH_SIM_KEY: 'bench-sim-key' };
 
-/** Redis, n nodes and a router for `bench-<n>` (in `mode`), with limits that never refuse. */
-async function startCluster(n: number, simUrl: string, mode: BenchMode = 'sharded'): Promise<Setup> {
+/** Redis, n nodes and a router for `bench-<n>`, with limits that never refuse. */
+async function startCluster(n: number, simUrl: string): Promise<Setup> {
   const cluster = await startBenchCluster(groups.throughput, {
-    tag: mode === 'sharded' ? `${n}` : `${mode}-${n}`,
+    tag: `${n}`,
     nodes: n,
-    mode,
+    mode: 'sharded',
     env,
     config: {
       tenants: keys.map((key, i) => ({
@@ -121,7 +110,7 @@ function signed(ms: number): string {
 
 async function throughput(simUrl: string): Promise<SetupResult[]> {
   const setups: Setup[] = [{ name: 'simulator direct', nodes: 0, url: simUrl }];
-  for (const mode of MODES) for (const n of [1, 2, 3]) setups.push(await startCluster(n, simUrl, mode));
+  for (const n of [1, 2, 3]) setups.push(await startCluster(n, simUrl));
   log(`throughput: ${setups.length} setups up; warm-up ${WARMUP_S} s each`);
   for (const s of setups) await runAutocannon({ url: s.url, bodies: [body], keys, connections: CONNECTIONS, durationS: WARMUP_S });
   const results = new Map<string, SetupResult>(
@@ -286,9 +275,8 @@ try {
     throughput: results.map((r) => ({ ...r, medianRps: median(r.rps), medianP50: median(r.p50), medianP99: median(r.p99) })),
     handoff: handoffs,
   };
-  const name = MODES.includes('central') ? 'sharded-vs-central' : 'cluster';
-  writeFileSync(`${dir}${name}.json`, JSON.stringify(json, null, 2) + '\n');
-  writeFileSync(`${dir}${name}.md`, md + '\n');
+  writeFileSync(`${dir}cluster.json`, JSON.stringify(json, null, 2) + '\n');
+  writeFileSync(`${dir}cluster.md`, md + '\n');
   process.stdout.write(md + '\n');
 } catch (err) {
   log(`bench:cluster failed: ${(err as Error).stack ?? String(err)}`);

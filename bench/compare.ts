@@ -39,7 +39,7 @@ import type { AccuracyResult, TenantLimits } from './accuracy-metrics.ts';
 import { startBenchCluster } from './bench-cluster.ts';
 import type { BenchMode } from './bench-cluster.ts';
 import { latencyCdfChart, tenantMinuteChart, throughputChart } from './charts.ts';
-import { answers200, commandDelta, freePort, processCpuSeconds, ProcessGroup, waitUntil } from './cluster-processes.ts';
+import { answers200, commandDelta, freePort, processCpuSeconds, ProcessGroup, stopOnSignals, waitUntil } from './cluster-processes.ts';
 import type { BenchRedis, Child } from './cluster-processes.ts';
 import { chatBody, median, MODEL, runAutocannon } from './load.ts';
 
@@ -70,15 +70,7 @@ const stopAll = async (): Promise<void> => {
   await Promise.all([groups.throughput.stopAll(), groups.accuracy.stopAll()]);
   await groups.base.stopAll();
 };
-let interrupted = false;
-const onSignal = (code: number) => (): void => {
-  if (interrupted) return;
-  interrupted = true;
-  log('stopping every process...');
-  void stopAll().then(() => process.exit(code));
-};
-process.once('SIGINT', onSignal(130));
-process.once('SIGTERM', onSignal(143));
+stopOnSignals(stopAll);
 
 /** How a setup decides: no limiter (direct), the outside reference, or quotaring in a mode. */
 type SetupMode = 'direct' | 'reference' | BenchMode;

@@ -41,7 +41,7 @@ import { redisForDecisions } from '../src/globalcap/redis-connection.ts';
 import { RedisGuard, guardedCall } from '../src/globalcap/redis-guard.ts';
 import type { GuardStats } from '../src/globalcap/redis-guard.ts';
 import { defineCapScripts } from '../src/globalcap/scripts.ts';
-import { commandDelta, ProcessGroup } from './cluster-processes.ts';
+import { commandDelta, ProcessGroup, stopOnSignals } from './cluster-processes.ts';
 import type { BenchRedis } from './cluster-processes.ts';
 import { drive, latencySink, summarize } from './global-drive.ts';
 import type { DriveCounts, LatencySink, LatencySummary } from './global-drive.ts';
@@ -76,15 +76,7 @@ const stopAll = async (): Promise<void> => {
   await Promise.all(proxies.splice(0).map((p) => p.close()));
   await group.stopAll();
 };
-let interrupted = false;
-const onSignal = (code: number) => (): void => {
-  if (interrupted) return;
-  interrupted = true;
-  log('stopping redis-server and the proxies...');
-  void stopAll().then(() => process.exit(code));
-};
-process.once('SIGINT', onSignal(130));
-process.once('SIGTERM', onSignal(143));
+stopOnSignals(stopAll);
 const watchdog = setTimeout(() => {
   log(`bench:global took over ${WATCHDOG_MS / 1000} s: stopping`);
   void stopAll().then(() => process.exit(1));
