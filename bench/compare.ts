@@ -71,6 +71,11 @@ const stopAll = async (): Promise<void> => {
   await groups.base.stopAll();
 };
 stopOnSignals(stopAll);
+/** Temporary files and folders of this run, removed when the process exits (also after Ctrl-C). */
+const temporary: string[] = [];
+process.once('exit', () => {
+  for (const path of temporary) rmSync(path, { recursive: true, force: true });
+});
 
 /** How a setup decides: no limiter (direct), the outside reference, or quotaring in a mode. */
 type SetupMode = 'direct' | 'reference' | BenchMode;
@@ -132,6 +137,7 @@ async function startReference(group: ProcessGroup, tag: string, simUrl: string, 
   const redis = await group.redis(`redis-${tag}`);
   const file = join(tmpdir(), `quotaring-bench-${tag}-${process.pid}.json`);
   writeFileSync(file, JSON.stringify(tenants));
+  temporary.push(file);
   const port = await freePort();
   const script = fileURLToPath(new URL('reference-limiter.ts', import.meta.url));
   const child = group.spawn(tag, process.execPath, ['--import', 'tsx', script, '--port', String(port), '--redis', redis.url, '--upstream', simUrl, '--tenants', file]);
@@ -143,9 +149,6 @@ async function startReference(group: ProcessGroup, tag: string, simUrl: string, 
     }, 30_000);
   } catch (err) {
     throw new Error(`${(err as Error).message}:\n${child.output().slice(-4_000)}`);
-  } finally {
-    // Read at start; the file is not needed afterwards.
-    setTimeout(() => rmSync(file, { force: true }), 5_000).unref();
   }
   return { url, redis, child };
 }
@@ -295,6 +298,7 @@ async function accuracy(): Promise<AccuracyPhase> {
   log(`accuracy: ${wls.length} workloads × ${targets.size} systems at once for ${ACCURACY_S} s; limits ${wls.map((w) => `${w.name} ${w.limitTokens} tokens/min`).join(', ')}; simulators' TPM quota ${quota}; tenants: ${rule}`);
   const dir = join(tmpdir(), `quotaring-bench-records-${process.pid}`);
   mkdirSync(dir, { recursive: true });
+  temporary.push(dir);
   const sims429Before = new Map<string, number>();
   for (const [system, url] of sims) sims429Before.set(system, await simulator429Of(url));
   try {
