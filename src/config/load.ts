@@ -28,12 +28,34 @@ export interface ResolvedDeployment extends DeploymentConfig {
   readonly apiKey: string | undefined;
 }
 
+/** A priority tier as the gateway uses it. */
+export interface Tier {
+  readonly name: string;
+  /** Position in `priorities`: 0 is the highest tier. */
+  readonly rank: number;
+  /** Fraction of each requests/tokens limit this tier leaves to higher tiers (0 ≤ floor < 1). */
+  readonly floor: number;
+  /** Longest wait in the tenant's queue, ms (0: refused at once). */
+  readonly maxWaitMs: number;
+}
+
+/** What an API key gives: its tenant, its default tier, and the tiers it may ask for by name. */
+export interface KeyAccess {
+  readonly tenant: TenantConfig;
+  readonly tier: Tier;
+  readonly tiers: ReadonlyMap<string, Tier>;
+}
+
 /** The validated config plus the lookups the gateway needs per request. Frozen. */
 export interface LoadedConfig {
   readonly file: string;
   readonly config: Config;
   /** API key → tenant. */
   readonly tenantByKey: ReadonlyMap<string, TenantConfig>;
+  /** API key → its tenant and priority tiers. */
+  readonly accessByKey: ReadonlyMap<string, KeyAccess>;
+  /** Tier name → tier, highest first. */
+  readonly tiers: ReadonlyMap<string, Tier>;
   /** Tenant id → limiter policy. */
   readonly policies: ReadonlyMap<string, Policy>;
   /** Model name → model. */
@@ -71,10 +93,14 @@ export function buildConfig(raw: unknown, file: string, env: NodeJS.ProcessEnv =
   const config = parsed.data;
   const problems: string[] = [];
 
+  const tiers = new Map<string, Tier>(config.priorities.map((p, rank) => [p.name, Object.freeze({ name: p.name, rank, floor: p.floor, maxWaitMs: p.max_wait })]));
+  const tiersOf = (names: readonly string[]): ReadonlyMap<string, Tier> => new Map(names.map((n) => [n, tiers.get(n) as Tier]));
   const tenantByKey = new Map<string, TenantConfig>();
+  const accessByKey = new Map<string, KeyAccess>();
   config.tenants.forEach((tenant, i) => {
+    const tenantTiers = tenant.priorities ?? [...tiers.keys()];
     tenant.keys.forEach((key, j) => {
-      const value = typeof key === 'string' ? key : env[key.env];
+      const value = typeof key === 'string' ? key : (key.key ?? env[key.env ?? '']);
       if (value === undefined || value.length === 0) {
         problems.push(`${file}: tenants[${i}].keys[${j}].env: environment variable ${typeof key === 'string' ? '' : `${key.env} `}is not set`);
         return;
@@ -84,6 +110,12 @@ export function buildConfig(raw: unknown, file: string, env: NodeJS.ProcessEnv =
         return;
       }
       tenantByKey.set(value, tenant);
+      const own = typeof key === 'string' ? {} : key;
+      const allowed = own.priorities ?? tenantTiers;
+      // A key limited to tiers without the tenant's default defaults to the highest of its own.
+      const tenantDefault = tenant.priority ?? (tenantTiers[0] as string);
+      const tier = own.priority ?? (allowed.includes(tenantDefault) ? tenantDefault : (allowed[0] as string));
+      accessByKey.set(value, Object.freeze({ tenant, tier: tiers.get(tier) as Tier, tiers: tiersOf(allowed) }));
     });
   });
 
@@ -101,6 +133,8 @@ export function buildConfig(raw: unknown, file: string, env: NodeJS.ProcessEnv =
     file,
     config: deepFreeze(config),
     tenantByKey,
+    accessByKey,
+    tiers,
     policies: new Map(config.tenants.map((t) => [t.id, policyFromLimits(t.limits)])),
     models: new Map(config.models.map((m) => [m.name, m])),
     deployments,

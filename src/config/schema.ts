@@ -77,16 +77,53 @@ export const LimitSchema = z
     }
   });
 
-/** A tenant key: the literal key, or `{env: NAME}` to read it from the environment at start. */
-const ApiKeySchema = z.union([z.string().min(8), z.strictObject({ env: z.string().min(1) })]);
+/**
+ * A tenant key: the literal key, or an object with the key (`key`) or the environment variable
+ * holding it (`env`, read at start), and optionally the key's own default priority tier and the
+ * tiers it may ask for (within the tenant's).
+ */
+const ApiKeySchema = z.union([
+  z.string().min(8),
+  z
+    .strictObject({
+      key: z.string().min(8).optional(),
+      env: z.string().min(1).optional(),
+      /** Default tier of this key's requests (else the tenant's). */
+      priority: z.string().min(1).optional(),
+      /** Tiers this key may ask for with `x-quotaring-priority` (else the tenant's). */
+      priorities: z.array(z.string().min(1)).min(1).optional(),
+    })
+    .refine((k) => (k.key === undefined) !== (k.env === undefined), 'give the key itself (key) or the environment variable holding it (env), one of the two'),
+]);
+
+/**
+ * A priority tier. Tiers are listed highest first. A request of a tier with a `floor` may not take
+ * the last `floor` fraction of any requests or tokens limit of its tenant (that part is kept for
+ * higher tiers); a refused request waits in its tenant's queue up to `max_wait` (0: an immediate 429).
+ */
+export const PrioritySchema = z.strictObject({
+  name: z.string().regex(/^[A-Za-z0-9._-]{1,32}$/, 'tier name: 1-32 of A-Z a-z 0-9 . _ -'),
+  /** Fraction (0 ≤ floor < 1) of each requests/tokens limit this tier leaves to higher tiers. @default 0 */
+  floor: z.number().min(0).lt(1).default(0),
+  /** Longest wait in the tenant's queue, ms; 0 = refused at once. @default 0 */
+  max_wait: duration.default(0),
+});
+
+/** Default tiers: interactive first (never waits, no floor), then batch (keeps 20% for interactive, waits up to 60 s). */
+export const DEFAULT_PRIORITIES = [
+  { name: 'interactive', floor: 0, max_wait: 0 },
+  { name: 'batch', floor: 0.2, max_wait: 60_000 },
+] as const;
 
 /** A tenant: id, API keys, limits, default priority, optional estimator override. */
 export const TenantSchema = z.strictObject({
   id: z.string().regex(/^[A-Za-z0-9._-]{1,64}$/, 'tenant id: 1-64 of A-Z a-z 0-9 . _ -'),
   keys: z.array(ApiKeySchema).min(1),
   limits: z.array(LimitSchema).default([]),
-  /** @default interactive */
-  priority: z.string().min(1).default('interactive'),
+  /** Default priority tier of the tenant's requests. @default the first of its tiers (interactive with the default tiers) */
+  priority: z.string().min(1).optional(),
+  /** Tiers the tenant's keys may ask for (`x-quotaring-priority`). @default every tier */
+  priorities: z.array(z.string().min(1)).min(1).optional(),
   /** Overrides the model's estimator for this tenant's requests. */
   estimator: z.enum(ESTIMATORS).optional(),
   /**
@@ -251,6 +288,10 @@ export const ConfigSchema = z
     tokens: TokensSchema.prefault({}),
     cluster: ClusterSchema.prefault({}),
     router: RouterSchema.prefault({}),
+    /** Priority tiers, highest first. @default interactive, batch */
+    priorities: z.array(PrioritySchema).min(1).default(DEFAULT_PRIORITIES.map((p) => ({ ...p }))),
+    /** Admission queues: each tenant queues at most `max_depth` requests (all tiers). @default 100 */
+    queue: z.strictObject({ max_depth: z.number().int().min(1).max(100_000).default(100) }).prefault({}),
     tenants: z.array(TenantSchema).min(1),
     models: z.array(ModelSchema).min(1),
     deployments: z.array(DeploymentSchema).min(1),
@@ -289,6 +330,29 @@ export const ConfigSchema = z
         }
       });
     });
+    const tiers = new Set<string>();
+    config.priorities.forEach((p, i) => {
+      if (tiers.has(p.name)) ctx.addIssue({ code: 'custom', path: ['priorities', i, 'name'], message: `duplicate tier "${p.name}"` });
+      tiers.add(p.name);
+    });
+    const tierList = [...tiers].join(', ');
+    config.tenants.forEach((tenant, i) => {
+      const allowed = new Set(tenant.priorities ?? tiers);
+      (tenant.priorities ?? []).forEach((name, j) => {
+        if (!tiers.has(name)) ctx.addIssue({ code: 'custom', path: ['tenants', i, 'priorities', j], message: `no tier named "${name}" (tiers: ${tierList})` });
+      });
+      if (tenant.priority !== undefined && !tiers.has(tenant.priority)) ctx.addIssue({ code: 'custom', path: ['tenants', i, 'priority'], message: `no tier named "${tenant.priority}" (tiers: ${tierList})` });
+      else if (tenant.priority !== undefined && !allowed.has(tenant.priority)) ctx.addIssue({ code: 'custom', path: ['tenants', i, 'priority'], message: `"${tenant.priority}" is not among the tenant's priorities` });
+      tenant.keys.forEach((key, j) => {
+        if (typeof key === 'string') return;
+        (key.priorities ?? []).forEach((name, k) => {
+          if (!allowed.has(name)) ctx.addIssue({ code: 'custom', path: ['tenants', i, 'keys', j, 'priorities', k], message: `"${name}" is not among the tenant's tiers (${[...allowed].join(', ')})` });
+        });
+        if (key.priority !== undefined && !new Set(key.priorities ?? allowed).has(key.priority)) {
+          ctx.addIssue({ code: 'custom', path: ['tenants', i, 'keys', j, 'priority'], message: `"${key.priority}" is not among the key's tiers (${[...(key.priorities ?? allowed)].join(', ')})` });
+        }
+      });
+    });
     const models = new Set(config.models.map((m) => m.name));
     config.tenants.forEach((tenant, i) => {
       if (tenant.spread === undefined) return;
@@ -313,6 +377,8 @@ export type Config = z.output<typeof ConfigSchema>;
 export type TenantConfig = Config['tenants'][number];
 /** One validated limit of a tenant (durations in ms). */
 export type LimitConfig = TenantConfig['limits'][number];
+/** One validated priority tier (max_wait in ms). */
+export type PriorityConfig = Config['priorities'][number];
 /** One validated model. */
 export type ModelConfig = Config['models'][number];
 /** Validated cluster settings (durations in ms). */

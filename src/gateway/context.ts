@@ -7,6 +7,7 @@ import type { Handoff } from '../coord/handoff.ts';
 import type { ConfiguredQuotas } from '../globalcap/quotas-from-config.ts';
 import type { LoadedConfig } from '../config/load.ts';
 import type { Limiter } from '../limiter/limiter.ts';
+import type { AdmissionQueues } from './admission-queue.ts';
 import type { PromptCounter } from '../tokens/index.ts';
 import type { HotDetector } from './hot-detector.ts';
 import type { CentralLimiter } from '../central/central-limiter.ts';
@@ -19,6 +20,8 @@ export interface GatewayContext {
   readonly config: LoadedConfig;
   readonly clock: Clock;
   readonly limiter: Limiter;
+  /** Requests refused by their tenant's limits that wait for capacity (tiers with `max_wait`). */
+  readonly queues: AdmissionQueues;
   /** Deployment provider quotas (cluster-wide caps leased to this node); absent when no deployment has a quota. */
   readonly quotas?: ConfiguredQuotas;
   /** `mode: central`: every decision is a Lua call against Redis (the comparison baseline); absent in the sharded mode. */

@@ -5,7 +5,7 @@
  */
 import { EventEmitter } from 'node:events';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import type { ResolvedDeployment } from '../config/load.ts';
+import type { ResolvedDeployment, Tier } from '../config/load.ts';
 import type { ModelConfig, TenantConfig } from '../config/schema.ts';
 import { GatewayError, errorBody } from '../errors.ts';
 import type { ErrorDialect } from '../errors.ts';
@@ -23,6 +23,8 @@ import { anthropicRateLimitHeaders, openAIRateLimitHeaders, retryAfterHeaders } 
 export interface Exchange {
   readonly dialect: ErrorDialect;
   readonly tenant: TenantConfig;
+  /** Priority tier of the request (its floor and longest queue wait). */
+  readonly tier: Tier;
   readonly model: ModelConfig;
   readonly deployment: ResolvedDeployment;
   /** Prompt tokens counted or estimated at admission. */
@@ -58,21 +60,31 @@ function passHeaders(upstream: Record<string, string | string[] | undefined>, in
   }
 }
 
+/** Why a refused request did not wait, or how its wait ended (see `AdmissionQueues`). */
+type QueueEnd = { readonly kind: 'timeout' | 'overflow'; readonly waitedMs: number } | undefined;
+
 /** Renders a refusal: 429 `rate_limit_exceeded` with retry headers, or 429 `request_too_large` that must not be retried. */
-function sendRefusal(ctx: GatewayContext, reply: FastifyReply, ex: Exchange, result: Extract<AcquireResult, { ok: false }>, cost: number): FastifyReply {
+function sendRefusal(ctx: GatewayContext, reply: FastifyReply, ex: Exchange, result: Extract<AcquireResult, { ok: false }>, cost: number, queue?: QueueEnd): FastifyReply {
   const headers = limitHeaders(ctx, ex.dialect, result.limits);
   const refusing = result.limits.find((l) => l.name === result.limit);
   const capacity = refusing?.limit ?? 0;
   if (result.reason === 'too_large') {
     const unit = result.kind === 'tokens' ? `${cost} tokens (prompt ${ex.promptTokens} + max output ${ex.reservedOutput})` : `${cost} ${result.kind}`;
-    const message = `Request too large for ${result.limit} of tenant ${ex.tenant.id}: it needs ${unit} but the limit is ${capacity}. Lower max_tokens or shorten the prompt.`;
+    const floored = ex.tier.floor > 0 && result.kind !== 'concurrent' ? ` and priority ${ex.tier.name} may use only ${Math.round((1 - ex.tier.floor) * 100)}% of it` : '';
+    const message = `Request too large for ${result.limit} of tenant ${ex.tenant.id}: it needs ${unit} but the limit is ${capacity}${floored}. Lower max_tokens or shorten the prompt.`;
     return reply
       .code(429)
       .headers({ ...headers, 'x-should-retry': 'false', 'x-quotaring-error': 'request_too_large' })
       .send(errorBody(ex.dialect, 'request_too_large', message, { openaiType: result.kind === 'tokens' ? 'tokens' : 'requests' }));
   }
   const wait = (result.retryAfterMs / 1_000).toFixed(3).replace(/\.?0+$/, '');
-  const message = `Rate limit reached for ${result.limit} of tenant ${ex.tenant.id}: limit ${capacity}, remaining ${refusing?.remaining ?? 0}, requested ${result.kind === 'tokens' ? cost : 1}. Please try again in ${wait}s.`;
+  const queued =
+    queue === undefined
+      ? ''
+      : queue.kind === 'timeout'
+        ? ` Waited ${(queue.waitedMs / 1_000).toFixed(1)}s in the queue (max_wait of priority ${ex.tier.name}).`
+        : ` The tenant's queue is full (queue.max_depth).`;
+  const message = `Rate limit reached for ${result.limit} of tenant ${ex.tenant.id}: limit ${capacity}, remaining ${refusing?.remaining ?? 0}, requested ${result.kind === 'tokens' ? cost : 1}.${queued} Please try again in ${wait}s.`;
   return reply
     .code(429)
     .headers({ ...headers, ...retryAfterHeaders(result.retryAfterMs), 'x-quotaring-error': 'rate_limit_exceeded' })
@@ -196,6 +208,10 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
     if (!taken.ok) return sendRefusal(ctx, reply, ex, spread.refusal(group, taken.waitMs, { requests: 1, tokens: cost }), cost);
   }
   let admitted: AcquireResult;
+  /** The deployment quota taken above is still this request's (a request that waits gives it back meanwhile). */
+  let quotaHeld = quotas !== undefined;
+  /** Time the request waited in its tenant's queue, ms. */
+  let waitedMs = 0;
   if (central !== undefined) {
     const decided = await central.guard.run(() => central.limiter.acquire(tenantId, { id, tokens: cost, model: ex.model.name }));
     if (!decided.ok) {
@@ -205,18 +221,57 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
       return sendUnavailable(reply, ex);
     }
     admitted = decided.value;
-  } else {
+  } else if (spread !== undefined) {
+    // A spread tenant's requests/tokens limits are leases (taken above): no floor, no queue here.
     admitted = ctx.limiter.acquire(tenantId, { id, tokens: cost, model: ex.model.name });
-  }
-  if (!admitted.ok) {
-    quotas?.refund(ex.deployment.name, { requests: 1, tokens: cost });
-    if (group !== undefined) leases?.refund(group, { requests: 1, tokens: cost });
-    return sendRefusal(ctx, reply, ex, group === undefined ? admitted : { ...admitted, limits: [...(spread?.limitStates(group) ?? []), ...admitted.limits] }, cost);
+  } else {
+    const tier = ex.tier;
+    const handoff = ctx.handoff;
+    const attempt = (): AcquireResult | undefined =>
+      handoff !== undefined && !handoff.holds(tenantId) ? undefined : ctx.limiter.acquire(tenantId, { id, tokens: cost, model: ex.model.name, ...(tier.floor > 0 ? { floor: tier.floor } : {}) });
+    const waiting = new EventEmitter();
+    let outcome = ctx.queues.admit(tenantId, tier.rank, tier.maxWaitMs, attempt, waiting);
+    if (outcome instanceof Promise) {
+      // It waits: the deployment quota it took goes back meanwhile, and a client that leaves takes it out of the queue.
+      quotas?.refund(ex.deployment.name, { requests: 1, tokens: cost });
+      quotaHeld = false;
+      const onGone = (): void => void waiting.emit('abort');
+      reply.raw.on('close', onGone);
+      try {
+        outcome = await outcome;
+      } finally {
+        reply.raw.off('close', onGone);
+      }
+      if (outcome.kind === 'admitted' && quotas !== undefined) {
+        const taken = await takeLeased(quotas, ex.deployment.name, cost, closed);
+        quotaHeld = taken !== 'unavailable' && taken.ok;
+        if (taken === 'unavailable' || !taken.ok) {
+          // Admitted by the tenant's limits, not by the quota: the tenant gets its tokens and slot back.
+          ctx.limiter.settle(tenantId, id, 0);
+          ctx.limiter.release(tenantId, id);
+          return taken === 'unavailable' ? sendUnavailable(reply, ex) : sendQuotaRefusal(reply, ex, taken.waitMs, cost);
+        }
+      }
+      if (outcome.kind !== 'gone' && outcome.kind !== 'moved') waitedMs = outcome.waitedMs;
+    }
+    if (outcome.kind === 'gone') return reply.hijack();
+    if (outcome.kind === 'moved') {
+      if (quotaHeld) quotas?.refund(ex.deployment.name, { requests: 1, tokens: cost });
+      if (handoff !== undefined) return sendMisdirected(request, reply, handoff, tenantId, handoff.ring().owner(tenantId));
+      return sendUnavailable(reply, ex);
+    }
+    if (outcome.kind !== 'admitted' && outcome.kind !== 'refused') {
+      // Waited past its deadline, or found the queue full: the quota was given back when it queued.
+      if (quotaHeld) quotas?.refund(ex.deployment.name, { requests: 1, tokens: cost });
+      return sendRefusal(ctx, reply, ex, outcome.result, cost, { kind: outcome.kind, waitedMs: outcome.waitedMs });
+    }
+    admitted = outcome.result;
   }
   if (spread === undefined && central === undefined) ctx.handoff?.touched(tenantId);
 
   const headers = limitHeaders(ctx, ex.dialect, group === undefined ? admitted.limits : [...(spread?.limitStates(group) ?? []), ...admitted.limits]);
   headers['x-quotaring-request-id'] = id;
+  if (waitedMs > 0) headers['x-quotaring-queued-ms'] = String(Math.round(waitedMs));
   // undici takes an EventEmitter as its abort signal: much cheaper per request than an AbortController.
   const cancel = new EventEmitter();
   const client = { gone: false };

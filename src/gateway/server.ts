@@ -25,6 +25,7 @@ import { GatewayError, errorBody } from '../errors.ts';
 import type { ErrorCode, ErrorDialect } from '../errors.ts';
 import { quotasFromConfig } from '../globalcap/quotas-from-config.ts';
 import { Limiter } from '../limiter/limiter.ts';
+import { AdmissionQueues } from './admission-queue.ts';
 import type { Policy } from '../limiter/types.ts';
 import { PromptCounter, exactCounter } from '../tokens/index.ts';
 import { authHook } from './auth.ts';
@@ -193,7 +194,13 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
   });
   // Spread (hot) tenants keep only their split concurrency limits in this limiter.
   let spread: SpreadTenants | undefined;
-  const limiter = new Limiter({ clock, policyFor: (tenant) => (spread?.isSpread(tenant) === true ? spread.localPolicy(tenant) : config.policies.get(tenant)) });
+  // Refused requests that may wait, woken when the limiter frees capacity for their tenant.
+  const queues = new AdmissionQueues({ clock, maxDepth: config.config.queue.max_depth });
+  const limiter = new Limiter({
+    clock,
+    policyFor: (tenant) => (spread?.isSpread(tenant) === true ? spread.localPolicy(tenant) : config.policies.get(tenant)),
+    onFreed: (tenant) => queues.wake(tenant),
+  });
   const clusterOpts = opts.cluster;
   const handoffSettings = config.config.cluster.handoff;
   const handoff =
@@ -250,6 +257,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     config,
     clock,
     limiter,
+    queues,
     ...(central === undefined ? {} : { central }),
     ...(quotas === undefined ? {} : { quotas }),
     ...(spread === undefined ? {} : { spread }),
@@ -264,6 +272,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     nextRequestId: requestIdGenerator(),
   };
   app.decorateRequest('tenant', null);
+  app.decorateRequest('tier', null);
   registerJsonBody(app, server.body_limit);
 
   app.setErrorHandler((err: FastifyError | GatewayError, request, reply) => {
@@ -304,6 +313,8 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
   });
   app.addHook('preClose', async () => {
     ready = false;
+    // Requests still waiting for capacity are answered now (421 to the new owner, or 503), not held through the close.
+    queues.close();
   });
   app.addHook('onClose', async () => {
     clearInterval(sweep);

@@ -31,6 +31,11 @@ export interface LimiterOptions {
   policyFor: (tenant: string) => Policy | undefined;
   /** Retry hint for a concurrency refusal, ms: min(this, ms until the earliest lease expires). @default 1000 */
   concurrencyRetryHintMs?: number;
+  /**
+   * Called (synchronously, after the change) when capacity came back early for a tenant: a slot
+   * released, or tokens refunded by a settlement. The admission queue wakes its waiters with it.
+   */
+  onFreed?: (tenant: string) => void;
 }
 
 /**
@@ -70,6 +75,7 @@ export class Limiter {
   readonly #clock: Clock;
   readonly #policyFor: (tenant: string) => Policy | undefined;
   readonly #hintMs: number;
+  readonly #onFreed: ((tenant: string) => void) | undefined;
   readonly #tenants = new Map<string, TenantState>();
   readonly #compiled = new WeakMap<Policy, CompiledPolicy>();
 
@@ -78,6 +84,7 @@ export class Limiter {
     this.#clock = opts.clock;
     this.#policyFor = opts.policyFor;
     this.#hintMs = opts.concurrencyRetryHintMs ?? 1000;
+    this.#onFreed = opts.onFreed;
     if (!(this.#hintMs >= 0)) throw new RangeError('concurrencyRetryHintMs must be ≥ 0');
   }
 
@@ -91,14 +98,16 @@ export class Limiter {
    * `req.model`) can take it now, and then takes from all of them; otherwise takes nothing.
    * Refusals (results, not exceptions):
    * - `duplicate`: `req.id` is an open reservation of this tenant (retryAfterMs 0);
-   * - `too_large`: the request's tokens or requests exceed a limit's capacity: it can never pass
-   *   (retryAfterMs 0);
+   * - `too_large`: the request's tokens or requests exceed a limit's capacity (less `req.floor` of
+   *   it): it can never pass (retryAfterMs 0);
    * - `limited`: `retryAfterMs` is the exact time (ms, rounded up) until every limit could admit
    *   it, where a full concurrency limit contributes min(hint, earliest lease expiry).
    * `limit`/`kind` name the first limit in policy order that refused; `limits` is the state of
    * every applicable limit after the decision. A tenant's first acquire creates its state; a
    * new policy object for the tenant rebuilds it (see `rebuildTenantLimits`).
-   * @throws RangeError when `req.tokens` or `req.requests` is negative or not finite, or the
+   * With `req.floor`, every requests/tokens limit must keep `floor × limit` after the request.
+   * @throws RangeError when `req.tokens` or `req.requests` is negative or not finite, `req.floor`
+   *   is not in [0, 1), or the
    *   tenant's policy is invalid (see `compilePolicy`).
    */
   acquire(tenant: string, req: AcquireRequest): AcquireResult {
@@ -108,6 +117,8 @@ export class Limiter {
     const requests = req.requests ?? 1;
     if (!(tokens >= 0 && tokens < Infinity)) throw new RangeError(`tokens must be a finite number ≥ 0, got ${tokens}`);
     if (!(requests >= 0 && requests < Infinity)) throw new RangeError(`requests must be a finite number ≥ 0, got ${requests}`);
+    const floor = req.floor ?? 0;
+    if (!(floor >= 0 && floor < 1)) throw new RangeError(`floor must be a fraction in [0, 1), got ${floor}`);
     const now = this.#clock.now();
     let st = this.#tenants.get(tenant);
     if (st !== undefined && st.policy !== policy) this.#rebuild(st, policy, now);
@@ -123,7 +134,7 @@ export class Limiter {
     }
     for (let k = 0; k < applied.length; k++) {
       const spec = specs[applied[k] as number] as LimitSpec;
-      if (spec.kind !== 'concurrent' && costOf(spec, tokens, requests) > spec.limit) {
+      if (spec.kind !== 'concurrent' && costOf(spec, tokens, requests) + floor * spec.limit > spec.limit) {
         return this.#refusal('too_large', spec, 0, st, c, applied, now);
       }
     }
@@ -138,7 +149,9 @@ export class Limiter {
       for (let k = 0; k < applied.length; k++) {
         const i = applied[k] as number;
         const spec = specs[i] as LimitSpec;
-        let w = limitWaitMs(c, st, i, costOf(spec, tokens, requests), now);
+        // A floored request must leave floor × limit behind it: it waits as if it cost that much more.
+        const need = spec.kind === 'concurrent' || floor === 0 ? costOf(spec, tokens, requests) : costOf(spec, tokens, requests) + floor * spec.limit;
+        let w = limitWaitMs(c, st, i, need, now);
         if (spec.kind === 'concurrent' && w > this.#hintMs) w = this.#hintMs;
         if (w > 0) {
           if (first < 0) first = i;
@@ -208,6 +221,7 @@ export class Limiter {
     }
     res.settled = true;
     if (res.released) st.delete(id);
+    if (delta < 0) this.#onFreed?.(tenant);
     return { settled: true, deltaTokens: delta };
   }
 
@@ -239,6 +253,7 @@ export class Limiter {
     }
     res.released = true;
     if (res.settled) st.delete(id);
+    this.#onFreed?.(tenant);
     return true;
   }
 

@@ -55,6 +55,12 @@ export interface AcquireRequest {
   readonly requests?: number;
   /** Model of the request, to select model-scoped limits. */
   readonly model?: string;
+  /**
+   * Fraction (0 ≤ floor < 1) of every requests/tokens limit this request may not take: it is
+   * admitted only if `floor × limit` units are still left after it (a lower priority tier leaving
+   * room for higher ones). Concurrency limits are not floored. @default 0
+   */
+  readonly floor?: number;
 }
 
 /** State of one limit as seen right after a decision (or a peek). */

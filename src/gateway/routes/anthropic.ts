@@ -3,7 +3,7 @@
  */
 import type { FastifyInstance } from 'fastify';
 import { AnthropicStreamObserver, anthropicUsage, parseMessagesRequest } from '../../providers/anthropic/messages.ts';
-import { tenantOf } from '../auth.ts';
+import { tenantOf, tierOf } from '../auth.ts';
 import type { GatewayContext } from '../context.ts';
 import { runExchange } from '../exchange.ts';
 import { countingOf, routeModel } from '../routing.ts';
@@ -26,6 +26,7 @@ export function anthropicRoutes(app: FastifyInstance, ctx: GatewayContext): void
     return runExchange(ctx, request, reply, {
       dialect: 'anthropic',
       tenant,
+      tier: tierOf(request),
       model: route.model,
       deployment: route.deployment,
       promptTokens,

@@ -5,7 +5,7 @@ import type { FastifyInstance } from 'fastify';
 import { OpenAIChatStreamObserver, openAIUsage, parseChatRequest, upstreamChatBody } from '../../providers/openai/chat.ts';
 import { GatewayError } from '../../errors.ts';
 import { parseEmbeddingsRequest } from '../../providers/openai/embeddings.ts';
-import { tenantOf } from '../auth.ts';
+import { tenantOf, tierOf } from '../auth.ts';
 import type { GatewayContext } from '../context.ts';
 import { runExchange } from '../exchange.ts';
 import { countingOf, routeModel } from '../routing.ts';
@@ -20,6 +20,7 @@ export function openAIRoutes(app: FastifyInstance, ctx: GatewayContext): void {
     return runExchange(ctx, request, reply, {
       dialect: 'openai',
       tenant,
+      tier: tierOf(request),
       model: route.model,
       deployment: route.deployment,
       promptTokens,
@@ -41,6 +42,7 @@ export function openAIRoutes(app: FastifyInstance, ctx: GatewayContext): void {
     return runExchange(ctx, request, reply, {
       dialect: 'openai',
       tenant,
+      tier: tierOf(request),
       model: route.model,
       deployment: route.deployment,
       promptTokens,
