@@ -297,7 +297,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
   });
 
   if (handoff !== undefined) settlementRoutes(app, config, handoff);
-  tenantStateRoutes(app, config, limiter, clusterOpts?.self.id ?? 'single', handoff);
+  tenantStateRoutes(app, config, limiter, queues, clusterOpts?.self.id ?? 'single', handoff);
 
   const sweep = setInterval(() => {
     ctx.limiter.sweep();

@@ -126,3 +126,40 @@ describe('config', () => {
     assert.equal(loaded.config.tenants.length, 2);
   });
 });
+
+describe('priority tiers', () => {
+  test('defaults: interactive (no floor, no wait) then batch (floor 0.2, 60 s); a tenant defaults to the first tier', () => {
+    const loaded = buildConfig(base(), 'q.yaml', env);
+    assert.deepEqual([...loaded.tiers.values()], [
+      { name: 'interactive', rank: 0, floor: 0, maxWaitMs: 0 },
+      { name: 'batch', rank: 1, floor: 0.2, maxWaitMs: 60_000 },
+    ]);
+    const access = loaded.accessByKey.get('key-acme-0001');
+    assert.equal(access?.tier.name, 'interactive');
+    assert.deepEqual([...(access?.tiers.keys() ?? [])], ['interactive', 'batch']);
+    assert.equal(loaded.config.queue.max_depth, 100);
+  });
+  test('a key may narrow its tiers and pick its default; a key limited to other tiers defaults to the first of its own', () => {
+    const raw = base();
+    (raw.tenants[0] as Record<string, unknown>).keys = ['key-acme-0001', { key: 'key-acme-batch', priority: 'batch' }, { env: 'BATCH_KEY', priorities: ['batch'] }];
+    const loaded = buildConfig(raw, 'q.yaml', { ...env, BATCH_KEY: 'key-from-env-01' });
+    assert.equal(loaded.accessByKey.get('key-acme-batch')?.tier.name, 'batch');
+    assert.deepEqual([...(loaded.accessByKey.get('key-acme-batch')?.tiers.keys() ?? [])], ['interactive', 'batch']);
+    assert.equal(loaded.accessByKey.get('key-from-env-01')?.tier.name, 'batch');
+    assert.deepEqual([...(loaded.accessByKey.get('key-from-env-01')?.tiers.keys() ?? [])], ['batch']);
+  });
+  test('what each bad tier setting gets', () => {
+    const withTenant = (extra: Record<string, unknown>, top: Record<string, unknown> = {}) => {
+      const raw = base();
+      Object.assign(raw.tenants[0] as Record<string, unknown>, extra);
+      return { ...raw, ...top };
+    };
+    assert.deepEqual(problems(withTenant({ priority: 'urgent' })), ['q.yaml: tenants[0].priority: no tier named "urgent" (tiers: interactive, batch)']);
+    assert.deepEqual(problems(withTenant({ priorities: ['batch'], priority: 'interactive' })), ['q.yaml: tenants[0].priority: "interactive" is not among the tenant\'s priorities']);
+    assert.deepEqual(problems(withTenant({ priorities: ['nope'] })), ['q.yaml: tenants[0].priorities[0]: no tier named "nope" (tiers: interactive, batch)']);
+    assert.deepEqual(problems(withTenant({ priorities: ['batch'], keys: [{ key: 'key-acme-0001', priorities: ['interactive'] }] })), ['q.yaml: tenants[0].keys[0].priorities[0]: "interactive" is not among the tenant\'s tiers (batch)']);
+    assert.deepEqual(problems(withTenant({ keys: [{ key: 'key-acme-0001', env: 'X' }] })), ['q.yaml: tenants[0].keys[0]: give the key itself (key) or the environment variable holding it (env), one of the two']);
+    assert.deepEqual(problems(withTenant({}, { priorities: [{ name: 'a' }, { name: 'a' }] })).slice(0, 1), ['q.yaml: priorities[1].name: duplicate tier "a"']);
+    assert.deepEqual(problems(withTenant({}, { priorities: [{ name: 'a', floor: 1 }] })), ['q.yaml: priorities[0].floor: Too big: expected number to be <1']);
+  });
+});

@@ -25,7 +25,7 @@ function setup(limits: LimitSpec[], concurrencyRetryHintMs?: number) {
     ...(concurrencyRetryHintMs === undefined ? {} : { concurrencyRetryHintMs }),
   });
   let n = 0;
-  const acquire = (tokens: number, extra: { id?: string; model?: string; requests?: number } = {}) =>
+  const acquire = (tokens: number, extra: { id?: string; model?: string; requests?: number; floor?: number } = {}) =>
     limiter.acquire('t', { id: extra.id ?? `r${n++}`, tokens, ...extra });
   const remaining = (name: string, model?: string): number => {
     const s = limiter.peek('t', model).find((l) => l.name === name);
@@ -389,5 +389,39 @@ describe('Limiter', () => {
     assert.equal(limiter.sweep(), 1);
     assert.equal(limiter.size, 0);
     assert.equal(byName(acquire(100).limits, 'tok/1m').remaining, 900);
+  });
+});
+
+describe('floors (a lower priority tier leaves floor × limit to higher ones)', () => {
+  test('a floored request must leave floor × limit of every requests/tokens limit; concurrency is not floored', () => {
+    const { acquire, clock, remaining } = setup([bucket('tokens/1m', 'tokens', 100, 60_000), concurrent('concurrent', 1, 60_000)]);
+    // 80 + a floor of 20 fits the full bucket exactly.
+    assert.equal(acquire(80, { floor: 0.2, id: 'b1' }).ok, true);
+    assert.equal(remaining('tokens/1m'), 20);
+    // Concurrency 1 is held by b1: the next refusal names it whatever the floor.
+    const r = refused(acquire(1, { floor: 0.2 }));
+    assert.equal(r.limit, 'tokens/1m');
+    // 1 more token with 20 left behind needs 21: 1 token of refill = 600 ms at 100 tokens / 60 s;
+    // the wait is the longest of the refusing limits: the held slot's 1 s hint.
+    assert.equal(r.retryAfterMs, 1_000);
+    clock.advance(600);
+    const r2 = refused(acquire(1, { floor: 0.2 }));
+    assert.equal(r2.limit, 'concurrent', 'the tokens fit now; the slot does not');
+  });
+  test('without a floor the last 20% is taken; a floored request larger than limit − floor is too_large', () => {
+    const { acquire, remaining } = setup([bucket('tokens/1m', 'tokens', 100, 60_000)]);
+    assert.equal(acquire(80, { floor: 0.2 }).ok, true);
+    assert.equal(refused(acquire(1, { floor: 0.2 })).reason, 'limited');
+    assert.equal(acquire(20).ok, true);
+    assert.equal(remaining('tokens/1m'), 0);
+    assert.equal(refused(acquire(81, { floor: 0.2 })).reason, 'too_large');
+    assert.throws(() => acquire(1, { floor: 1 }), /floor must be a fraction in \[0, 1\)/);
+  });
+  test('sliding windows are floored the same way', () => {
+    const { acquire, remaining } = setup([window('requests/1m', 'requests', 10, 60_000)]);
+    for (let i = 0; i < 8; i++) assert.equal(acquire(0, { floor: 0.2 }).ok, true);
+    assert.equal(refused(acquire(0, { floor: 0.2 })).reason, 'limited');
+    assert.equal(remaining('requests/1m'), 2);
+    assert.equal(acquire(0).ok, true);
   });
 });
