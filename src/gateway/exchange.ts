@@ -11,6 +11,8 @@ import { GatewayError, errorBody } from '../errors.ts';
 import type { ErrorDialect } from '../errors.ts';
 import type { AcquireResult, LimitState } from '../limiter/types.ts';
 import { SseSplitter } from '../providers/sse.ts';
+import type { SseEvent } from '../providers/sse.ts';
+import type { Dispatcher } from 'undici';
 import { jsonField } from '../providers/json-field.ts';
 import type { StreamObserver, TokenUsage } from '../providers/types.ts';
 import type { GatewayContext } from './context.ts';
@@ -19,28 +21,46 @@ import { providerRetryWaitMs } from '../providers/retry-wait.ts';
 import type { CapLeases, CapTakeResult } from '../globalcap/cap-leases.ts';
 import { anthropicRateLimitHeaders, openAIRateLimitHeaders, retryAfterHeaders } from '../providers/rate-limit-headers.ts';
 
-/** Everything a route knows about a request once it is parsed and counted. */
-export interface Exchange {
+/** A stream of the other wire format, re-written in the client's: see `src/providers/translate`. */
+export interface StreamTranslator {
+  /** The client's SSE text for one upstream event ('' for none). */
+  push(event: SseEvent): string;
+  /** The client's SSE text that closes a finished stream. */
+  end(): string;
+}
+
+/** How to call one deployment for this request, in the deployment's wire format. */
+export interface DeploymentCall {
+  /** Upstream provider path, e.g. `/v1/chat/completions`. */
+  readonly path: string;
+  readonly body: string | Buffer;
+  /** Extra upstream headers (provider version headers). */
+  readonly headers: Record<string, string>;
+  /** Usage from the `usage` field of a JSON reply body. */
+  readonly usageFromJson: (usage: unknown) => TokenUsage | undefined;
+  /** A fresh stream observer, for SSE replies (of the deployment's format). */
+  readonly observer: () => StreamObserver;
+  /** Set when the deployment speaks the other wire format: its replies re-written in the client's. */
+  readonly translate?: { json(text: string): string; stream(): StreamTranslator };
+}
+
+/** Everything a route knows about a request once it is parsed and counted; as a call, the primary deployment's. */
+export interface Exchange extends DeploymentCall {
   readonly dialect: ErrorDialect;
   readonly tenant: TenantConfig;
   /** Priority tier of the request (its floor and longest queue wait). */
   readonly tier: Tier;
   readonly model: ModelConfig;
   readonly deployment: ResolvedDeployment;
+  /** The model's other deployments, in order: a hard failure of one moves the request to the next. */
+  readonly failover: readonly ResolvedDeployment[];
+  /** The call of a failover deployment. @throws TranslationError when the request cannot be said in its format. */
+  readonly callFor: (deployment: ResolvedDeployment) => DeploymentCall;
   /** Prompt tokens counted or estimated at admission. */
   readonly promptTokens: number;
   /** Output tokens reserved (max_tokens × n, or the model's default). */
   readonly reservedOutput: number;
-  /** Upstream provider path, e.g. `/v1/chat/completions`. */
-  readonly path: string;
-  readonly body: string | Buffer;
   readonly stream: boolean;
-  /** Extra upstream headers (provider version headers). */
-  readonly headers: Record<string, string>;
-  /** Usage from the `usage` field of a JSON reply body. */
-  readonly usageFromJson: (usage: unknown) => TokenUsage | undefined;
-  /** A fresh stream observer, for SSE replies. */
-  readonly observer: () => StreamObserver;
 }
 
 /** Upstream response headers never passed to the client: hop-by-hop, length, and the upstream's own limits. */
@@ -267,6 +287,11 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
     }
     admitted = outcome.result;
   }
+  if (!admitted.ok) {
+    if (quotaHeld) quotas?.refund(ex.deployment.name, { requests: 1, tokens: cost });
+    if (group !== undefined) leases?.refund(group, { requests: 1, tokens: cost });
+    return sendRefusal(ctx, reply, ex, group === undefined ? admitted : { ...admitted, limits: [...(spread?.limitStates(group) ?? []), ...admitted.limits] }, cost);
+  }
   if (spread === undefined && central === undefined) ctx.handoff?.touched(tenantId);
 
   const headers = limitHeaders(ctx, ex.dialect, group === undefined ? admitted.limits : [...(spread?.limitStates(group) ?? []), ...admitted.limits]);
@@ -285,92 +310,231 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
   raw.on('close', onClose);
   // Tokens to settle at the end; starts at "refund everything" (upstream failure before any output).
   let actual = 0;
+  // The deployment serving the request and whose quota it holds (failover moves both).
+  let deployment = ex.deployment;
+  let call: DeploymentCall = ex;
+  let held: string | undefined = quotas !== undefined ? ex.deployment.name : undefined;
+  let nextCandidate = 0;
   try {
-    const forwarded: Record<string, string> = { ...ex.headers };
-    for (const name of ex.deployment.forward_headers) {
-      const value = request.headers[name];
-      if (typeof value === 'string') forwarded[name] = value;
-    }
-    // A provider 429 with a wait: retried after it while this request's waits fit in the
-    // deployment's max_retry_wait; otherwise relayed (body already read) with the provider's wait.
-    let budget = ex.deployment.max_retry_wait;
-    let res;
-    let relayed429: string | undefined;
-    /** Extra headers of a relayed 429: the provider's wait when it gave only reset headers, or `x-should-retry: false` for billing. */
-    let relayedHeaders: Record<string, string> = {};
     for (;;) {
-      try {
-        res = await ctx.upstreams.request(ex.deployment, { path: ex.path, body: ex.body, headers: forwarded, signal: cancel });
-      } catch (err) {
-        if (client.gone) {
-          // The client left before the upstream answered: nothing more to send.
-          actual = ex.promptTokens;
-          return reply.hijack();
+      const attempt = await callDeployment(ctx, request, ex, deployment, call, cancel, client);
+      if (attempt.kind === 'gone') {
+        if (attempt.delivered) actual = ex.promptTokens;
+        return reply.hijack();
+      }
+      // A hard failure (no connection, a 5xx, a 429 after its retries) moves the request to the next deployment at once.
+      if (attempt.kind === 'failed' && attempt.hard) {
+        const next = await nextDeployment(ctx, ex, held, cost, closed, () => nextCandidate++);
+        if (next !== undefined) {
+          request.log.warn({ tenant: tenantId, from: deployment.name, to: next.deployment.name, status: attempt.status, err: attempt.reason }, 'deployment failed: failing over');
+          held = next.held;
+          deployment = next.deployment;
+          call = next.call;
+          continue;
         }
-        const error = upstreamError(err);
-        request.log.warn({ deployment: ex.deployment.name, err: (err as Error).message }, 'upstream request failed');
-        return reply.code(error.statusCode).headers({ ...headers, 'x-quotaring-error': error.code }).send(errorBody(ex.dialect, error.code, error.message));
       }
-      if (res.statusCode !== 429) break;
-      let text: string;
-      try {
-        text = await res.body.text();
-      } catch (err) {
-        if (client.gone) return reply.hijack();
-        const error = upstreamError(err);
-        return reply.code(error.statusCode).headers({ ...headers, 'x-quotaring-error': error.code }).send(errorBody(ex.dialect, error.code, error.message));
-      }
-      // A 429 about billing (insufficient_quota) is not fixed by waiting: no retry, no cooldown.
-      const billing = text.includes('insufficient_quota');
-      const wait = billing ? undefined : providerRetryWaitMs(res.headers, Date.now());
-      // A provider 429 drains the deployment's bucket for the whole cluster by its wait × rate.
-      if (!billing && quotas !== undefined) void quotas.providerLimited(ex.deployment.name, { retryAfterMs: wait ?? 1_000 });
-      if (wait === undefined || wait > budget || String(res.headers['x-should-retry']) === 'false') {
-        relayed429 = text;
-        if (billing) relayedHeaders = { 'x-should-retry': 'false' };
-        else if (wait !== undefined && res.headers['retry-after'] === undefined) relayedHeaders = retryAfterHeaders(wait);
-        break;
-      }
-      budget -= wait;
-      request.log.info({ deployment: ex.deployment.name, waitMs: wait }, 'provider 429: retrying after its wait');
-      if (!(await pause(wait, cancel)) || client.gone) return reply.hijack();
-    }
-    passHeaders(res.headers, headers, res.statusCode >= 400);
-    Object.assign(headers, relayedHeaders);
-    const isEventStream = String(res.headers['content-type'] ?? '').startsWith('text/event-stream');
-    if (res.statusCode >= 300 || !ex.stream || !isEventStream) {
-      let text: string;
-      try {
-        text = relayed429 ?? (await res.body.text());
-      } catch (err) {
-        if (client.gone) {
-          actual = ex.promptTokens;
-          return reply.hijack();
+      if (attempt.kind === 'failed') return attempt.send(reply, headers);
+      const res = attempt.res;
+      passHeaders(res.headers, headers, res.statusCode >= 400);
+      Object.assign(headers, attempt.relayedHeaders);
+      if (deployment !== ex.deployment) headers['x-quotaring-deployment'] = deployment.name;
+      const isEventStream = String(res.headers['content-type'] ?? '').startsWith('text/event-stream');
+      if (res.statusCode >= 300 || !ex.stream || !isEventStream) {
+        let text: string;
+        try {
+          text = attempt.text ?? (await res.body.text());
+        } catch (err) {
+          if (client.gone) {
+            actual = ex.promptTokens;
+            return reply.hijack();
+          }
+          const error = upstreamError(err);
+          return reply.code(error.statusCode).headers({ ...headers, 'x-quotaring-error': error.code }).send(errorBody(ex.dialect, error.code, error.message));
         }
-        const error = upstreamError(err);
-        return reply.code(error.statusCode).headers({ ...headers, 'x-quotaring-error': error.code }).send(errorBody(ex.dialect, error.code, error.message));
+        if (res.statusCode < 300) {
+          const usage = call.usageFromJson(jsonField(text, 'usage'));
+          // No usage reported: keep the reservation (the conservative charge).
+          actual = usage === undefined ? cost : usage.input + usage.output;
+        }
+        if (call.translate !== undefined) {
+          delete headers['content-length'];
+          headers['content-type'] = 'application/json';
+          if (res.statusCode < 300) return reply.code(res.statusCode).headers(headers).send(call.translate.json(text));
+          return reply.code(res.statusCode).headers(headers).send(errorBody(ex.dialect, res.statusCode === 429 ? 'rate_limit_exceeded' : 'invalid_request', upstreamMessage(text, deployment.name)));
+        }
+        return reply.code(res.statusCode).headers(headers).send(text);
       }
-      if (res.statusCode < 300) {
-        const usage = ex.usageFromJson(jsonField(text, 'usage'));
-        // No usage reported: keep the reservation (the conservative charge).
-        actual = usage === undefined ? cost : usage.input + usage.output;
-      }
-      return reply.code(res.statusCode).headers(headers).send(text);
+      if (call.translate !== undefined) headers['content-type'] = 'text/event-stream';
+      actual = await pipeStream(ctx, reply, ex, call, res, headers, client, id);
+      return reply;
     }
-    actual = await pipeStream(ctx, reply, ex, res, headers, client, id);
-    return reply;
   } finally {
     raw.off('close', onClose);
     finish(ctx, tenantId, id, actual, spread !== undefined);
-    if (quotas !== undefined) {
-      if (actual < cost) quotas.refund(ex.deployment.name, { tokens: cost - actual });
-      else if (actual > cost) quotas.debit(ex.deployment.name, { tokens: actual - cost });
+    if (held !== undefined && ctx.quotas !== undefined) {
+      if (actual < cost) ctx.quotas.leases.refund(held, { tokens: cost - actual });
+      else if (actual > cost) ctx.quotas.leases.debit(held, { tokens: actual - cost });
     }
     if (group !== undefined && leases !== undefined) {
       if (actual < cost) leases.refund(group, { tokens: cost - actual });
       else if (actual > cost) leases.debit(group, { tokens: actual - cost });
     }
   }
+}
+
+/** The provider's error message from an error body (either format), for a reply in the client's format. */
+function upstreamMessage(text: string, deployment: string): string {
+  try {
+    const body = JSON.parse(text) as { error?: { message?: unknown } };
+    if (typeof body.error?.message === 'string') return `Deployment ${deployment}: ${body.error.message}`;
+  } catch {
+    // not JSON: fall through
+  }
+  return `Deployment ${deployment} refused the request.`;
+}
+
+/** One deployment's answer: a response to relay, the client gone, or a failure to render or fail over from. */
+type CallOutcome =
+  | {
+      readonly kind: 'response';
+      readonly res: Dispatcher.ResponseData;
+      /** The body, when it was read already (a relayed 429). */
+      readonly text: string | undefined;
+      readonly relayedHeaders: Record<string, string>;
+    }
+  | { readonly kind: 'gone'; /** Output may have been produced: settle on the prompt. */ readonly delivered: boolean }
+  | {
+      readonly kind: 'failed';
+      /** A failure another deployment may not share: no connection, a 5xx, a 429 after its retries. */
+      readonly hard: boolean;
+      readonly status: number;
+      readonly reason: string;
+      readonly send: (reply: FastifyReply, headers: Record<string, string>) => FastifyReply;
+    };
+
+/**
+ * Calls one deployment, retrying its 429s after the provider's wait while the request's waits fit
+ * in the deployment's `max_retry_wait`. A 5xx is read whole and returned as a hard failure (the
+ * caller fails over, or relays it).
+ */
+async function callDeployment(
+  ctx: GatewayContext,
+  request: FastifyRequest,
+  ex: Exchange,
+  deployment: ResolvedDeployment,
+  call: DeploymentCall,
+  cancel: EventEmitter,
+  client: { readonly gone: boolean },
+): Promise<CallOutcome> {
+  const forwarded: Record<string, string> = { ...call.headers };
+  for (const name of deployment.forward_headers) {
+    const value = request.headers[name];
+    if (typeof value === 'string') forwarded[name] = value;
+  }
+  const quotas = ctx.quotas !== undefined && ctx.quotas.limited.has(deployment.name) ? ctx.quotas.leases : undefined;
+  let budget = deployment.max_retry_wait;
+  for (;;) {
+    let res: Dispatcher.ResponseData;
+    try {
+      res = await ctx.upstreams.request(deployment, { path: call.path, body: call.body, headers: forwarded, signal: cancel });
+    } catch (err) {
+      // The client left before the upstream answered: nothing more to send.
+      if (client.gone) return { kind: 'gone', delivered: true };
+      const error = upstreamError(err);
+      request.log.warn({ deployment: deployment.name, err: (err as Error).message }, 'upstream request failed');
+      return { kind: 'failed', hard: true, status: 0, reason: error.message, send: (reply, headers) => reply.code(error.statusCode).headers({ ...headers, 'x-quotaring-error': error.code }).send(errorBody(ex.dialect, error.code, error.message)) };
+    }
+    if (res.statusCode !== 429 && res.statusCode < 500) return { kind: 'response', res, text: undefined, relayedHeaders: {} };
+    let text: string;
+    try {
+      text = await res.body.text();
+    } catch (err) {
+      if (client.gone) return { kind: 'gone', delivered: false };
+      const error = upstreamError(err);
+      return { kind: 'failed', hard: true, status: res.statusCode, reason: error.message, send: (reply, headers) => reply.code(error.statusCode).headers({ ...headers, 'x-quotaring-error': error.code }).send(errorBody(ex.dialect, error.code, error.message)) };
+    }
+    if (res.statusCode >= 500) {
+      const status = res.statusCode;
+      const upstreamHeaders = res.headers;
+      const body = text;
+      return {
+        kind: 'failed',
+        hard: true,
+        status,
+        reason: `HTTP ${status}`,
+        send: (reply, headers) => {
+          passHeaders(upstreamHeaders, headers, true);
+          if (call.translate === undefined) return reply.code(status).headers(headers).send(body);
+          headers['content-type'] = 'application/json';
+          return reply.code(status).headers(headers).send(errorBody(ex.dialect, 'upstream_unavailable', upstreamMessage(body, deployment.name)));
+        },
+      };
+    }
+    // A 429 about billing (insufficient_quota) is not fixed by waiting: no retry, no cooldown, no failover.
+    const billing = text.includes('insufficient_quota');
+    const wait = billing ? undefined : providerRetryWaitMs(res.headers, Date.now());
+    // A provider 429 drains the deployment's bucket for the whole cluster by its wait × rate.
+    if (!billing && quotas !== undefined) void quotas.providerLimited(deployment.name, { retryAfterMs: wait ?? 1_000 });
+    if (wait === undefined || wait > budget || String(res.headers['x-should-retry']) === 'false') {
+      let relayedHeaders: Record<string, string> = {};
+      if (billing) relayedHeaders = { 'x-should-retry': 'false' };
+      else if (wait !== undefined && res.headers['retry-after'] === undefined) relayedHeaders = retryAfterHeaders(wait);
+      const relayed: CallOutcome = { kind: 'response', res, text, relayedHeaders };
+      if (billing) return relayed;
+      const response = res;
+      return {
+        kind: 'failed',
+        hard: true,
+        status: 429,
+        reason: 'rate limited after its retries',
+        send: (reply, headers) => {
+          passHeaders(response.headers, headers, true);
+          Object.assign(headers, relayedHeaders);
+          if (call.translate === undefined) return reply.code(429).headers(headers).send(text);
+          headers['content-type'] = 'application/json';
+          return reply.code(429).headers(headers).send(errorBody(ex.dialect, 'rate_limit_exceeded', upstreamMessage(text, deployment.name)));
+        },
+      };
+    }
+    budget -= wait;
+    request.log.info({ deployment: deployment.name, waitMs: wait }, 'provider 429: retrying after its wait');
+    if (!(await pause(wait, cancel)) || client.gone) return { kind: 'gone', delivered: false };
+  }
+}
+
+/**
+ * The next deployment to fail over to, with its call and its quota taken (the quota held for the
+ * previous one given back); undefined when none is left. A candidate whose quota refuses, or whose
+ * wire format cannot carry this request, is skipped.
+ * @returns `held`: the deployment whose quota the request now holds (undefined: none).
+ */
+async function nextDeployment(
+  ctx: GatewayContext,
+  ex: Exchange,
+  held: string | undefined,
+  cost: number,
+  closed: boolean,
+  next: () => number,
+): Promise<{ deployment: ResolvedDeployment; call: DeploymentCall; held: string | undefined } | undefined> {
+  for (let i = next(); i < ex.failover.length; i = next()) {
+    const candidate = ex.failover[i] as ResolvedDeployment;
+    let call: DeploymentCall;
+    try {
+      call = ex.callFor(candidate);
+    } catch {
+      continue; // this request cannot be said in the candidate's format (TranslationError)
+    }
+    const quotas = ctx.quotas;
+    if (quotas !== undefined && quotas.limited.has(candidate.name)) {
+      const taken = await takeLeased(quotas.leases, candidate.name, cost, closed);
+      if (taken === 'unavailable' || !taken.ok) continue;
+      if (held !== undefined) quotas.leases.refund(held, { requests: 1, tokens: cost });
+      return { deployment: candidate, call, held: candidate.name };
+    }
+    if (held !== undefined) quotas?.leases.refund(held, { requests: 1, tokens: cost });
+    return { deployment: candidate, call, held: undefined };
+  }
+  return undefined;
 }
 
 /**
@@ -404,6 +568,7 @@ async function pipeStream(
   ctx: GatewayContext,
   reply: FastifyReply,
   ex: Exchange,
+  call: DeploymentCall,
   res: { statusCode: number; body: AsyncIterable<Buffer> & { destroy(err?: Error): unknown } },
   headers: Record<string, string>,
   client: { readonly gone: boolean },
@@ -413,14 +578,17 @@ async function pipeStream(
   reply.hijack();
   raw.writeHead(res.statusCode, headers);
   const splitter = new SseSplitter();
-  const observer = ex.observer();
+  const observer = call.observer();
+  const translator = call.translate?.stream();
   const renewEvery = 5_000;
   let lastRenew = ctx.clock.now();
   try {
     for await (const chunk of res.body) {
       let out = '';
       for (const event of splitter.push(chunk)) {
-        if (observer.onEvent(event)) out += event.raw;
+        const pass = observer.onEvent(event);
+        if (translator !== undefined) out += translator.push(event);
+        else if (pass) out += event.raw;
       }
       const now = ctx.clock.now();
       if (now - lastRenew >= renewEvery) {
@@ -439,8 +607,7 @@ async function pipeStream(
       }
       if (out.length > 0 && !raw.write(out)) await drained(raw);
     }
-    const tail = splitter.rest();
-    raw.end(tail);
+    raw.end(translator === undefined ? splitter.rest() : translator.end());
   } catch {
     res.body.destroy();
     // Client gone, or the upstream dropped the stream: mirror the drop so the client sees it.

@@ -1,6 +1,6 @@
 /**
- * Model → deployment routing and the counting mode of a request.
- * Issue 6 adds failover and headroom-based choice; today a model's first deployment serves it.
+ * Model → deployment routing and the counting mode of a request: a model's first deployment serves
+ * it, the others (in config order) take over on a hard failure (see `runExchange`).
  */
 import type { ResolvedDeployment } from '../config/load.ts';
 import type { ModelConfig, TenantConfig } from '../config/schema.ts';
@@ -14,6 +14,13 @@ export interface Route {
   readonly deployment: ResolvedDeployment;
   /** Model name to send upstream. */
   readonly upstreamModel: string;
+  /** The model's other deployments, in config order. */
+  readonly failover: readonly ResolvedDeployment[];
+}
+
+/** The model name a deployment is sent: its `upstream_model`, else the public name. */
+export function upstreamModelOf(model: ModelConfig, deployment: ResolvedDeployment): string {
+  return deployment.upstream_model ?? model.name;
 }
 
 /**
@@ -32,7 +39,8 @@ export function routeModel(ctx: GatewayContext, name: string, provider: 'openai'
     const endpoint = deployment.provider === 'anthropic' ? 'POST /v1/messages' : 'POST /v1/chat/completions';
     throw new GatewayError('wrong_endpoint', `The model "${name}" is served by an ${deployment.provider} deployment; call it with ${endpoint}.`, 'model');
   }
-  return { model, deployment, upstreamModel: deployment.upstream_model ?? model.name };
+  const failover = model.deployments.slice(1).map((n) => ctx.config.deployments.get(n)).filter((d): d is ResolvedDeployment => d !== undefined);
+  return { model, deployment, upstreamModel: upstreamModelOf(model, deployment), failover };
 }
 
 /** How a request's prompt is counted: the tenant's estimator overrides the model's. */

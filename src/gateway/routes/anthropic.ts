@@ -3,10 +3,13 @@
  */
 import type { FastifyInstance } from 'fastify';
 import { AnthropicStreamObserver, anthropicUsage, parseMessagesRequest } from '../../providers/anthropic/messages.ts';
+import { OpenAIChatStreamObserver, openAIUsage } from '../../providers/openai/chat.ts';
+import { OpenAIToAnthropicStream, anthropicToOpenAIChat, openAIResponseToAnthropic } from '../../providers/translate/index.ts';
+import type { DeploymentCall } from '../exchange.ts';
 import { tenantOf, tierOf } from '../auth.ts';
 import type { GatewayContext } from '../context.ts';
 import { runExchange } from '../exchange.ts';
-import { countingOf, routeModel } from '../routing.ts';
+import { countingOf, routeModel, upstreamModelOf } from '../routing.ts';
 
 /** Anthropic API version sent upstream when the client sends none. */
 const DEFAULT_ANTHROPIC_VERSION = '2023-06-01';
@@ -37,6 +40,25 @@ export function anthropicRoutes(app: FastifyInstance, ctx: GatewayContext): void
       headers,
       usageFromJson: anthropicUsage,
       observer: () => new AnthropicStreamObserver(),
+      failover: route.failover,
+      callFor: (d): DeploymentCall => {
+        const model = upstreamModelOf(route.model, d);
+        if (d.provider === 'anthropic') {
+          return { path: '/v1/messages', body: JSON.stringify({ ...msg.body, model }), headers, usageFromJson: anthropicUsage, observer: () => new AnthropicStreamObserver() };
+        }
+        // An OpenAI-format deployment: the request in chat format, its replies back in Messages format.
+        return {
+          path: '/v1/chat/completions',
+          body: JSON.stringify(anthropicToOpenAIChat(msg.body, { model })),
+          headers: {},
+          usageFromJson: openAIUsage,
+          observer: () => new OpenAIChatStreamObserver(true),
+          translate: {
+            json: (text) => JSON.stringify(openAIResponseToAnthropic(JSON.parse(text), msg.model)),
+            stream: () => new OpenAIToAnthropicStream({ model: msg.model }),
+          },
+        };
+      },
     });
   });
 }

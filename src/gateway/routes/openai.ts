@@ -2,13 +2,19 @@
  * OpenAI-compatible routes: chat completions (JSON and SSE), embeddings and the model list.
  */
 import type { FastifyInstance } from 'fastify';
+import { AnthropicStreamObserver, anthropicUsage } from '../../providers/anthropic/messages.ts';
 import { OpenAIChatStreamObserver, openAIUsage, parseChatRequest, upstreamChatBody } from '../../providers/openai/chat.ts';
+import { AnthropicToOpenAIStream, anthropicResponseToOpenAI, openAIChatToAnthropic } from '../../providers/translate/index.ts';
 import { GatewayError } from '../../errors.ts';
 import { parseEmbeddingsRequest } from '../../providers/openai/embeddings.ts';
 import { tenantOf, tierOf } from '../auth.ts';
 import type { GatewayContext } from '../context.ts';
 import { runExchange } from '../exchange.ts';
-import { countingOf, routeModel } from '../routing.ts';
+import { countingOf, routeModel, upstreamModelOf } from '../routing.ts';
+import type { DeploymentCall } from '../exchange.ts';
+
+/** Anthropic API version sent to an Anthropic deployment that serves an OpenAI request. */
+const ANTHROPIC_VERSION = '2023-06-01';
 
 /** Registers `POST /v1/chat/completions`, `POST /v1/embeddings`, `GET /v1/models`, `GET /v1/models/:id`. */
 export function openAIRoutes(app: FastifyInstance, ctx: GatewayContext): void {
@@ -31,6 +37,25 @@ export function openAIRoutes(app: FastifyInstance, ctx: GatewayContext): void {
       headers: {},
       usageFromJson: openAIUsage,
       observer: () => new OpenAIChatStreamObserver(chat.clientWantsUsage),
+      failover: route.failover,
+      callFor: (d): DeploymentCall => {
+        const model = upstreamModelOf(route.model, d);
+        if (d.provider === 'openai') {
+          return { path: '/v1/chat/completions', body: JSON.stringify(upstreamChatBody(chat, model)), headers: {}, usageFromJson: openAIUsage, observer: () => new OpenAIChatStreamObserver(chat.clientWantsUsage) };
+        }
+        // An Anthropic deployment: the request in Messages format, its replies back in chat format.
+        return {
+          path: '/v1/messages',
+          body: JSON.stringify(openAIChatToAnthropic(chat.body, { model, defaultMaxTokens: route.model.default_max_output })),
+          headers: { 'anthropic-version': ANTHROPIC_VERSION },
+          usageFromJson: anthropicUsage,
+          observer: () => new AnthropicStreamObserver(),
+          translate: {
+            json: (text) => JSON.stringify(anthropicResponseToOpenAI(JSON.parse(text), chat.model)),
+            stream: () => new AnthropicToOpenAIStream({ model: chat.model, includeUsage: chat.clientWantsUsage }),
+          },
+        };
+      },
     });
   });
 
@@ -53,6 +78,9 @@ export function openAIRoutes(app: FastifyInstance, ctx: GatewayContext): void {
       headers: {},
       usageFromJson: openAIUsage,
       observer: () => new OpenAIChatStreamObserver(false),
+      // Embeddings have no equivalent at Anthropic: only OpenAI-format deployments take over.
+      failover: route.failover.filter((d) => d.provider === 'openai'),
+      callFor: (d): DeploymentCall => ({ path: '/v1/embeddings', body: JSON.stringify({ ...embed.body, model: upstreamModelOf(route.model, d) }), headers: {}, usageFromJson: openAIUsage, observer: () => new OpenAIChatStreamObserver(false) }),
     });
   });
 
