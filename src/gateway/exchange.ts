@@ -333,7 +333,17 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
           continue;
         }
       }
-      if (attempt.kind === 'failed') return attempt.send(reply, headers);
+      if (attempt.kind === 'failed') {
+        // A provider 429 and the tenant's own limits may both ask for a wait: the client is told the later.
+        let later: Record<string, string> | undefined;
+        if (attempt.status === 429 && central === undefined && spread === undefined && (ctx.handoff === undefined || ctx.handoff.holds(tenantId))) {
+          ctx.limiter.settle(tenantId, id, 0);
+          ctx.limiter.release(tenantId, id);
+          const own = ctx.limiter.waitMs(tenantId, { tokens: cost, model: ex.model.name, ...(ex.tier.floor > 0 ? { floor: ex.tier.floor } : {}) });
+          if (own > (attempt.waitMs ?? 0) && own < Infinity) later = retryAfterHeaders(own);
+        }
+        return attempt.send(reply, headers, later);
+      }
       const res = attempt.res;
       passHeaders(res.headers, headers, res.statusCode >= 400);
       Object.assign(headers, attempt.relayedHeaders);
@@ -409,7 +419,10 @@ type CallOutcome =
       readonly hard: boolean;
       readonly status: number;
       readonly reason: string;
-      readonly send: (reply: FastifyReply, headers: Record<string, string>) => FastifyReply;
+      /** A 429's wait as the provider gave it, ms. */
+      readonly waitMs?: number;
+      /** Renders the failure; `later` (retry headers) replaces the provider's when the tenant must wait longer. */
+      readonly send: (reply: FastifyReply, headers: Record<string, string>, later?: Record<string, string>) => FastifyReply;
     };
 
 /**
@@ -487,9 +500,10 @@ async function callDeployment(
         hard: true,
         status: 429,
         reason: 'rate limited after its retries',
-        send: (reply, headers) => {
+        ...(wait === undefined ? {} : { waitMs: wait }),
+        send: (reply, headers, later) => {
           passHeaders(response.headers, headers, true);
-          Object.assign(headers, relayedHeaders);
+          Object.assign(headers, relayedHeaders, later);
           if (call.translate === undefined) return reply.code(429).headers(headers).send(text);
           headers['content-type'] = 'application/json';
           return reply.code(429).headers(headers).send(errorBody(ex.dialect, 'rate_limit_exceeded', upstreamMessage(text, deployment.name)));

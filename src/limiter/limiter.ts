@@ -277,6 +277,32 @@ export class Limiter {
   }
 
   /**
+   * Ms (rounded up) until a request like `req` would be admitted, taking nothing: 0 when it would be
+   * now, Infinity when it never can (too large). A full concurrency limit counts min(hint, earliest
+   * lease expiry), as in `acquire`.
+   */
+  waitMs(tenant: string, req: Omit<AcquireRequest, 'id'>): number {
+    const policy = this.#policyFor(tenant);
+    const st = this.#tenants.get(tenant);
+    if (policy === undefined) return 0;
+    const now = this.#clock.now();
+    if (st !== undefined && st.policy !== policy) this.#rebuild(st, policy, now);
+    const c = st === undefined ? this.#compile(policy) : st.compiled;
+    const floor = req.floor ?? 0;
+    let wait = 0;
+    for (const i of applicableLimits(c, req.model)) {
+      const spec = c.limits[i] as LimitSpec;
+      const need = spec.kind === 'concurrent' ? 0 : costOf(spec, req.tokens, req.requests ?? 1) + floor * spec.limit;
+      if (spec.kind !== 'concurrent' && need > spec.limit) return Infinity;
+      if (st === undefined) continue;
+      let w = limitWaitMs(c, st, i, need, now);
+      if (spec.kind === 'concurrent' && w > this.#hintMs) w = this.#hintMs;
+      if (w > wait) wait = w;
+    }
+    return Math.ceil(wait);
+  }
+
+  /**
    * State of every limit that applies to `model` for `tenant` now, without taking anything
    * (`[]` when the tenant has no policy; a tenant without state reads as fresh).
    */

@@ -15,6 +15,7 @@ import { buildConfig } from '../../src/config/load.ts';
 import { buildGateway } from '../../src/gateway/server.ts';
 
 const KEY = 'key-acme-00000';
+const TIGHT_KEY = 'key-tight-0000';
 const auth = { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' };
 const chat = { model: 'gpt-4o-mini', max_tokens: 100, messages: [{ role: 'user', content: 'hello' }] };
 
@@ -60,7 +61,10 @@ describe('provider 429: retried within max_retry_wait, else relayed with its wai
     const config = buildConfig(
       {
         server: { log_level: 'silent' },
-        tenants: [{ id: 'acme', keys: [KEY], limits: [{ tokens: 10_000, window: '1m', algorithm: 'sliding_window' }, { concurrent: 1 }] }],
+        tenants: [
+          { id: 'acme', keys: [KEY], limits: [{ tokens: 10_000, window: '1m', algorithm: 'sliding_window' }, { concurrent: 1 }] },
+          { id: 'tight', keys: [TIGHT_KEY], limits: [{ requests: 2, window: '1m', algorithm: 'sliding_window' }] },
+        ],
         models: [
           { name: 'gpt-4o-mini', encoding: 'o200k_base', estimator: 'exact', deployments: ['retrying'] },
           { name: 'gpt-relay', encoding: 'o200k_base', estimator: 'exact', deployments: ['relaying'] },
@@ -125,7 +129,24 @@ describe('provider 429: retried within max_retry_wait, else relayed with its wai
     assert.equal(Number(probe.headers['x-ratelimit-remaining-tokens']), before - 10);
   });
 
-  test('insufficient_quota: relayed at once with x-should-retry false, no retry, no cooldown of the deployment quota', async () => {
+  test('the provider asks 1.574 s but the tenant\'s own limit asks longer: the client is told the later (the tenant\'s)', async () => {
+    const tight = { authorization: `Bearer ${TIGHT_KEY}`, 'content-type': 'application/json' };
+    const first = await app.inject({ method: 'POST', url: '/v1/chat/completions', headers: tight, payload: { ...chat, model: 'gpt-relay' } });
+    assert.equal(first.statusCode, 200);
+    seen = [];
+    queue = [rateLimited({ 'x-ratelimit-remaining-tokens': '0', 'x-ratelimit-reset-tokens': '1.574s' })];
+    const res = await app.inject({ method: 'POST', url: '/v1/chat/completions', headers: tight, payload: { ...chat, model: 'gpt-relay' } });
+    assert.equal(res.statusCode, 429);
+    assert.equal(seen.length, 1);
+    // Its 2 requests a minute are spent (the relayed one counts as a request): the next fits when the first leaves the window.
+    const ms = Number(res.headers['retry-after-ms']);
+    assert.ok(ms > 58_000 && ms <= 60_000, `retry-after-ms ${ms}`);
+    assert.equal(res.headers['retry-after'], String(Math.ceil(ms / 1_000)));
+  });
+
+  test('insufficient_quota: relayed at once with x-should-retry false, no retry, no cooldown of the deployment quota; the tokens are refunded', async () => {
+    const before = Number((await send()).headers['x-ratelimit-remaining-tokens']);
+    seen = [];
     queue = [billing];
     const res = await send();
     assert.equal(res.statusCode, 429);
@@ -136,6 +157,9 @@ describe('provider 429: retried within max_retry_wait, else relayed with its wai
     const next = await send();
     assert.equal(next.statusCode, 200);
     assert.equal(seen.length, 2);
+    // Since `before`: the first probe settled on 10 (108 reserved given back, 10 used), the next
+    // reserved 108; the relayed 429 was charged nothing.
+    assert.equal(Number(next.headers['x-ratelimit-remaining-tokens']), before - 10);
   });
 
   test('a rate-limit 429 relayed by a quota deployment drains it: the next request is refused by the gateway without reaching the provider', async () => {

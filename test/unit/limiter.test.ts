@@ -425,3 +425,16 @@ describe('floors (a lower priority tier leaves floor × limit to higher ones)', 
     assert.equal(acquire(0).ok, true);
   });
 });
+
+describe('waitMs (how long a request like this would wait, taking nothing)', () => {
+  test('0 when it fits, the exact refill time when it does not, Infinity when it never can; nothing is taken', () => {
+    const { acquire, limiter, remaining } = setup([bucket('tokens/1m', 'tokens', 100, 60_000)]);
+    assert.equal(limiter.waitMs('t', { tokens: 10 }), 0, 'a fresh tenant');
+    assert.equal(acquire(100).ok, true);
+    assert.equal(limiter.waitMs('t', { tokens: 10 }), 6_000);
+    assert.equal(limiter.waitMs('t', { tokens: 10, floor: 0.2 }), 18_000, 'with a floor: 30 tokens of refill');
+    assert.equal(limiter.waitMs('t', { tokens: 101 }), Infinity);
+    assert.equal(remaining('tokens/1m'), 0);
+    assert.equal(limiter.waitMs('nobody', { tokens: 1e9 }), 0, 'a tenant without limits');
+  });
+});
