@@ -347,7 +347,8 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
       const res = attempt.res;
       passHeaders(res.headers, headers, res.statusCode >= 400);
       Object.assign(headers, attempt.relayedHeaders);
-      if (deployment !== ex.deployment) headers['x-quotaring-deployment'] = deployment.name;
+      // Which deployment served, when it is not the model's first (a headroom choice or a failover).
+      if (deployment.name !== ex.model.deployments[0]) headers['x-quotaring-deployment'] = deployment.name;
       const isEventStream = String(res.headers['content-type'] ?? '').startsWith('text/event-stream');
       if (res.statusCode >= 300 || !ex.stream || !isEventStream) {
         let text: string;

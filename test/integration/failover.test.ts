@@ -11,6 +11,7 @@
  * - A JSON chat completion fails over the same way and is a valid `chat.completion`.
  * - An Anthropic client (`@anthropic-ai/sdk`) on a model whose first deployment is Anthropic (the
  *   503 server) and second the simulator's OpenAI API gets a valid Messages reply.
+ * - Of two deployments with quotas (10 and 100 rpm), the one with the most headroom serves.
  * - With no deployment left the client gets the 503 in its own format, and nothing is charged.
  */
 import assert from 'node:assert/strict';
@@ -57,12 +58,16 @@ describe('failover to the next deployment, across wire formats', () => {
           { name: 'gpt-4o-mini', encoding: 'o200k_base', estimator: 'exact', deployments: ['openai-down', 'claude-sim'] },
           { name: 'gpt-only', encoding: 'o200k_base', estimator: 'exact', deployments: ['openai-down'] },
           { name: 'claude-haiku', encoding: 'cl100k_base', deployments: ['anthropic-down', 'openai-sim'] },
+          { name: 'gpt-pair', encoding: 'o200k_base', deployments: ['pair-small', 'pair-large'] },
         ],
         deployments: [
           { name: 'openai-down', provider: 'openai', base_url: downUrl, api_key_env: 'K' },
           { name: 'anthropic-down', provider: 'anthropic', base_url: downUrl, api_key_env: 'K' },
           { name: 'claude-sim', provider: 'anthropic', base_url: sim.url, api_key_env: 'K', upstream_model: 'claude-3-5-haiku-latest', forward_headers: ['x-sim-output-tokens'] },
           { name: 'openai-sim', provider: 'openai', base_url: sim.url, api_key_env: 'K', upstream_model: 'gpt-4o-mini', forward_headers: ['x-sim-output-tokens'] },
+          // Quota headroom decides between these two: 10 and 100 requests a minute (× 0.9 headroom).
+          { name: 'pair-small', provider: 'openai', base_url: sim.url, api_key_env: 'K', upstream_model: 'gpt-4o-mini', quota: { rpm: 10 } },
+          { name: 'pair-large', provider: 'openai', base_url: sim.url, api_key_env: 'K', upstream_model: 'gpt-4o-mini', quota: { rpm: 100 } },
         ],
       },
       'test.yaml',
@@ -154,6 +159,22 @@ describe('failover to the next deployment, across wire formats', () => {
     const final = await stream.finalMessage();
     assert.equal(final.usage.output_tokens, 6);
     assert.ok(final.content.length > 0);
+  });
+
+  test('the deployment with the most quota headroom serves: after one request the small quota has less left than the large one', async () => {
+    const served: string[] = [];
+    for (let i = 0; i < 6; i++) {
+      const res = await request(`${url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'gpt-pair', max_tokens: 5, messages: [{ role: 'user', content: 'Hi' }] }),
+      });
+      assert.equal(res.statusCode, 200);
+      await res.body.dump();
+      served.push(String(res.headers['x-quotaring-deployment'] ?? 'pair-small'));
+    }
+    // Both full at first: the first in config order. Then pair-small has 8/9 left, pair-large 89/90 and more.
+    assert.deepEqual(served, ['pair-small', 'pair-large', 'pair-large', 'pair-large', 'pair-large', 'pair-large']);
   });
 
   test('no deployment left: the 503 in the client\'s format, nothing charged', async () => {
