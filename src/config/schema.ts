@@ -172,6 +172,14 @@ export const DeploymentSchema = z.strictObject({
    * this; beyond it the 429 goes to the client with the provider's wait. 0 relays every 429. @default 10s
    */
   max_retry_wait: duration.default(10_000),
+  /**
+   * A soft failure: when this deployment's replies start later than this (time to the first byte,
+   * a moving average), `soft_share` of the new requests that would start on it go to another
+   * deployment of the model (same wire format) until it recovers. Off when unset.
+   */
+  soft_ttft: duration.optional(),
+  /** Share of requests moved off a slow deployment (0 < share ≤ 1). @default 0.5 */
+  soft_share: z.number().gt(0).lte(1).default(0.5),
   /** Keep-alive connections per deployment. @default 128 */
   connections: positiveInt.default(128),
 });

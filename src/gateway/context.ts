@@ -14,6 +14,7 @@ import type { CentralLimiter } from '../central/central-limiter.ts';
 import type { RedisGuard } from '../globalcap/redis-guard.ts';
 import type { SpreadTenants } from './spread.ts';
 import type { Upstreams } from './upstream.ts';
+import type { DeploymentHealth } from './deployment-health.ts';
 
 /** Dependencies of the gateway routes, built once per process. */
 export interface GatewayContext {
@@ -34,6 +35,8 @@ export interface GatewayContext {
   readonly handoff?: Handoff;
   readonly tokens: PromptCounter;
   readonly upstreams: Upstreams;
+  /** Time to first byte per deployment: slow ones get a share of requests moved away. */
+  readonly health: DeploymentHealth;
   /** A request id unique in the cluster: a random per-process prefix and a counter. */
   nextRequestId(): string;
 }

@@ -449,8 +449,10 @@ async function callDeployment(
   let budget = deployment.max_retry_wait;
   for (;;) {
     let res: Dispatcher.ResponseData;
+    const sentAt = ctx.clock.now();
     try {
       res = await ctx.upstreams.request(deployment, { path: call.path, body: call.body, headers: forwarded, signal: cancel });
+      ctx.health.record(deployment, ctx.clock.now() - sentAt);
     } catch (err) {
       // The client left before the upstream answered: nothing more to send.
       if (client.gone) return { kind: 'gone', delivered: true };

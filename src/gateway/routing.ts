@@ -49,11 +49,15 @@ export function routeModel(ctx: GatewayContext, name: string, provider: 'openai'
  * The deployment a request starts on: of the model's deployments that speak the endpoint's wire
  * format, the one with the most headroom — the smallest fraction left of its quota's buckets, as
  * this node sees the cluster-wide cap (a deployment without a quota counts as full) — the first in
- * config order on a tie. Undefined when none speaks the format.
+ * config order on a tie; when that one is slow (`soft_ttft`), its `soft_share` of requests go to the
+ * best one that is not. Undefined when none speaks the format.
  */
 function preferred(ctx: GatewayContext, deployments: readonly ResolvedDeployment[], provider: 'openai' | 'anthropic'): ResolvedDeployment | undefined {
   let best: ResolvedDeployment | undefined;
   let bestHeadroom = -Infinity;
+  // The best deployment that is not slow: where a share of a slow best one's requests go.
+  let healthy: ResolvedDeployment | undefined;
+  let healthyHeadroom = -Infinity;
   for (const d of deployments) {
     if (d.provider !== provider) continue;
     if (deployments.length === 1) return d;
@@ -62,7 +66,12 @@ function preferred(ctx: GatewayContext, deployments: readonly ResolvedDeployment
       best = d;
       bestHeadroom = h;
     }
+    if (h > healthyHeadroom && !ctx.health.isSlow(d)) {
+      healthy = d;
+      healthyHeadroom = h;
+    }
   }
+  if (best !== undefined && healthy !== undefined && healthy !== best && ctx.health.shouldMove(best)) return healthy;
   return best;
 }
 

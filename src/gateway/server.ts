@@ -26,6 +26,7 @@ import type { ErrorCode, ErrorDialect } from '../errors.ts';
 import { quotasFromConfig } from '../globalcap/quotas-from-config.ts';
 import { Limiter } from '../limiter/limiter.ts';
 import { AdmissionQueues } from './admission-queue.ts';
+import { DeploymentHealth } from './deployment-health.ts';
 import type { Policy } from '../limiter/types.ts';
 import { PromptCounter, exactCounter } from '../tokens/index.ts';
 import { authHook } from './auth.ts';
@@ -269,6 +270,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
       cacheEntries: config.config.tokens.cache_entries,
     }),
     upstreams: new Upstreams(),
+    health: new DeploymentHealth(clock),
     nextRequestId: requestIdGenerator(),
   };
   app.decorateRequest('tenant', null);

@@ -12,6 +12,9 @@
  * - An Anthropic client (`@anthropic-ai/sdk`) on a model whose first deployment is Anthropic (the
  *   503 server) and second the simulator's OpenAI API gets a valid Messages reply.
  * - Of two deployments with quotas (10 and 100 rpm), the one with the most headroom serves.
+ * - A deployment whose replies start later than its soft_ttft (100 ms; the simulator's slow fault
+ *   adds 300 ms) gets every other request moved away (soft_share 0.5) until fast replies bring its
+ *   average back under the threshold.
  * - With no deployment left the client gets the 503 in its own format, and nothing is charged.
  */
 import assert from 'node:assert/strict';
@@ -49,7 +52,7 @@ describe('failover to the next deployment, across wire formats', () => {
     });
     await new Promise<void>((resolve) => down.listen(0, '127.0.0.1', resolve));
     const downUrl = `http://127.0.0.1:${(down.address() as AddressInfo).port}`;
-    sim = await startSimulator({ port: 0 });
+    sim = await startSimulator({ port: 0, faults: { slowMs: 300 } });
     const config = buildConfig(
       {
         server: { log_level: 'silent' },
@@ -59,6 +62,7 @@ describe('failover to the next deployment, across wire formats', () => {
           { name: 'gpt-only', encoding: 'o200k_base', estimator: 'exact', deployments: ['openai-down'] },
           { name: 'claude-haiku', encoding: 'cl100k_base', deployments: ['anthropic-down', 'openai-sim'] },
           { name: 'gpt-pair', encoding: 'o200k_base', deployments: ['pair-small', 'pair-large'] },
+          { name: 'gpt-soft', encoding: 'o200k_base', deployments: ['soft-slow', 'soft-fast'] },
         ],
         deployments: [
           { name: 'openai-down', provider: 'openai', base_url: downUrl, api_key_env: 'K' },
@@ -68,6 +72,9 @@ describe('failover to the next deployment, across wire formats', () => {
           // Quota headroom decides between these two: 10 and 100 requests a minute (× 0.9 headroom).
           { name: 'pair-small', provider: 'openai', base_url: sim.url, api_key_env: 'K', upstream_model: 'gpt-4o-mini', quota: { rpm: 10 } },
           { name: 'pair-large', provider: 'openai', base_url: sim.url, api_key_env: 'K', upstream_model: 'gpt-4o-mini', quota: { rpm: 100 } },
+          // Slow while the client asks the simulator for its slow fault (300 ms before the reply), which only this one forwards.
+          { name: 'soft-slow', provider: 'openai', base_url: sim.url, api_key_env: 'K', upstream_model: 'gpt-4o-mini', soft_ttft: '100ms', soft_share: 0.5, forward_headers: ['x-sim-fault'] },
+          { name: 'soft-fast', provider: 'openai', base_url: sim.url, api_key_env: 'K', upstream_model: 'gpt-4o-mini' },
         ],
       },
       'test.yaml',
@@ -175,6 +182,28 @@ describe('failover to the next deployment, across wire formats', () => {
     }
     // Both full at first: the first in config order. Then pair-small has 8/9 left, pair-large 89/90 and more.
     assert.deepEqual(served, ['pair-small', 'pair-large', 'pair-large', 'pair-large', 'pair-large', 'pair-large']);
+  });
+
+  test('a soft failure: replies later than soft_ttft move every other request (soft_share 0.5) away until the deployment recovers', async () => {
+    const send = async (slow: boolean): Promise<string> => {
+      const res = await request(`${url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json', ...(slow ? { 'x-sim-fault': 'slow' } : {}) },
+        body: JSON.stringify({ model: 'gpt-soft', max_tokens: 5, messages: [{ role: 'user', content: 'Hi' }] }),
+      });
+      assert.equal(res.statusCode, 200);
+      await res.body.dump();
+      return String(res.headers['x-quotaring-deployment'] ?? 'soft-slow');
+    };
+    const slowPhase: string[] = [];
+    for (let i = 0; i < 7; i++) slowPhase.push(await send(true));
+    // The first reply (300 ms) makes soft-slow slow; then every second request that would start there moves.
+    assert.deepEqual(slowPhase, ['soft-slow', 'soft-slow', 'soft-fast', 'soft-slow', 'soft-fast', 'soft-slow', 'soft-fast']);
+    const recovery: string[] = [];
+    for (let i = 0; i < 12; i++) recovery.push(await send(false));
+    // Fast replies bring its average (weight 0.3 per reply) under 100 ms after 4 of them; from then on it serves every request.
+    assert.deepEqual(recovery.slice(-4), ['soft-slow', 'soft-slow', 'soft-slow', 'soft-slow']);
+    assert.ok(recovery.slice(0, 8).includes('soft-fast'), `still moving while slow: ${recovery.join(',')}`);
   });
 
   test('no deployment left: the 503 in the client\'s format, nothing charged', async () => {

@@ -1,0 +1,71 @@
+/**
+ * Soft failures of deployments: a deployment whose replies start later than its `soft_ttft` (time
+ * from sending the request to the reply's first byte, as a moving average) is slow, and a share
+ * (`soft_share`) of the new requests that would start on it are moved to another deployment of the
+ * same wire format until its latency recovers. The slow deployment keeps the rest of its requests,
+ * which measure it; an average not refreshed for {@link STALE_MS} counts as recovered.
+ */
+import type { Clock } from '../clock.ts';
+import type { ResolvedDeployment } from '../config/load.ts';
+
+/** Weight of a new sample in the moving average. */
+const ALPHA = 0.3;
+/** A deployment not measured for this long is trusted again, ms. */
+const STALE_MS = 30_000;
+
+interface Health {
+  /** Moving average of the time to the reply's first byte, ms. */
+  ttftMs: number;
+  at: number;
+  /** Accumulates `soft_share` per request that would start here; a request is moved each time it reaches 1. */
+  credit: number;
+}
+
+/** Time-to-first-byte averages per deployment, and the share of requests moved off slow ones. */
+export class DeploymentHealth {
+  readonly #clock: Clock;
+  readonly #byName = new Map<string, Health>();
+
+  constructor(clock: Clock) {
+    this.#clock = clock;
+  }
+
+  /** Records a reply of `deployment` whose first byte came `ttftMs` after the request was sent. */
+  record(deployment: ResolvedDeployment, ttftMs: number): void {
+    if (deployment.soft_ttft === undefined) return;
+    const now = this.#clock.now();
+    const h = this.#byName.get(deployment.name);
+    if (h === undefined || now - h.at > STALE_MS) this.#byName.set(deployment.name, { ttftMs, at: now, credit: h?.credit ?? 0 });
+    else {
+      h.ttftMs += ALPHA * (ttftMs - h.ttftMs);
+      h.at = now;
+    }
+  }
+
+  /** True when the deployment's replies start later than its `soft_ttft` (on average, recently). */
+  isSlow(deployment: ResolvedDeployment): boolean {
+    const limit = deployment.soft_ttft;
+    if (limit === undefined) return false;
+    const h = this.#byName.get(deployment.name);
+    return h !== undefined && this.#clock.now() - h.at <= STALE_MS && h.ttftMs > limit;
+  }
+
+  /**
+   * For a request that would start on `deployment`: true when it should go elsewhere — the
+   * deployment is slow and this request falls in its `soft_share` (deterministically: every
+   * 1 / share-th request).
+   */
+  shouldMove(deployment: ResolvedDeployment): boolean {
+    if (!this.isSlow(deployment)) return false;
+    const h = this.#byName.get(deployment.name) as Health;
+    h.credit += deployment.soft_share;
+    if (h.credit < 1) return false;
+    h.credit -= 1;
+    return true;
+  }
+
+  /** The average time to first byte of a deployment, ms; undefined when not measured. */
+  ttftMs(deployment: string): number | undefined {
+    return this.#byName.get(deployment)?.ttftMs;
+  }
+}
