@@ -142,8 +142,14 @@ export const ModelSchema = z.strictObject({
   estimator: z.enum(ESTIMATORS).default('estimate'),
   /** Output reserved when a request sets no max_tokens, in tokens. @default 4096 */
   default_max_output: positiveInt.default(4096),
-  /** Deployment names, in order of preference. */
+  /** Deployment names, in order of preference (failover follows this order). */
   deployments: z.array(z.string().min(1)).min(1),
+  /**
+   * Relative weights, one per deployment: new requests are spread over the deployments of the
+   * endpoint's format in these proportions (smooth weighted round-robin, skipping a deployment whose
+   * quota is spent) instead of going to the one with the most headroom. @default none (headroom)
+   */
+  weights: z.array(z.number().int().min(0).max(1_000)).optional(),
 });
 
 /** An upstream deployment: provider kind, base URL, key from the environment, quota, timeouts. */
@@ -332,6 +338,11 @@ export const ConfigSchema = z
     });
     const deployments = new Set(config.deployments.map((d) => d.name));
     config.models.forEach((model, i) => {
+      if (model.weights !== undefined && model.weights.length !== model.deployments.length) {
+        ctx.addIssue({ code: 'custom', path: ['models', i, 'weights'], message: `give one weight per deployment (${model.deployments.length}), got ${model.weights.length}` });
+      } else if (model.weights !== undefined && !model.weights.some((w) => w > 0)) {
+        ctx.addIssue({ code: 'custom', path: ['models', i, 'weights'], message: 'at least one weight must be > 0' });
+      }
       model.deployments.forEach((name, j) => {
         if (!deployments.has(name)) {
           ctx.addIssue({ code: 'custom', path: ['models', i, 'deployments', j], message: `no deployment named "${name}"` });

@@ -35,7 +35,7 @@ export function routeModel(ctx: GatewayContext, name: string, provider: 'openai'
     throw new GatewayError('model_not_found', `The model "${name}" does not exist on this gateway. GET /v1/models lists the models you can use.`, 'model');
   }
   const all = model.deployments.map((n) => ctx.config.deployments.get(n)).filter((d): d is ResolvedDeployment => d !== undefined);
-  const deployment = preferred(ctx, all, provider);
+  const deployment = preferred(ctx, model, all, provider);
   if (deployment === undefined) {
     const first = all[0];
     if (first === undefined) throw new Error(`model ${name} has no deployment`);
@@ -52,7 +52,8 @@ export function routeModel(ctx: GatewayContext, name: string, provider: 'openai'
  * config order on a tie; when that one is slow (`soft_ttft`), its `soft_share` of requests go to the
  * best one that is not. Undefined when none speaks the format.
  */
-function preferred(ctx: GatewayContext, deployments: readonly ResolvedDeployment[], provider: 'openai' | 'anthropic'): ResolvedDeployment | undefined {
+function preferred(ctx: GatewayContext, model: ModelConfig, deployments: readonly ResolvedDeployment[], provider: 'openai' | 'anthropic'): ResolvedDeployment | undefined {
+  if (model.weights !== undefined) return weighted(ctx, model, deployments, provider);
   let best: ResolvedDeployment | undefined;
   let bestHeadroom = -Infinity;
   // The best deployment that is not slow: where a share of a slow best one's requests go.
@@ -73,6 +74,40 @@ function preferred(ctx: GatewayContext, deployments: readonly ResolvedDeployment
   }
   if (best !== undefined && healthy !== undefined && healthy !== best && ctx.health.shouldMove(best)) return healthy;
   return best;
+}
+
+/** Smooth weighted round-robin state per model (nginx's): each deployment's running score. */
+const scores = new WeakMap<ModelConfig, number[]>();
+
+/**
+ * `weights`: the next deployment of the endpoint's format by smooth weighted round-robin (weights
+ * 3 and 1 give a, a, b, a, ...), skipping one whose quota is spent (no headroom) unless all are,
+ * and moving a slow one's `soft_share` to another. Undefined when none speaks the format.
+ */
+function weighted(ctx: GatewayContext, model: ModelConfig, deployments: readonly ResolvedDeployment[], provider: 'openai' | 'anthropic'): ResolvedDeployment | undefined {
+  const weights = model.weights ?? [];
+  let score = scores.get(model);
+  if (score === undefined) scores.set(model, (score = deployments.map(() => 0)));
+  const usable = (d: ResolvedDeployment, i: number): boolean => d.provider === provider && (weights[i] ?? 0) > 0;
+  const open = deployments.map((d, i) => usable(d, i) && headroom(ctx, d) > 0);
+  const pool = open.some((o) => o) ? open : deployments.map(usable);
+  let total = 0;
+  let pick = -1;
+  for (let i = 0; i < deployments.length; i++) {
+    if (pool[i] !== true) continue;
+    const w = weights[i] ?? 0;
+    total += w;
+    score[i] = (score[i] ?? 0) + w;
+    if (pick < 0 || (score[i] as number) > (score[pick] as number)) pick = i;
+  }
+  if (pick < 0) return undefined;
+  score[pick] = (score[pick] as number) - total;
+  const chosen = deployments[pick] as ResolvedDeployment;
+  if (ctx.health.shouldMove(chosen)) {
+    const other = deployments.find((d, i) => d !== chosen && pool[i] === true && !ctx.health.isSlow(d));
+    if (other !== undefined) return other;
+  }
+  return chosen;
 }
 
 /** Fraction (0..1) left of a deployment's quota: its fullest-used bucket's level ÷ capacity; 1 without a quota. */

@@ -11,7 +11,8 @@
  * - A JSON chat completion fails over the same way and is a valid `chat.completion`.
  * - An Anthropic client (`@anthropic-ai/sdk`) on a model whose first deployment is Anthropic (the
  *   503 server) and second the simulator's OpenAI API gets a valid Messages reply.
- * - Of two deployments with quotas (10 and 100 rpm), the one with the most headroom serves.
+ * - Of two deployments with quotas (10 and 100 rpm), the one with the most headroom serves; with
+ *   weights 3 and 1, requests are spread a, a, b, a (smooth weighted round-robin).
  * - A deployment whose replies start later than its soft_ttft (100 ms; the simulator's slow fault
  *   adds 300 ms) gets every other request moved away (soft_share 0.5) until fast replies bring its
  *   average back under the threshold.
@@ -63,6 +64,7 @@ describe('failover to the next deployment, across wire formats', () => {
           { name: 'claude-haiku', encoding: 'cl100k_base', deployments: ['anthropic-down', 'openai-sim'] },
           { name: 'gpt-pair', encoding: 'o200k_base', deployments: ['pair-small', 'pair-large'] },
           { name: 'gpt-soft', encoding: 'o200k_base', deployments: ['soft-slow', 'soft-fast'] },
+          { name: 'gpt-weighted', encoding: 'o200k_base', deployments: ['soft-fast', 'openai-sim'], weights: [3, 1] },
         ],
         deployments: [
           { name: 'openai-down', provider: 'openai', base_url: downUrl, api_key_env: 'K' },
@@ -204,6 +206,21 @@ describe('failover to the next deployment, across wire formats', () => {
     // Fast replies bring its average (weight 0.3 per reply) under 100 ms after 4 of them; from then on it serves every request.
     assert.deepEqual(recovery.slice(-4), ['soft-slow', 'soft-slow', 'soft-slow', 'soft-slow']);
     assert.ok(recovery.slice(0, 8).includes('soft-fast'), `still moving while slow: ${recovery.join(',')}`);
+  });
+
+  test('weights 3 and 1 spread requests by smooth weighted round-robin: a, a, b, a', async () => {
+    const served: string[] = [];
+    for (let i = 0; i < 8; i++) {
+      const res = await request(`${url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'gpt-weighted', max_tokens: 5, messages: [{ role: 'user', content: 'Hi' }] }),
+      });
+      assert.equal(res.statusCode, 200);
+      await res.body.dump();
+      served.push(String(res.headers['x-quotaring-deployment'] ?? 'soft-fast'));
+    }
+    assert.deepEqual(served, ['soft-fast', 'soft-fast', 'openai-sim', 'soft-fast', 'soft-fast', 'soft-fast', 'openai-sim', 'soft-fast']);
   });
 
   test('no deployment left: the 503 in the client\'s format, nothing charged', async () => {

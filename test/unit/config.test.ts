@@ -148,6 +148,13 @@ describe('priority tiers', () => {
     assert.equal(loaded.accessByKey.get('key-from-env-01')?.tier.name, 'batch');
     assert.deepEqual([...(loaded.accessByKey.get('key-from-env-01')?.tiers.keys() ?? [])], ['batch']);
   });
+  test('model weights: one per deployment, at least one above 0', () => {
+    const raw = base();
+    (raw.models[0] as Record<string, unknown>).weights = [1, 2];
+    assert.deepEqual(problems(raw), ['q.yaml: models[0].weights: give one weight per deployment (1), got 2']);
+    (raw.models[0] as Record<string, unknown>).weights = [0];
+    assert.deepEqual(problems(raw), ['q.yaml: models[0].weights: at least one weight must be > 0']);
+  });
   test('what each bad tier setting gets', () => {
     const withTenant = (extra: Record<string, unknown>, top: Record<string, unknown> = {}) => {
       const raw = base();
