@@ -370,7 +370,16 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
         if (call.translate !== undefined) {
           delete headers['content-length'];
           headers['content-type'] = 'application/json';
-          if (res.statusCode < 300) return reply.code(res.statusCode).headers(headers).send(call.translate.json(text));
+          if (res.statusCode < 300) {
+            let translated: string;
+            try {
+              translated = call.translate.json(text);
+            } catch (err) {
+              const error = new GatewayError('upstream_unavailable', `Deployment ${deployment.name} sent a reply that could not be translated (${(err as Error).message}).`);
+              return reply.code(error.statusCode).headers({ ...headers, 'x-quotaring-error': error.code }).send(errorBody(ex.dialect, error.code, error.message));
+            }
+            return reply.code(res.statusCode).headers(headers).send(translated);
+          }
           return reply.code(res.statusCode).headers(headers).send(errorBody(ex.dialect, res.statusCode === 429 ? 'rate_limit_exceeded' : 'invalid_request', upstreamMessage(text, deployment.name)));
         }
         return reply.code(res.statusCode).headers(headers).send(text);

@@ -92,6 +92,18 @@ describe('failover to the next deployment, across wire formats', () => {
     await new Promise<void>((resolve) => down.close(() => resolve()));
   });
 
+  /** Sends a small chat request for `model` and returns the deployment that served it (`first`: the model's first, which the gateway does not name). */
+  const servedBy = async (model: string, first: string, headers: Record<string, string> = {}): Promise<string> => {
+    const res = await request(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json', ...headers },
+      body: JSON.stringify({ model, max_tokens: 5, messages: [{ role: 'user', content: 'Hi' }] }),
+    });
+    assert.equal(res.statusCode, 200);
+    await res.body.dump();
+    return String(res.headers['x-quotaring-deployment'] ?? first);
+  };
+
   const remainingTokens = async (): Promise<number> => {
     const res = await request(`${url}/_quotaring/v1/tenants/acme`);
     return ((await res.body.json()) as { limits: { remaining: number }[] }).limits[0]?.remaining ?? -1;
@@ -172,31 +184,13 @@ describe('failover to the next deployment, across wire formats', () => {
 
   test('the deployment with the most quota headroom serves: after one request the small quota has less left than the large one', async () => {
     const served: string[] = [];
-    for (let i = 0; i < 6; i++) {
-      const res = await request(`${url}/v1/chat/completions`, {
-        method: 'POST',
-        headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
-        body: JSON.stringify({ model: 'gpt-pair', max_tokens: 5, messages: [{ role: 'user', content: 'Hi' }] }),
-      });
-      assert.equal(res.statusCode, 200);
-      await res.body.dump();
-      served.push(String(res.headers['x-quotaring-deployment'] ?? 'pair-small'));
-    }
+    for (let i = 0; i < 6; i++) served.push(await servedBy('gpt-pair', 'pair-small'));
     // Both full at first: the first in config order. Then pair-small has 8/9 left, pair-large 89/90 and more.
     assert.deepEqual(served, ['pair-small', 'pair-large', 'pair-large', 'pair-large', 'pair-large', 'pair-large']);
   });
 
   test('a soft failure: replies later than soft_ttft move every other request (soft_share 0.5) away until the deployment recovers', async () => {
-    const send = async (slow: boolean): Promise<string> => {
-      const res = await request(`${url}/v1/chat/completions`, {
-        method: 'POST',
-        headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json', ...(slow ? { 'x-sim-fault': 'slow' } : {}) },
-        body: JSON.stringify({ model: 'gpt-soft', max_tokens: 5, messages: [{ role: 'user', content: 'Hi' }] }),
-      });
-      assert.equal(res.statusCode, 200);
-      await res.body.dump();
-      return String(res.headers['x-quotaring-deployment'] ?? 'soft-slow');
-    };
+    const send = (slow: boolean): Promise<string> => servedBy('gpt-soft', 'soft-slow', slow ? { 'x-sim-fault': 'slow' } : {});
     const slowPhase: string[] = [];
     for (let i = 0; i < 7; i++) slowPhase.push(await send(true));
     // The first reply (300 ms) makes soft-slow slow; then every second request that would start there moves.
@@ -210,16 +204,7 @@ describe('failover to the next deployment, across wire formats', () => {
 
   test('weights 3 and 1 spread requests by smooth weighted round-robin: a, a, b, a', async () => {
     const served: string[] = [];
-    for (let i = 0; i < 8; i++) {
-      const res = await request(`${url}/v1/chat/completions`, {
-        method: 'POST',
-        headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
-        body: JSON.stringify({ model: 'gpt-weighted', max_tokens: 5, messages: [{ role: 'user', content: 'Hi' }] }),
-      });
-      assert.equal(res.statusCode, 200);
-      await res.body.dump();
-      served.push(String(res.headers['x-quotaring-deployment'] ?? 'soft-fast'));
-    }
+    for (let i = 0; i < 8; i++) served.push(await servedBy('gpt-weighted', 'soft-fast'));
     assert.deepEqual(served, ['soft-fast', 'soft-fast', 'openai-sim', 'soft-fast', 'soft-fast', 'soft-fast', 'openai-sim', 'soft-fast']);
   });
 
