@@ -104,7 +104,7 @@ const ApiKeySchema = z.union([
 export const PrioritySchema = z.strictObject({
   name: z.string().regex(/^[A-Za-z0-9._-]{1,32}$/, 'tier name: 1-32 of A-Z a-z 0-9 . _ -'),
   /** Fraction (0 ≤ floor < 1) of each requests/tokens limit this tier leaves to higher tiers. @default 0 */
-  floor: z.number().min(0).lt(1).default(0),
+  floor: z.number().min(0, 'floor: a fraction from 0 up to (not including) 1, e.g. 0.2').lt(1, 'floor: a fraction from 0 up to (not including) 1, e.g. 0.2').default(0),
   /** Longest wait in the tenant's queue, ms; 0 = refused at once. @default 0 */
   max_wait: duration.default(0),
 });
@@ -149,7 +149,7 @@ export const ModelSchema = z.strictObject({
    * endpoint's format in these proportions (smooth weighted round-robin, skipping a deployment whose
    * quota is spent) instead of going to the one with the most headroom. @default none (headroom)
    */
-  weights: z.array(z.number().int().min(0).max(1_000)).optional(),
+  weights: z.array(z.number().int('weights: whole numbers from 0 to 1000').min(0, 'weights: whole numbers from 0 to 1000').max(1_000, 'weights: whole numbers from 0 to 1000')).optional(),
 });
 
 /** An upstream deployment: provider kind, base URL, key from the environment, quota, timeouts. */
@@ -303,7 +303,7 @@ export const ConfigSchema = z
     cluster: ClusterSchema.prefault({}),
     router: RouterSchema.prefault({}),
     /** Priority tiers, highest first. @default interactive, batch */
-    priorities: z.array(PrioritySchema).min(1).default(DEFAULT_PRIORITIES.map((p) => ({ ...p }))),
+    priorities: z.array(PrioritySchema).min(1, 'priorities: list at least one tier (or leave it out for interactive and batch)').default(DEFAULT_PRIORITIES.map((p) => ({ ...p }))),
     /** Admission queues: each tenant queues at most `max_depth` requests (all tiers). @default 100 */
     queue: z.strictObject({ max_depth: z.number().int().min(1).max(100_000).default(100) }).prefault({}),
     tenants: z.array(TenantSchema).min(1),

@@ -81,8 +81,10 @@ export class AdmissionQueues {
    * one is queued and the limiter admits it, or refuses it for good; otherwise, when `maxWaitMs` > 0,
    * it waits (the returned promise) until admitted, its deadline, or `cancel` emits `abort`.
    * A synchronous result means the request never waited (the caller keeps what it took before).
+   * @param hint at the deadline, ms until a request like this one could be admitted (the 429's
+   *   retry-after); without it, the last refusal's time counted from when it was given.
    */
-  admit(tenant: string, rank: number, maxWaitMs: number, attempt: Attempt, cancel: EventEmitter): AdmitOutcome | Promise<AdmitOutcome> {
+  admit(tenant: string, rank: number, maxWaitMs: number, attempt: Attempt, cancel: EventEmitter, hint?: () => number): AdmitOutcome | Promise<AdmitOutcome> {
     const queue = this.#queues.get(tenant);
     let ahead: Waiter | undefined;
     if (queue !== undefined) for (const w of queue.waiters) if (w.rank <= rank) ahead = ahead ?? w;
@@ -106,7 +108,7 @@ export class AdmissionQueues {
       const now = this.#clock.now();
       const seq = ++this.#seq;
       const onAbort = (): void => this.#leave(tenant, q, waiter, { kind: 'gone', waitedMs: this.#clock.now() - now });
-      const deadline = setTimeout(() => this.#leave(tenant, q, waiter, { kind: 'timeout', result: this.#aged(waiter), waitedMs: this.#clock.now() - now }), maxWaitMs);
+      const deadline = setTimeout(() => this.#leave(tenant, q, waiter, { kind: 'timeout', result: this.#aged(waiter, hint), waitedMs: this.#clock.now() - now }), maxWaitMs);
       deadline.unref();
       const waiter: Waiter = { rank, seq, since: now, attempt, last: refusal, lastAt: now, done: resolve, deadline, cancel, onAbort };
       cancel.once('abort', onAbort);
@@ -216,8 +218,10 @@ export class AdmissionQueues {
     return true;
   }
 
-  /** The waiter's last refusal with its retry-after counted from now. */
-  #aged(waiter: Waiter): Refusal {
+  /** The waiter's last refusal with its retry-after as of now: `hint()`, else the last one counted from when it was given. */
+  #aged(waiter: Waiter, hint: (() => number) | undefined): Refusal {
+    const fresh = hint?.();
+    if (fresh !== undefined && Number.isFinite(fresh)) return { ...waiter.last, retryAfterMs: Math.max(1, Math.ceil(fresh)) };
     const elapsed = this.#clock.now() - waiter.lastAt;
     return { ...waiter.last, retryAfterMs: Math.max(1, Math.ceil(waiter.last.retryAfterMs - elapsed)) };
   }

@@ -3,7 +3,9 @@
  * from sending the request to the reply's first byte, as a moving average) is slow, and a share
  * (`soft_share`) of the new requests that would start on it are moved to another deployment of the
  * same wire format until its latency recovers. The slow deployment keeps the rest of its requests,
- * which measure it; an average not refreshed for {@link STALE_MS} counts as recovered.
+ * which measure it; an average not refreshed for {@link STALE_MS} counts as recovered. A deployment
+ * that failed hard (no connection, a 5xx, a 429 after its retries) is down for {@link DOWN_MS}: new
+ * requests do not start on it meanwhile (failover may still try it).
  */
 import type { Clock } from '../clock.ts';
 import type { ResolvedDeployment } from '../config/load.ts';
@@ -12,6 +14,8 @@ import type { ResolvedDeployment } from '../config/load.ts';
 const ALPHA = 0.3;
 /** A deployment not measured for this long is trusted again, ms. */
 const STALE_MS = 30_000;
+/** How long a deployment that failed hard is not started on, ms. */
+export const DOWN_MS = 5_000;
 
 interface Health {
   /** Moving average of the time to the reply's first byte, ms. */
@@ -25,6 +29,8 @@ interface Health {
 export class DeploymentHealth {
   readonly #clock: Clock;
   readonly #byName = new Map<string, Health>();
+  /** Deployment name → until when it is down (clock ms). */
+  readonly #downUntil = new Map<string, number>();
 
   constructor(clock: Clock) {
     this.#clock = clock;
@@ -40,6 +46,20 @@ export class DeploymentHealth {
       h.ttftMs += ALPHA * (ttftMs - h.ttftMs);
       h.at = now;
     }
+  }
+
+  /** Marks a deployment down for {@link DOWN_MS} after a hard failure. */
+  failed(deployment: ResolvedDeployment): void {
+    this.#downUntil.set(deployment.name, this.#clock.now() + DOWN_MS);
+  }
+
+  /** True within {@link DOWN_MS} of the deployment's last hard failure. */
+  isDown(deployment: ResolvedDeployment): boolean {
+    const until = this.#downUntil.get(deployment.name);
+    if (until === undefined) return false;
+    if (this.#clock.now() < until) return true;
+    this.#downUntil.delete(deployment.name);
+    return false;
   }
 
   /** True when the deployment's replies start later than its `soft_ttft` (on average, recently). */

@@ -250,7 +250,9 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
     const attempt = (): AcquireResult | undefined =>
       handoff !== undefined && !handoff.holds(tenantId) ? undefined : ctx.limiter.acquire(tenantId, { id, tokens: cost, model: ex.model.name, ...(tier.floor > 0 ? { floor: tier.floor } : {}) });
     const waiting = new EventEmitter();
-    let outcome = ctx.queues.admit(tenantId, tier.rank, tier.maxWaitMs, attempt, waiting);
+    // When a waiter's deadline comes: how long a request like this one would still wait now.
+    const hint = (): number => ctx.limiter.waitMs(tenantId, { tokens: cost, model: ex.model.name, ...(tier.floor > 0 ? { floor: tier.floor } : {}) });
+    let outcome = ctx.queues.admit(tenantId, tier.rank, tier.maxWaitMs, attempt, waiting, hint);
     if (outcome instanceof Promise) {
       // It waits: the deployment quota it took goes back meanwhile, and a client that leaves takes it out of the queue.
       quotas?.refund(ex.deployment.name, { requests: 1, tokens: cost });
@@ -316,6 +318,18 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
   let held: string | undefined = quotas !== undefined ? ex.deployment.name : undefined;
   let nextCandidate = 0;
   try {
+    if (ex.deployment.provider !== ex.dialect) {
+      // Every deployment of the client's format is down: this one speaks the other, translated.
+      const translated = translatedCall(ex, ex.deployment);
+      if (translated !== undefined) call = translated;
+      else {
+        const next = await nextDeployment(ctx, ex, held, cost, closed, () => nextCandidate++);
+        if (next === undefined) return reply.code(400).headers(headers).send(errorBody(ex.dialect, 'invalid_request', `This request cannot be sent to deployment ${ex.deployment.name} (${ex.deployment.provider} API), and no other deployment of model ${ex.model.name} is available.`));
+        held = next.held;
+        deployment = next.deployment;
+        call = next.call;
+      }
+    }
     for (;;) {
       const attempt = await callDeployment(ctx, request, ex, deployment, call, cancel, client);
       if (attempt.kind === 'gone') {
@@ -324,6 +338,7 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
       }
       // A hard failure (no connection, a 5xx, a 429 after its retries) moves the request to the next deployment at once.
       if (attempt.kind === 'failed' && attempt.hard) {
+        ctx.health.failed(deployment);
         const next = await nextDeployment(ctx, ex, held, cost, closed, () => nextCandidate++);
         if (next !== undefined) {
           request.log.warn({ tenant: tenantId, from: deployment.name, to: next.deployment.name, status: attempt.status, err: attempt.reason }, 'deployment failed: failing over');
@@ -399,6 +414,15 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
       if (actual < cost) leases.refund(group, { tokens: cost - actual });
       else if (actual > cost) leases.debit(group, { tokens: actual - cost });
     }
+  }
+}
+
+/** `ex.callFor(deployment)`, or undefined when the request cannot be said in its format. */
+function translatedCall(ex: Exchange, deployment: ResolvedDeployment): DeploymentCall | undefined {
+  try {
+    return ex.callFor(deployment);
+  } catch {
+    return undefined;
   }
 }
 
@@ -544,12 +568,8 @@ async function nextDeployment(
 ): Promise<{ deployment: ResolvedDeployment; call: DeploymentCall; held: string | undefined } | undefined> {
   for (let i = next(); i < ex.failover.length; i = next()) {
     const candidate = ex.failover[i] as ResolvedDeployment;
-    let call: DeploymentCall;
-    try {
-      call = ex.callFor(candidate);
-    } catch {
-      continue; // this request cannot be said in the candidate's format (TranslationError)
-    }
+    const call = translatedCall(ex, candidate);
+    if (call === undefined) continue; // this request cannot be said in the candidate's format
     const quotas = ctx.quotas;
     if (quotas !== undefined && quotas.limited.has(candidate.name)) {
       const taken = await takeLeased(quotas.leases, candidate.name, cost, closed);

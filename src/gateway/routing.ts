@@ -50,64 +50,74 @@ export function routeModel(ctx: GatewayContext, name: string, provider: 'openai'
  * format, the one with the most headroom — the smallest fraction left of its quota's buckets, as
  * this node sees the cluster-wide cap (a deployment without a quota counts as full) — the first in
  * config order on a tie; when that one is slow (`soft_ttft`), its `soft_share` of requests go to the
- * best one that is not. Undefined when none speaks the format.
+ * best one that is not. Deployments down after a hard failure are left out; when all of the format
+ * are, the first of the other format that is up. Undefined when none speaks the format.
  */
 function preferred(ctx: GatewayContext, model: ModelConfig, deployments: readonly ResolvedDeployment[], provider: 'openai' | 'anthropic'): ResolvedDeployment | undefined {
-  if (model.weights !== undefined) return weighted(ctx, model, deployments, provider);
+  const ofFormat = deployments.filter((d) => d.provider === provider);
+  if (ofFormat.length === 0) return undefined;
+  // A deployment that just failed hard is not started on while another of the format is up; when
+  // every one of the format is down, one of the other format that is up starts (translated).
+  const up = ofFormat.filter((d) => !ctx.health.isDown(d));
+  if (up.length === 0) return deployments.find((d) => d.provider !== provider && !ctx.health.isDown(d)) ?? ofFormat[0];
+  if (ofFormat.length === 1) return ofFormat[0];
+  const candidates = up;
+  if (model.weights !== undefined) {
+    const withRoom = candidates.filter((d) => headroom(ctx, d) > 0);
+    const chosen = weighted(model, deployments, withRoom.length > 0 ? withRoom : candidates);
+    if (chosen !== undefined) return moveIfSlow(ctx, chosen, candidates);
+  }
   let best: ResolvedDeployment | undefined;
   let bestHeadroom = -Infinity;
-  // The best deployment that is not slow: where a share of a slow best one's requests go.
-  let healthy: ResolvedDeployment | undefined;
-  let healthyHeadroom = -Infinity;
-  for (const d of deployments) {
-    if (d.provider !== provider) continue;
-    if (deployments.length === 1) return d;
+  for (const d of candidates) {
     const h = headroom(ctx, d);
     if (h > bestHeadroom) {
       best = d;
       bestHeadroom = h;
     }
-    if (h > healthyHeadroom && !ctx.health.isSlow(d)) {
+  }
+  return best === undefined ? undefined : moveIfSlow(ctx, best, candidates);
+}
+
+/** `chosen`, or — when it is slow and this request falls in its `soft_share` — the candidate with the most headroom that is not slow. */
+function moveIfSlow(ctx: GatewayContext, chosen: ResolvedDeployment, candidates: readonly ResolvedDeployment[]): ResolvedDeployment {
+  let healthy: ResolvedDeployment | undefined;
+  let healthyHeadroom = -Infinity;
+  for (const d of candidates) {
+    if (d === chosen || ctx.health.isSlow(d)) continue;
+    const h = headroom(ctx, d);
+    if (h > healthyHeadroom) {
       healthy = d;
       healthyHeadroom = h;
     }
   }
-  if (best !== undefined && healthy !== undefined && healthy !== best && ctx.health.shouldMove(best)) return healthy;
-  return best;
+  return healthy !== undefined && ctx.health.shouldMove(chosen) ? healthy : chosen;
 }
 
 /** Smooth weighted round-robin state per model (nginx's): each deployment's running score. */
 const scores = new WeakMap<ModelConfig, number[]>();
 
 /**
- * `weights`: the next deployment of the endpoint's format by smooth weighted round-robin (weights
- * 3 and 1 give a, a, b, a, ...), skipping one whose quota is spent (no headroom) unless all are,
- * and moving a slow one's `soft_share` to another. Undefined when none speaks the format.
+ * `weights`: the next of `candidates` (the caller leaves out deployments that are down or whose
+ * quota is spent, unless all are) by smooth weighted round-robin: weights 3 and 1 give a, a, b, a.
+ * Undefined when no candidate has a weight above 0 (weight 0: failover only; then headroom decides).
  */
-function weighted(ctx: GatewayContext, model: ModelConfig, deployments: readonly ResolvedDeployment[], provider: 'openai' | 'anthropic'): ResolvedDeployment | undefined {
+function weighted(model: ModelConfig, deployments: readonly ResolvedDeployment[], candidates: readonly ResolvedDeployment[]): ResolvedDeployment | undefined {
   const weights = model.weights ?? [];
   let score = scores.get(model);
   if (score === undefined) scores.set(model, (score = deployments.map(() => 0)));
-  const usable = (d: ResolvedDeployment, i: number): boolean => d.provider === provider && (weights[i] ?? 0) > 0;
-  const open = deployments.map((d, i) => usable(d, i) && headroom(ctx, d) > 0);
-  const pool = open.some((o) => o) ? open : deployments.map(usable);
   let total = 0;
   let pick = -1;
   for (let i = 0; i < deployments.length; i++) {
-    if (pool[i] !== true) continue;
     const w = weights[i] ?? 0;
+    if (w <= 0 || !candidates.includes(deployments[i] as ResolvedDeployment)) continue;
     total += w;
     score[i] = (score[i] ?? 0) + w;
     if (pick < 0 || (score[i] as number) > (score[pick] as number)) pick = i;
   }
   if (pick < 0) return undefined;
   score[pick] = (score[pick] as number) - total;
-  const chosen = deployments[pick] as ResolvedDeployment;
-  if (ctx.health.shouldMove(chosen)) {
-    const other = deployments.find((d, i) => d !== chosen && pool[i] === true && !ctx.health.isSlow(d));
-    if (other !== undefined) return other;
-  }
-  return chosen;
+  return deployments[pick];
 }
 
 /** Fraction (0..1) left of a deployment's quota: its fullest-used bucket's level ÷ capacity; 1 without a quota. */

@@ -8,7 +8,8 @@
  *   carries the usage Anthropic reported (prompt = Anthropic's input_tokens, completion = 7), the
  *   raw stream ends with `data: [DONE]`; the tenant is charged exactly that usage (its token
  *   bucket shows limit − usage once settled), and the reply names the deployment that served.
- * - A JSON chat completion fails over the same way and is a valid `chat.completion`.
+ * - The deployment that failed is not started on for 5 s: the next JSON request starts on the
+ *   Anthropic deployment (translated) and is a valid `chat.completion`.
  * - An Anthropic client (`@anthropic-ai/sdk`) on a model whose first deployment is Anthropic (the
  *   503 server) and second the simulator's OpenAI API gets a valid Messages reply.
  * - Of two deployments with quotas (10 and 100 rpm), the one with the most headroom serves; with
@@ -159,9 +160,12 @@ describe('failover to the next deployment, across wire formats', () => {
     assert.equal(sdkUsage?.completion_tokens, 5);
   });
 
-  test('a JSON chat completion fails over too and is a valid chat.completion', async () => {
+  test('within 5 s of its failure the down deployment is not started on: a JSON request starts on the Anthropic one, translated', async () => {
+    const hits = downHits;
     const openai = new OpenAI({ apiKey: KEY, baseURL: `${url}/v1`, maxRetries: 0 });
-    const res = await openai.chat.completions.create({ model: 'gpt-4o-mini', max_tokens: 20, messages: [{ role: 'user', content: 'Hi' }] }, { headers: { 'x-sim-output-tokens': '4' } });
+    const { data: res, response } = await openai.chat.completions.create({ model: 'gpt-4o-mini', max_tokens: 20, messages: [{ role: 'user', content: 'Hi' }] }, { headers: { 'x-sim-output-tokens': '4' } }).withResponse();
+    assert.equal(downHits, hits, 'openai-down was not tried');
+    assert.equal(response.headers.get('x-quotaring-deployment'), 'claude-sim');
     assert.equal(res.object, 'chat.completion');
     assert.equal(res.choices[0]?.message.role, 'assistant');
     assert.equal(res.choices[0]?.finish_reason, 'stop');

@@ -66,7 +66,11 @@ describe('priority tiers and the admission queue', () => {
     url = `http://127.0.0.1:${typeof address === 'object' && address !== null ? address.port : 0}`;
   });
   after(async () => {
-    await app.close();
+    // The aborted requests leave undici a fresh connection that never sends a request; Node would
+    // hold the close for its headers timeout (about 70 s here).
+    const closing = app.close();
+    app.server.closeAllConnections();
+    await closing;
     await sim.close();
   });
 
@@ -123,6 +127,9 @@ describe('priority tiers and the admission queue', () => {
     near(s2.at, 6_000, 'R2 429');
     assert.equal(s2.headers['x-quotaring-error'], 'rate_limit_exceeded');
     assert.match(String(s2.body.error?.message), /Waited 5\.\ds in the queue \(max_wait of priority low\)/);
+    // The slot is still held (R1 runs to t12): a concurrency refusal's hint, 1 s.
+    assert.equal(s2.headers['retry-after-ms'], '1000');
+    assert.equal(s2.headers['retry-after'], '1');
     assert.equal(s3.status, 0, 'R3 was aborted by its client');
     const s4 = await r4;
     assert.equal(s4.status, 429);

@@ -167,6 +167,6 @@ describe('priority tiers', () => {
     assert.deepEqual(problems(withTenant({ priorities: ['batch'], keys: [{ key: 'key-acme-0001', priorities: ['interactive'] }] })), ['q.yaml: tenants[0].keys[0].priorities[0]: "interactive" is not among the tenant\'s tiers (batch)']);
     assert.deepEqual(problems(withTenant({ keys: [{ key: 'key-acme-0001', env: 'X' }] })), ['q.yaml: tenants[0].keys[0]: give the key itself (key) or the environment variable holding it (env), one of the two']);
     assert.deepEqual(problems(withTenant({}, { priorities: [{ name: 'a' }, { name: 'a' }] })).slice(0, 1), ['q.yaml: priorities[1].name: duplicate tier "a"']);
-    assert.deepEqual(problems(withTenant({}, { priorities: [{ name: 'a', floor: 1 }] })), ['q.yaml: priorities[0].floor: Too big: expected number to be <1']);
+    assert.deepEqual(problems(withTenant({}, { priorities: [{ name: 'a', floor: 1 }] })), ['q.yaml: priorities[0].floor: floor: a fraction from 0 up to (not including) 1, e.g. 0.2']);
   });
 });

@@ -4,7 +4,7 @@
 import type { FastifyInstance } from 'fastify';
 import { AnthropicStreamObserver, anthropicUsage } from '../../providers/anthropic/messages.ts';
 import { OpenAIChatStreamObserver, openAIUsage, parseChatRequest, upstreamChatBody } from '../../providers/openai/chat.ts';
-import { AnthropicToOpenAIStream, anthropicResponseToOpenAI, openAIChatToAnthropic } from '../../providers/translate/index.ts';
+import { AnthropicToOpenAIStream, TranslationError, anthropicResponseToOpenAI, openAIChatToAnthropic } from '../../providers/translate/index.ts';
 import { GatewayError } from '../../errors.ts';
 import { parseEmbeddingsRequest } from '../../providers/openai/embeddings.ts';
 import { tenantOf, tierOf } from '../auth.ts';
@@ -80,7 +80,10 @@ export function openAIRoutes(app: FastifyInstance, ctx: GatewayContext): void {
       observer: () => new OpenAIChatStreamObserver(false),
       // Embeddings have no equivalent at Anthropic: only OpenAI-format deployments take over.
       failover: route.failover.filter((d) => d.provider === 'openai'),
-      callFor: (d): DeploymentCall => ({ path: '/v1/embeddings', body: JSON.stringify({ ...embed.body, model: upstreamModelOf(route.model, d) }), headers: {}, usageFromJson: openAIUsage, observer: () => new OpenAIChatStreamObserver(false) }),
+      callFor: (d): DeploymentCall => {
+        if (d.provider !== 'openai') throw new TranslationError(`embeddings have no ${d.provider} equivalent`, 'model');
+        return { path: '/v1/embeddings', body: JSON.stringify({ ...embed.body, model: upstreamModelOf(route.model, d) }), headers: {}, usageFromJson: openAIUsage, observer: () => new OpenAIChatStreamObserver(false) };
+      },
     });
   });
 
