@@ -173,8 +173,16 @@ export class ProcessGroup {
    * Runs `node dist/src/cli.js <args>` and waits until `healthUrl` answers 200.
    * @throws Error with the child's output when it exits or does not answer within 30 s.
    */
-  async cli(name: string, args: readonly string[], healthUrl: string, env: Record<string, string> = {}): Promise<Child> {
-    const child = this.spawn(name, process.execPath, [CLI, ...args], env);
+  cli(name: string, args: readonly string[], healthUrl: string, env: Record<string, string> = {}): Promise<Child> {
+    return this.start(name, process.execPath, [CLI, ...args], healthUrl, env);
+  }
+
+  /**
+   * Spawns `command args` (see {@link spawn}) and waits until `healthUrl` answers 200.
+   * @throws Error with the child's output when it exits or does not answer within 30 s.
+   */
+  async start(name: string, command: string, args: readonly string[], healthUrl: string, env: Record<string, string> = {}): Promise<Child> {
+    const child = this.spawn(name, command, args, env);
     try {
       await waitUntil(`${name} at ${healthUrl}`, async () => {
         if (child.proc.exitCode !== null) throw new Error(`${name} exited with ${child.proc.exitCode}`);

@@ -29,7 +29,7 @@ import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type autocannon from 'autocannon';
-import { runReplay } from '../src/replay/replay.ts';
+import { runReplay, simulatorRateLimited } from '../src/replay/replay.ts';
 import type { ReplayRecord } from '../src/replay/report.ts';
 import { ZipfAssigner } from '../src/replay/tenants.ts';
 import { readTrace } from '../src/replay/trace.ts';
@@ -39,7 +39,7 @@ import type { AccuracyResult, TenantLimits } from './accuracy-metrics.ts';
 import { startBenchCluster } from './bench-cluster.ts';
 import type { BenchMode } from './bench-cluster.ts';
 import { latencyCdfChart, tenantMinuteChart, throughputChart } from './charts.ts';
-import { answers200, commandDelta, freePort, processCpuSeconds, ProcessGroup, stopOnSignals, waitUntil } from './cluster-processes.ts';
+import { commandDelta, freePort, processCpuSeconds, ProcessGroup, stopOnSignals } from './cluster-processes.ts';
 import type { BenchRedis, Child } from './cluster-processes.ts';
 import { chatBody, median, MODEL, runAutocannon } from './load.ts';
 
@@ -140,16 +140,8 @@ async function startReference(group: ProcessGroup, tag: string, simUrl: string, 
   temporary.push(file);
   const port = await freePort();
   const script = fileURLToPath(new URL('reference-limiter.ts', import.meta.url));
-  const child = group.spawn(tag, process.execPath, ['--import', 'tsx', script, '--port', String(port), '--redis', redis.url, '--upstream', simUrl, '--tenants', file]);
   const url = `http://127.0.0.1:${port}`;
-  try {
-    await waitUntil(`${tag} at ${url}`, async () => {
-      if (child.proc.exitCode !== null) throw new Error(`${tag} exited with ${child.proc.exitCode}`);
-      return answers200(`${url}/healthz`);
-    }, 30_000);
-  } catch (err) {
-    throw new Error(`${(err as Error).message}:\n${child.output().slice(-4_000)}`);
-  }
+  const child = await group.start(tag, process.execPath, ['--import', 'tsx', script, '--port', String(port), '--redis', redis.url, '--upstream', simUrl, '--tenants', file], `${url}/healthz`);
   return { url, redis, child };
 }
 
@@ -300,7 +292,7 @@ async function accuracy(): Promise<AccuracyPhase> {
   mkdirSync(dir, { recursive: true });
   temporary.push(dir);
   const sims429Before = new Map<string, number>();
-  for (const [system, url] of sims) sims429Before.set(system, await simulator429Of(url));
+  for (const [system, url] of sims) sims429Before.set(system, await simulatorRateLimited(url));
   try {
     const jobs = [...targets].flatMap(([system, target]) =>
       wls.map(async (w): Promise<AccuracyRun> => {
@@ -314,18 +306,12 @@ async function accuracy(): Promise<AccuracyPhase> {
     );
     const runs = await Promise.all(jobs);
     const simulator429: Record<string, number> = {};
-    for (const [system, url] of sims) simulator429[system] = (await simulator429Of(url)) - (sims429Before.get(system) ?? 0);
+    for (const [system, url] of sims) simulator429[system] = (await simulatorRateLimited(url)) - (sims429Before.get(system) ?? 0);
     return { rule, limits: Object.fromEntries(wls.map((w) => [w.name, w.limitTokens])), runs, simulator429 };
   } finally {
     rmSync(dir, { recursive: true, force: true });
     await group.stopAll();
   }
-}
-
-/** `rateLimited` of a simulator's `GET /sim/stats`. */
-async function simulator429Of(url: string): Promise<number> {
-  const res = await fetch(`${url}/sim/stats`);
-  return ((await res.json()) as { rateLimited: number }).rateLimited;
 }
 
 const fmt0 = (x: number): string => (Number.isFinite(x) ? Math.round(x).toLocaleString('en-US') : '—');

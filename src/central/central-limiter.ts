@@ -19,6 +19,7 @@
  */
 import type { Redis } from 'ioredis';
 import { applicableLimits, compilePolicy, type CompiledPolicy } from '../limiter/compiled-policy.ts';
+import { checkAcquireRequest } from '../limiter/types.ts';
 import type { AcquireRequest, AcquireResult, LimitSpec, LimitState, Policy, SettleResult } from '../limiter/types.ts';
 import { defineCentralScripts, type CentralLimitArg, type CentralScripts } from './scripts.ts';
 
@@ -109,10 +110,9 @@ export class CentralLimiter {
   async acquire(tenant: string, req: AcquireRequest): Promise<AcquireResult> {
     const policy = this.#policyFor(tenant);
     if (policy === undefined) return UNLIMITED;
+    checkAcquireRequest(req);
     const tokens = req.tokens;
     const requests = req.requests ?? 1;
-    if (!(tokens >= 0 && tokens < Infinity)) throw new RangeError(`tokens must be a finite number ≥ 0, got ${tokens}`);
-    if (!(requests >= 0 && requests < Infinity)) throw new RangeError(`requests must be a finite number ≥ 0, got ${requests}`);
     if (typeof req.id !== 'string' || req.id === '') throw new RangeError('the request id must be a non-empty string');
     const p = this.#prepare(policy);
     const specs = applicableLimits(p.compiled, req.model).map((i) => p.compiled.limits[i] as LimitSpec);

@@ -10,7 +10,6 @@
  * deadline (a 429 with the time its refusal named), when the queue is full on arrival, or at once
  * when its client disconnects (nothing was charged for it).
  */
-import type { EventEmitter } from 'node:events';
 import type { Clock } from '../clock.ts';
 import type { AcquireResult } from '../limiter/types.ts';
 
@@ -43,8 +42,13 @@ interface Waiter {
   lastAt: number;
   readonly done: (outcome: AdmitOutcome) => void;
   readonly deadline: NodeJS.Timeout;
-  readonly cancel: EventEmitter;
-  readonly onAbort: () => void;
+}
+
+/** A request that waits: `done` resolves with how its wait ended; `leave()` takes it out at once (its client left). */
+export interface Waiting {
+  readonly kind: 'waiting';
+  readonly done: Promise<AdmitOutcome>;
+  leave(): void;
 }
 
 interface TenantQueue {
@@ -79,15 +83,16 @@ export class AdmissionQueues {
   /**
    * Decides a request of tier `rank` (0 = highest): at once when no waiter of its tier or a higher
    * one is queued and the limiter admits it, or refuses it for good; otherwise, when `maxWaitMs` > 0,
-   * it waits (the returned promise) until admitted, its deadline, or `cancel` emits `abort`.
+   * it waits (a {@link Waiting}) until admitted, its deadline, or `leave()`.
    * A synchronous result means the request never waited (the caller keeps what it took before).
    * @param hint at the deadline, ms until a request like this one could be admitted (the 429's
    *   retry-after); without it, the last refusal's time counted from when it was given.
    */
-  admit(tenant: string, rank: number, maxWaitMs: number, attempt: Attempt, cancel: EventEmitter, hint?: () => number): AdmitOutcome | Promise<AdmitOutcome> {
+  admit(tenant: string, rank: number, maxWaitMs: number, attempt: Attempt, hint?: () => number): AdmitOutcome | Waiting {
     const queue = this.#queues.get(tenant);
-    let ahead: Waiter | undefined;
-    if (queue !== undefined) for (const w of queue.waiters) if (w.rank <= rank) ahead = ahead ?? w;
+    // Waiters are sorted by rank: the head is the highest tier waiting.
+    const head = queue?.waiters[0];
+    const ahead = head !== undefined && head.rank <= rank ? head : undefined;
     let refusal: Refusal;
     if (ahead === undefined) {
       const result = attempt();
@@ -104,20 +109,21 @@ export class AdmissionQueues {
     const q = queue ?? { waiters: [], timer: undefined, scheduled: false };
     if (q.waiters.length >= this.#maxDepth) return { kind: 'overflow', result: refusal, waitedMs: 0 };
     if (queue === undefined) this.#queues.set(tenant, q);
-    return new Promise<AdmitOutcome>((resolve) => {
-      const now = this.#clock.now();
-      const seq = ++this.#seq;
-      const onAbort = (): void => this.#leave(tenant, q, waiter, { kind: 'gone', waitedMs: this.#clock.now() - now });
-      const deadline = setTimeout(() => this.#leave(tenant, q, waiter, { kind: 'timeout', result: this.#aged(waiter, hint), waitedMs: this.#clock.now() - now }), maxWaitMs);
+    const now = this.#clock.now();
+    let waiter: Waiter | undefined;
+    const done = new Promise<AdmitOutcome>((resolve) => {
+      const deadline = setTimeout(() => this.#leave(tenant, q, w, { kind: 'timeout', result: this.#aged(w, hint), waitedMs: this.#clock.now() - now }), maxWaitMs);
       deadline.unref();
-      const waiter: Waiter = { rank, seq, since: now, attempt, last: refusal, lastAt: now, done: resolve, deadline, cancel, onAbort };
-      cancel.once('abort', onAbort);
+      const w: Waiter = { rank, seq: ++this.#seq, since: now, attempt, last: refusal, lastAt: now, done: resolve, deadline };
+      waiter = w;
       // Sorted by (rank, seq): after every waiter of its tier or a higher one.
       let at = q.waiters.length;
       while (at > 0 && (q.waiters[at - 1] as Waiter).rank > rank) at--;
-      q.waiters.splice(at, 0, waiter);
+      q.waiters.splice(at, 0, w);
       if (at === 0) this.#armHead(tenant, q, refusal.retryAfterMs);
     });
+    const queued = waiter as Waiter;
+    return { kind: 'waiting', done, leave: () => this.#leave(tenant, q, queued, { kind: 'gone', waitedMs: this.#clock.now() - now }) };
   }
 
   /** Capacity may have come back for `tenant` (a release, a refund): its head is tried (in a microtask). */
@@ -147,13 +153,6 @@ export class AdmissionQueues {
   /** Requests waiting for `tenant`. */
   depth(tenant: string): number {
     return this.#queues.get(tenant)?.waiters.length ?? 0;
-  }
-
-  /** Requests waiting, all tenants. */
-  get size(): number {
-    let n = 0;
-    for (const q of this.#queues.values()) n += q.waiters.length;
-    return n;
   }
 
   /** Tries heads in order until one is refused (it keeps the queue) or the queue is empty. */
@@ -209,7 +208,6 @@ export class AdmissionQueues {
     if (at < 0) return false;
     q.waiters.splice(at, 1);
     clearTimeout(waiter.deadline);
-    waiter.cancel.off('abort', waiter.onAbort);
     if (q.waiters.length === 0) {
       clearTimeout(q.timer);
       q.timer = undefined;

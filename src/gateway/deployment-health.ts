@@ -83,9 +83,4 @@ export class DeploymentHealth {
     h.credit -= 1;
     return true;
   }
-
-  /** The average time to first byte of a deployment, ms; undefined when not measured. */
-  ttftMs(deployment: string): number | undefined {
-    return this.#byName.get(deployment)?.ttftMs;
-  }
 }

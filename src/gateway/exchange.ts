@@ -15,6 +15,7 @@ import type { SseEvent } from '../providers/sse.ts';
 import type { Dispatcher } from 'undici';
 import { jsonField } from '../providers/json-field.ts';
 import type { StreamObserver, TokenUsage } from '../providers/types.ts';
+import type { AdmitOutcome } from './admission-queue.ts';
 import type { GatewayContext } from './context.ts';
 import { sendMisdirected } from './ownership.ts';
 import { providerRetryWaitMs } from '../providers/retry-wait.ts';
@@ -249,20 +250,19 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
     const handoff = ctx.handoff;
     const attempt = (): AcquireResult | undefined =>
       handoff !== undefined && !handoff.holds(tenantId) ? undefined : ctx.limiter.acquire(tenantId, { id, tokens: cost, model: ex.model.name, ...(tier.floor > 0 ? { floor: tier.floor } : {}) });
-    const waiting = new EventEmitter();
     // When a waiter's deadline comes: how long a request like this one would still wait now.
     const hint = (): number => ctx.limiter.waitMs(tenantId, { tokens: cost, model: ex.model.name, ...(tier.floor > 0 ? { floor: tier.floor } : {}) });
-    let outcome = ctx.queues.admit(tenantId, tier.rank, tier.maxWaitMs, attempt, waiting, hint);
-    if (outcome instanceof Promise) {
+    const decided = ctx.queues.admit(tenantId, tier.rank, tier.maxWaitMs, attempt, hint);
+    let outcome: AdmitOutcome;
+    if (decided.kind === 'waiting') {
       // It waits: the deployment quota it took goes back meanwhile, and a client that leaves takes it out of the queue.
       quotas?.refund(ex.deployment.name, { requests: 1, tokens: cost });
       quotaHeld = false;
-      const onGone = (): void => void waiting.emit('abort');
-      reply.raw.on('close', onGone);
+      reply.raw.on('close', decided.leave);
       try {
-        outcome = await outcome;
+        outcome = await decided.done;
       } finally {
-        reply.raw.off('close', onGone);
+        reply.raw.off('close', decided.leave);
       }
       if (outcome.kind === 'admitted' && quotas !== undefined) {
         const taken = await takeLeased(quotas, ex.deployment.name, cost, closed);
@@ -275,7 +275,7 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
         }
       }
       if (outcome.kind !== 'gone' && outcome.kind !== 'moved') waitedMs = outcome.waitedMs;
-    }
+    } else outcome = decided;
     if (outcome.kind === 'gone') return reply.hijack();
     if (outcome.kind === 'moved') {
       if (quotaHeld) quotas?.refund(ex.deployment.name, { requests: 1, tokens: cost });

@@ -17,6 +17,7 @@ import {
 } from './tenant-limits.ts';
 import { restoreLimits, snapshotLimits } from './snapshot-limits.ts';
 import type { ReservationSnapshot, TenantSnapshot } from './snapshot.ts';
+import { checkAcquireRequest } from './types.ts';
 import type { AcquireRequest, AcquireResult, LimitSpec, LimitState, Policy, SettleResult } from './types.ts';
 
 /** Options of a `Limiter`. */
@@ -113,12 +114,10 @@ export class Limiter {
   acquire(tenant: string, req: AcquireRequest): AcquireResult {
     const policy = this.#policyFor(tenant);
     if (policy === undefined) return UNLIMITED;
+    checkAcquireRequest(req);
     const tokens = req.tokens;
     const requests = req.requests ?? 1;
-    if (!(tokens >= 0 && tokens < Infinity)) throw new RangeError(`tokens must be a finite number ≥ 0, got ${tokens}`);
-    if (!(requests >= 0 && requests < Infinity)) throw new RangeError(`requests must be a finite number ≥ 0, got ${requests}`);
     const floor = req.floor ?? 0;
-    if (!(floor >= 0 && floor < 1)) throw new RangeError(`floor must be a fraction in [0, 1), got ${floor}`);
     const now = this.#clock.now();
     let st = this.#tenants.get(tenant);
     if (st !== undefined && st.policy !== policy) this.#rebuild(st, policy, now);
@@ -148,11 +147,7 @@ export class Limiter {
       let first = -1;
       for (let k = 0; k < applied.length; k++) {
         const i = applied[k] as number;
-        const spec = specs[i] as LimitSpec;
-        // A floored request must leave floor × limit behind it: it waits as if it cost that much more.
-        const need = spec.kind === 'concurrent' || floor === 0 ? costOf(spec, tokens, requests) : costOf(spec, tokens, requests) + floor * spec.limit;
-        let w = limitWaitMs(c, st, i, need, now);
-        if (spec.kind === 'concurrent' && w > this.#hintMs) w = this.#hintMs;
+        const w = this.#waitOf(c, st, i, tokens, requests, floor, now);
         if (w > 0) {
           if (first < 0) first = i;
           if (w > wait) wait = w;
@@ -290,16 +285,26 @@ export class Limiter {
     const c = st === undefined ? this.#compile(policy) : st.compiled;
     const floor = req.floor ?? 0;
     let wait = 0;
+    const requests = req.requests ?? 1;
     for (const i of applicableLimits(c, req.model)) {
       const spec = c.limits[i] as LimitSpec;
-      const need = spec.kind === 'concurrent' ? 0 : costOf(spec, req.tokens, req.requests ?? 1) + floor * spec.limit;
-      if (spec.kind !== 'concurrent' && need > spec.limit) return Infinity;
+      if (spec.kind !== 'concurrent' && costOf(spec, req.tokens, requests) + floor * spec.limit > spec.limit) return Infinity;
       if (st === undefined) continue;
-      let w = limitWaitMs(c, st, i, need, now);
-      if (spec.kind === 'concurrent' && w > this.#hintMs) w = this.#hintMs;
+      const w = this.#waitOf(c, st, i, req.tokens, requests, floor, now);
       if (w > wait) wait = w;
     }
     return Math.ceil(wait);
+  }
+
+  /**
+   * Ms until limit `i` could take a request of `tokens`/`requests` (0: now). A floored request must
+   * leave `floor × limit` behind it: it waits as if it cost that much more. A full concurrency
+   * limit counts min(hint, earliest lease expiry).
+   */
+  #waitOf(c: CompiledPolicy, st: TenantState, i: number, tokens: number, requests: number, floor: number, now: number): number {
+    const spec = c.limits[i] as LimitSpec;
+    if (spec.kind === 'concurrent') return Math.min(limitWaitMs(c, st, i, 0, now), this.#hintMs);
+    return limitWaitMs(c, st, i, floor === 0 ? costOf(spec, tokens, requests) : costOf(spec, tokens, requests) + floor * spec.limit, now);
   }
 
   /**

@@ -63,6 +63,18 @@ export interface AcquireRequest {
   readonly floor?: number;
 }
 
+/**
+ * Checks what an acquire asks for (both limiters: RAM and central).
+ * @throws RangeError when `tokens` or `requests` is negative or not finite, or `floor` is not in [0, 1).
+ */
+export function checkAcquireRequest(req: Pick<AcquireRequest, 'tokens' | 'requests' | 'floor'>): void {
+  if (!(req.tokens >= 0 && req.tokens < Infinity)) throw new RangeError(`tokens must be a finite number ≥ 0, got ${req.tokens}`);
+  const requests = req.requests ?? 1;
+  if (!(requests >= 0 && requests < Infinity)) throw new RangeError(`requests must be a finite number ≥ 0, got ${requests}`);
+  const floor = req.floor ?? 0;
+  if (!(floor >= 0 && floor < 1)) throw new RangeError(`floor must be a fraction in [0, 1), got ${floor}`);
+}
+
 /** State of one limit as seen right after a decision (or a peek). */
 export interface LimitState {
   readonly name: string;

@@ -144,8 +144,8 @@ function errorCodeOf(headers: Record<string, string | string[] | undefined>, bod
   return typeof type === 'string' ? type : null;
 }
 
-/** `rateLimited` of the simulator's `GET /sim/stats`. @throws Error when it cannot be read. */
-async function simulatorRateLimited(simulator: string, signal?: AbortSignal): Promise<number> {
+/** `rateLimited` (429s sent) of the simulator's `GET /sim/stats`. @throws Error when it cannot be read. */
+export async function simulatorRateLimited(simulator: string, signal?: AbortSignal): Promise<number> {
   const res = await request(new URL('/sim/stats', simulator), signal === undefined ? {} : { signal });
   const body: unknown = await res.body.json();
   if (res.statusCode !== 200 || !isObject(body) || typeof body.rateLimited !== 'number') {
