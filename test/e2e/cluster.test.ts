@@ -14,7 +14,7 @@ import type { LaunchedGroup } from '../../cluster/launcher.ts';
 import { PromptBuilder } from '../../src/replay/prompt.ts';
 import { createRing, ringVersion } from '../../src/coord/ring.ts';
 import type { Member } from '../../src/coord/types.ts';
-import { freePort, runCli, writeConfig } from '../helpers/processes.ts';
+import { freePort, freePortRun, runCli, writeConfig } from '../helpers/processes.ts';
 import type { Running } from '../helpers/processes.ts';
 import { startRedis } from '../helpers/redis.ts';
 
@@ -44,11 +44,6 @@ function redisConfig(file: string, url: string): string {
   return writeConfig({ ...raw, cluster: { ...raw.cluster, name: `order-${process.pid}`, redis: { url } } });
 }
 
-/** Consecutive free-looking ports from a random base (the launcher takes consecutive ports). */
-function basePort(): number {
-  return 20_000 + Math.floor(Math.random() * 20_000);
-}
-
 async function ringOf(url: string): Promise<string> {
   const res = await request(`${url}/healthz`);
   return ((await res.body.json()) as { ring?: string }).ring ?? '';
@@ -60,7 +55,7 @@ describe('cluster with static members: 3 nodes, 2 routers', () => {
   let nodes: string[];
   before(async () => {
     const simPort = await freePort();
-    const base = basePort();
+    const base = await freePortRun(12);
     ({ group, routers, nodes } = await startCluster({ config: clusterTestConfig(simPort), nodes: 3, routers: 2, nodePort: base, routerPort: base + 10, simulatorPort: simPort, simulatorArgs: [] }));
   });
   after(async () => group.stop());
@@ -225,7 +220,7 @@ describe('cluster with Redis membership', () => {
 
   test('nodes and routers agree on one ring version within 2 s, and requests flow', async () => {
     const simPort = await freePort();
-    const base = basePort();
+    const base = await freePortRun(12);
     const started = await startCluster({ config: clusterTestConfig(simPort), nodes: 3, routers: 2, redis: redis.url, nodePort: base, routerPort: base + 10, simulatorPort: simPort, simulatorArgs: [] });
     group = started.group;
     const deadline = Date.now() + 2_000;

@@ -7,12 +7,12 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { connect, createServer } from 'node:net';
+import { connect } from 'node:net';
 import { describe, test } from 'node:test';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import { BANNER_HEADLINE } from '../../cluster/banner.ts';
-import { CLI, freePort } from '../helpers/processes.ts';
+import { bindable, CLI, freePort } from '../helpers/processes.ts';
 
 /** Whether something accepts TCP connections on 127.0.0.1:`port`. */
 async function listening(port: number): Promise<boolean> {
@@ -23,15 +23,6 @@ async function listening(port: number): Promise<boolean> {
       resolve(true);
     });
     socket.once('error', () => resolve(false));
-  });
-}
-
-/** Whether `port` can be bound on 127.0.0.1 now. */
-async function bindable(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const srv = createServer();
-    srv.once('error', () => resolve(false));
-    srv.listen(port, '127.0.0.1', () => srv.close(() => resolve(true)));
   });
 }
 

@@ -29,6 +29,30 @@ export async function freePort(): Promise<number> {
   });
 }
 
+/** Whether `port` can be bound on 127.0.0.1 right now. */
+export async function bindable(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const srv = createServer();
+    srv.once('error', () => resolve(false));
+    srv.listen(port, '127.0.0.1', () => srv.close(() => resolve(true)));
+  });
+}
+
+/**
+ * The first of `count` consecutive free ports on 127.0.0.1, for launchers that take consecutive
+ * ports. Drawn from 20000-32000, below Linux's ephemeral range (32768-60999), so it cannot meet a
+ * port from {@link freePort} or an outgoing connection's local port. Throws after 50 tries.
+ */
+export async function freePortRun(count: number): Promise<number> {
+  for (let attempt = 0; attempt < 50; attempt++) {
+    const base = 20_000 + Math.floor(Math.random() * (12_000 - count));
+    let free = true;
+    for (let i = 0; i < count && free; i++) free = await bindable(base + i);
+    if (free) return base;
+  }
+  throw new Error(`no run of ${count} free ports found in 20000-32000`);
+}
+
 /** Writes a config object as YAML to a temp file; returns its path. */
 export function writeConfig(config: unknown): string {
   const dir = mkdtempSync(join(tmpdir(), 'quotaring-test-'));
