@@ -18,6 +18,8 @@ export interface BannerInfo {
   readonly configSource: string;
   /** Tenants with their keys (the demo's), or undefined when the keys are the user's own (not printed). */
   readonly tenants?: readonly DemoTenant[];
+  /** Admin APIs: token and its variable, routers' and nodes' admin URLs. */
+  readonly admin?: { readonly token: string; readonly tokenEnv: string; readonly routers: readonly string[]; readonly nodes: readonly string[] };
   /** Model names for the examples; an example is left out when its model is undefined. */
   readonly models: { readonly openai?: string; readonly anthropic?: string };
 }
@@ -45,6 +47,18 @@ export function clusterBanner(info: BannerInfo): string {
     `  config     ${info.configSource}`,
     '',
   ];
+  if (info.admin !== undefined) {
+    const a = info.admin;
+    lines.push(
+      `Operations (admin token: ${a.token}, in ${a.tokenEnv} of every process):`,
+      `  dashboard  ${a.routers[0] ?? ''}/dashboard#token=${a.token}`,
+      `  top        ${a.tokenEnv}=${a.token} quotaring top --url ${a.routers[0] ?? ''}`,
+      `  admin API  routers ${a.routers.join('  ')}   nodes ${a.nodes.join('  ')}`,
+      `             curl -s -H 'Authorization: Bearer ${a.token}' ${a.routers[0] ?? ''}/admin/v1/ring`,
+      `  metrics    ${base}/metrics and each node's /metrics`,
+      '',
+    );
+  }
   if (info.tenants === undefined) {
     lines.push(`Tenants and keys: as configured in ${info.configSource} (keys are not printed).`, '');
   } else {

@@ -22,6 +22,7 @@ export function checkUpOptions(opts: UpOptions): void {
     { flag: '--port', first: opts.routerPort ?? 8080, n: routers, what: `the ${routers} router${routers === 1 ? '' : 's'}` },
     { flag: '--node-port', first: opts.nodePort ?? 8101, n: nodes, what: `the ${nodes} node${nodes === 1 ? '' : 's'}` },
     { flag: '--simulator-port', first: opts.simulatorPort ?? 9090, n: 1, what: 'the simulator' },
+    ...(opts.adminPort === undefined ? [] : [{ flag: '--admin-port', first: opts.adminPort, n: routers + nodes, what: `the admin APIs of ${routers + nodes} processes` }]),
   ];
   for (const r of ranges) {
     if (!Number.isInteger(r.first) || r.first < 1 || r.first + r.n - 1 > 65_535) {

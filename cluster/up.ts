@@ -5,6 +5,7 @@
  */
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { randomBytes } from 'node:crypto';
 import { dirname, join } from 'node:path';
 import { parse, stringify } from 'yaml';
 import { buildConfig, loadConfig } from '../src/config/load.ts';
@@ -37,6 +38,14 @@ export interface UpOptions {
   readonly simulatorPort?: number;
   /** Extra `quotaring simulate` arguments. @default ['--tps', '200', '--ttft-ms', '150'] */
   readonly simulatorArgs?: readonly string[];
+  /**
+   * First admin port: routers' admin APIs (dashboard, live stream) take the first ports, nodes' the
+   * next ones. Absent: no admin API (unless the config's token variable is set in `env`, in which
+   * case each process uses the config's admin ports). `runUp` sets 9200.
+   */
+  readonly adminPort?: number;
+  /** Admin bearer token for every child, with `adminPort`. @default a random one */
+  readonly adminToken?: string;
   /** Environment for every child (provider keys). */
   readonly env?: Readonly<Record<string, string>>;
   /** Stop on SIGINT/SIGTERM. @default false */
@@ -54,6 +63,8 @@ export interface StartedCluster {
   readonly simulator: string;
   /** The generated config file every child loads. */
   readonly config: string;
+  /** Admin APIs (with `adminPort`): the token, its variable, routers' and nodes' admin base URLs. */
+  readonly admin?: { readonly token: string; readonly tokenEnv: string; readonly routers: readonly string[]; readonly nodes: readonly string[] };
 }
 
 /** Simulator key the launched deployments use (`QUOTARING_SIM_KEY`); the simulator accepts any key. */
@@ -97,18 +108,23 @@ export async function startCluster(opts: UpOptions = {}): Promise<StartedCluster
   const simulator = `http://127.0.0.1:${simPort}`;
   const members = Array.from({ length: nodeCount }, (_, i) => ({ id: `node-${i + 1}`, url: `http://127.0.0.1:${nodePort + i}` }));
   const config = clusterConfig(opts.config ?? demoConfigPath(), opts.config === undefined, members, simulator, opts.redis);
-  const env = { QUOTARING_SIM_KEY: SIM_KEY, ...opts.env };
+  const adminPort = opts.adminPort;
+  const tokenEnv = adminPort === undefined ? undefined : loadConfig(config, { ...process.env, QUOTARING_SIM_KEY: SIM_KEY, ...opts.env }).config.admin.token_env;
+  const token = opts.adminToken ?? randomBytes(16).toString('hex');
+  const env: Record<string, string> = { QUOTARING_SIM_KEY: SIM_KEY, ...opts.env, ...(tokenEnv === undefined ? {} : { [tokenEnv]: token }) };
+  const nodeAdmin = (i: number): string[] => (adminPort === undefined ? [] : ['--admin-port', String(adminPort + routerCount + i)]);
+  const routerAdmin = (i: number): string[] => (adminPort === undefined ? [] : ['--admin-port', String(adminPort + i)]);
   const specs: ChildSpec[] = [
     { name: 'simulator', args: ['simulate', '--port', String(simPort), ...(opts.simulatorArgs ?? ['--tps', '200', '--ttft-ms', '150'])], env, healthUrl: `${simulator}/sim/stats`, stopLast: true },
   ];
   for (const [i, m] of members.entries()) {
-    specs.push({ name: m.id, args: ['node', '--config', config, '--id', m.id, '--port', String(nodePort + i)], env, healthUrl: `${m.url}/healthz`, replaceable: true });
+    specs.push({ name: m.id, args: ['node', '--config', config, '--id', m.id, '--port', String(nodePort + i), ...nodeAdmin(i)], env, healthUrl: `${m.url}/healthz`, replaceable: true });
   }
   const routers: string[] = [];
   for (let i = 0; i < routerCount; i++) {
     const port = routerPort + i;
     routers.push(`http://127.0.0.1:${port}`);
-    specs.push({ name: `router-${i + 1}`, args: ['router', '--config', config, '--port', String(port)], env, healthUrl: `http://127.0.0.1:${port}/readyz` });
+    specs.push({ name: `router-${i + 1}`, args: ['router', '--config', config, '--port', String(port), ...routerAdmin(i)], env, healthUrl: `http://127.0.0.1:${port}/readyz` });
   }
   const removeConfig = (): void => rmSync(dirname(config), { recursive: true, force: true });
   let group: LaunchedGroup;
@@ -120,7 +136,11 @@ export async function startCluster(opts: UpOptions = {}): Promise<StartedCluster
   }
   // The derived config lives as long as the children.
   void group.done.then(removeConfig);
-  return { group, routers, nodes: members.map((m) => m.url), simulator, config };
+  const admin =
+    adminPort === undefined || tokenEnv === undefined
+      ? undefined
+      : { token, tokenEnv, routers: Array.from({ length: routerCount }, (_, i) => `http://127.0.0.1:${adminPort + i}`), nodes: members.map((_, i) => `http://127.0.0.1:${adminPort + routerCount + i}`) };
+  return { group, routers, nodes: members.map((m) => m.url), simulator, config, ...(admin === undefined ? {} : { admin }) };
 }
 
 /** The first model served by a deployment of `provider`, for the banner's examples. */
@@ -148,7 +168,7 @@ export async function runUp(opts: UpOptions = {}, out: (text: string) => void = 
     throw new Error(`${source}: cannot read the config`);
   }
   const loaded = buildConfig(raw, source, env);
-  const started = await startCluster({ ...opts, handleSignals: true });
+  const started = await startCluster({ adminPort: 9200, ...(process.env[loaded.config.admin.token_env] ? { adminToken: process.env[loaded.config.admin.token_env] as string } : {}), ...opts, handleSignals: true });
   const isDemo = opts.config === undefined;
   out(
     clusterBanner({
@@ -157,6 +177,7 @@ export async function runUp(opts: UpOptions = {}, out: (text: string) => void = 
       ...(opts.redis === undefined ? {} : { redis: opts.redis }),
       simulator: started.simulator,
       configSource: isDemo ? 'cluster/demo.yaml' : source,
+      ...(started.admin === undefined ? {} : { admin: started.admin }),
       ...(isDemo ? { tenants: DEMO_TENANTS } : {}),
       models: isDemo ? DEMO_MODELS : { ...optional('openai', modelOf(loaded, 'openai')), ...optional('anthropic', modelOf(loaded, 'anthropic')) },
     }),

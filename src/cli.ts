@@ -55,10 +55,14 @@ program
   .option('--id <id>', 'node id in the cluster (default: node-<port>)')
   .option('--url <url>', 'URL routers reach this node at (default: http://<host>:<port>)')
   .option('--members <list>', 'static members id=url[,id=url...] (overrides cluster.members)')
-  .action(async (opts: { config: string; host?: string; port?: number; id?: string; url?: string; members?: string }) => {
+  .option('--admin-port <port>', 'admin API port (overrides admin.port; the API runs when the admin.token_env variable is set)', int)
+  .option('--pretty-logs', 'readable log lines instead of JSON (server.log_format: pretty)')
+  .action(async (opts: { config: string; host?: string; port?: number; id?: string; url?: string; members?: string; adminPort?: number; prettyLogs?: boolean }) => {
     try {
       await startGateway({
         configFile: opts.config,
+        ...(opts.adminPort === undefined ? {} : { adminPort: opts.adminPort }),
+        ...(opts.prettyLogs === true ? { prettyLogs: true } : {}),
         ...(opts.members === undefined ? {} : { members: parseMemberList(opts.members) }),
         handleSignals: true,
         ...(opts.host === undefined ? {} : { host: opts.host }),
@@ -78,7 +82,9 @@ program
   .option('--host <host>', 'listen address (overrides router.host)')
   .option('-p, --port <port>', 'listen port (overrides router.port)', int)
   .option('--members <list>', 'static members id=url[,id=url...] (overrides cluster.members)')
-  .action(async (opts: { config: string; host?: string; port?: number; members?: string }) => {
+  .option('--admin-port <port>', 'admin API, dashboard and live stream port (overrides admin.router_port; runs when the admin.token_env variable is set)', int)
+  .option('--pretty-logs', 'readable log lines instead of JSON (server.log_format: pretty)')
+  .action(async (opts: { config: string; host?: string; port?: number; members?: string; adminPort?: number; prettyLogs?: boolean }) => {
     try {
       const config = loadConfig(opts.config);
       const configured = membershipFromConfig(withMembers(config.config.cluster, opts.members));
@@ -89,12 +95,30 @@ program
         membership: configured.membership,
         ...(hot === undefined ? {} : { hot }),
         handleSignals: true,
+        ...(opts.adminPort === undefined ? {} : { adminPort: opts.adminPort }),
+        ...(opts.prettyLogs === true ? { prettyLogs: true } : {}),
         ...(opts.host === undefined ? {} : { host: opts.host }),
         ...(opts.port === undefined ? {} : { port: opts.port }),
       });
     } catch (err) {
       fail(err);
     }
+  });
+
+program
+  .command('top')
+  .description('live view of the cluster in the terminal: nodes, busiest tenants, hot tenants, events (a router\'s live stream)')
+  .option('--url <url>', 'router admin URL (admin.router_port)', 'http://127.0.0.1:9200')
+  .option('--token-env <name>', 'environment variable holding the admin token', 'QUOTARING_ADMIN_TOKEN')
+  .option('--once', 'print one snapshot without ANSI codes and exit')
+  .action(async (opts: { url: string; tokenEnv: string; once?: boolean }) => {
+    const token = process.env[opts.tokenEnv];
+    if (token === undefined || token === '') {
+      process.stderr.write(`error: ${opts.tokenEnv} is not set: export the router's admin token in it (or name another variable with --token-env)\n`);
+      process.exit(1);
+    }
+    const { runTop } = await import('./ops/top.ts');
+    process.exit(await runTop({ url: opts.url, token, out: process.stdout, ...(opts.once === true ? { once: true } : {}) }));
   });
 
 program
@@ -159,6 +183,7 @@ interface UpFlags {
   port?: number;
   nodePort?: number;
   simulatorPort?: number;
+  adminPort?: number;
 }
 
 /** `up` / `demo` flags as {@link UpOptions} (ranges are checked by runUp before anything starts). */
@@ -171,6 +196,7 @@ function upOptions(flags: UpFlags, nodes = flags.nodes): UpOptions {
     ...(flags.port === undefined ? {} : { routerPort: flags.port }),
     ...(flags.nodePort === undefined ? {} : { nodePort: flags.nodePort }),
     ...(flags.simulatorPort === undefined ? {} : { simulatorPort: flags.simulatorPort }),
+    ...(flags.adminPort === undefined ? {} : { adminPort: flags.adminPort }),
   };
 }
 
@@ -183,7 +209,8 @@ function withClusterFlags(command: Command, nodes: boolean): Command {
     .option('--redis <url>', 'Redis membership (redis://host:port) instead of a static member list')
     .option('-p, --port <port>', 'port of the first router (default: 8080)', int)
     .option('--node-port <port>', 'port of the first node; nodes take consecutive ports (default: 8101)', int)
-    .option('--simulator-port <port>', 'port of the provider simulator (default: 9090)', int);
+    .option('--simulator-port <port>', 'port of the provider simulator (default: 9090)', int)
+    .option('--admin-port <port>', 'first admin port: routers\' admin APIs (dashboard, live stream), then the nodes\' (default: 9200)', int);
 }
 
 withClusterFlags(

@@ -131,6 +131,8 @@ export const TenantSchema = z.strictObject({
    * global cap and leased by each node, its concurrency limits split across them. 2..64.
    */
   spread: z.number().int().min(2).max(64).optional(),
+  /** Export this tenant's remaining per limit as `quotaring_tenant_remaining` (docs/metrics.md). @default false */
+  metrics: z.boolean().default(false),
 });
 
 /** A model clients name: tokenizer, counting mode, default output reservation, deployments. */
@@ -200,8 +202,10 @@ export const ServerSchema = z.strictObject({
   body_limit: byteSize.default(4 * 1_048_576),
   /** Period of the idle-tenant sweep. @default 10s */
   sweep_interval: duration.default(10_000),
-  /** Logging level. @default info */
+  /** Logging level: one line per request at info, one per decision at debug. @default info */
   log_level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  /** `json` (pino's lines) or `pretty` (pino-pretty, for a terminal; `--pretty-logs`). @default json */
+  log_format: z.enum(['json', 'pretty']).default('json'),
 });
 
 /** Token counting settings: worker pool and cache sizes. */
@@ -289,6 +293,21 @@ export const RouterSchema = z.strictObject({
   port: z.number().int().min(0).max(65535).default(8080),
 });
 
+/**
+ * The admin API of nodes and routers: its own listener, every route behind a bearer token read
+ * from the environment variable `token_env`. Not started when that variable is unset or empty.
+ */
+export const AdminSchema = z.strictObject({
+  /** @default 127.0.0.1 */
+  host: z.string().default('127.0.0.1'),
+  /** Admin port of a node (`--admin-port` overrides; 0: any free port). @default 9100 */
+  port: z.number().int().min(0).max(65535).default(9100),
+  /** Admin port of a router, which also serves the dashboard and the live stream. @default 9200 */
+  router_port: z.number().int().min(0).max(65535).default(9200),
+  /** Environment variable holding the bearer token. @default QUOTARING_ADMIN_TOKEN */
+  token_env: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'an environment variable name').default('QUOTARING_ADMIN_TOKEN'),
+});
+
 /** The whole config file; cross-references (deployments, models, duplicate names) are checked too. */
 export const ConfigSchema = z
   .strictObject({
@@ -302,6 +321,7 @@ export const ConfigSchema = z
     tokens: TokensSchema.prefault({}),
     cluster: ClusterSchema.prefault({}),
     router: RouterSchema.prefault({}),
+    admin: AdminSchema.prefault({}),
     /** Priority tiers, highest first. @default interactive, batch */
     priorities: z.array(PrioritySchema).min(1, 'priorities: list at least one tier (or leave it out for interactive and batch)').default(DEFAULT_PRIORITIES.map((p) => ({ ...p }))),
     /** Admission queues: each tenant queues at most `max_depth` requests (all tiers). @default 100 */

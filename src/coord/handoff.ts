@@ -76,6 +76,8 @@ export interface HandoffOptions {
   /** Sends forwarded settlements. */
   readonly send: SettlementSender;
   readonly log: HandoffLog;
+  /** Told after each handoff (`out`: states written for new owners) and prefetch (`prefetch`: states read), with its duration (ms) and tenants moved. */
+  readonly onMoved?: (kind: 'out' | 'prefetch', ms: number, tenants: number) => void;
 }
 
 /** Counters of a node's handoffs, for tests and operators. */
@@ -123,6 +125,7 @@ export class Handoff {
   readonly #ttlMs: (tenant: string) => number;
   readonly #send: SettlementSender;
   readonly #log: HandoffLog;
+  readonly #onMoved: HandoffOptions['onMoved'];
 
   #ring: Ring;
   #previous: Ring;
@@ -156,6 +159,7 @@ export class Handoff {
     this.#ttlMs = opts.stateTtlMs;
     this.#send = opts.send;
     this.#log = opts.log;
+    this.#onMoved = opts.onMoved;
     this.#ring = createRing([], this.#ringOptions);
     this.#previous = this.#ring;
   }
@@ -460,6 +464,7 @@ export class Handoff {
     const ring = this.#ring;
     const mine = (t: string): boolean => this.place(t).here || this.place(t, from).here;
     const started = this.#clock.now();
+    const before = this.stats.prefetched;
     for (let i = 0; i < tenants.length; i += PREFETCH_CHUNK) {
       const chunk = tenants.slice(i, i + PREFETCH_CHUNK).filter((t) => !this.#claimed.has(t) && !this.#loading.has(t) && mine(t));
       if (chunk.length === 0) continue;
@@ -480,6 +485,7 @@ export class Handoff {
       if (failed) return;
     }
     this.stats.lastPrefetchMs = this.#clock.now() - started;
+    this.#onMoved?.('prefetch', this.stats.lastPrefetchMs, this.stats.prefetched - before);
   }
 
   /** Waits for announcement `key` up to `waitMs`. @returns whether it came. */
@@ -559,6 +565,7 @@ export class Handoff {
       }
       this.stats.lastHandoffMs = this.#clock.now() - started;
       this.#log.info({ ring: ring.version, tenants: states.length, ms: this.stats.lastHandoffMs }, 'handed off');
+      this.#onMoved?.('out', this.stats.lastHandoffMs, states.length);
     };
     this.#chain = this.#chain.then(run);
     return this.#chain;

@@ -155,6 +155,13 @@ export class AdmissionQueues {
     return this.#queues.get(tenant)?.waiters.length ?? 0;
   }
 
+  /** Tenants with waiting requests now, and how many each. */
+  depths(): Map<string, number> {
+    const out = new Map<string, number>();
+    for (const [tenant, q] of this.#queues) if (q.waiters.length > 0) out.set(tenant, q.waiters.length);
+    return out;
+  }
+
   /** Tries heads in order until one is refused (it keeps the queue) or the queue is empty. */
   #drain(tenant: string, q: TenantQueue): void {
     if (this.#queues.get(tenant) !== q) return;

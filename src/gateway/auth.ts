@@ -8,12 +8,16 @@ import type { TenantConfig } from '../config/schema.ts';
 import { GatewayError } from '../errors.ts';
 import type { GatewayContext } from './context.ts';
 
+import type { RequestTrail } from '../ops/node-activity.ts';
+
 declare module 'fastify' {
   interface FastifyRequest {
     /** The authenticated tenant; set by the auth hook on every /v1 route. */
     tenant: TenantConfig | null;
     /** The request's priority tier (the key's default, or `x-quotaring-priority`); set with `tenant`. */
     tier: Tier | null;
+    /** The request's account for metrics and its log line; set by the exchange. */
+    trail: RequestTrail | null;
   }
 }
 

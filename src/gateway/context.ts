@@ -15,6 +15,7 @@ import type { RedisGuard } from '../globalcap/redis-guard.ts';
 import type { SpreadTenants } from './spread.ts';
 import type { Upstreams } from './upstream.ts';
 import type { DeploymentHealth } from './deployment-health.ts';
+import type { NodeActivity } from '../ops/node-activity.ts';
 
 /** Dependencies of the gateway routes, built once per process. */
 export interface GatewayContext {
@@ -37,6 +38,8 @@ export interface GatewayContext {
   readonly upstreams: Upstreams;
   /** Time to first byte per deployment: slow ones get a share of requests moved away. */
   readonly health: DeploymentHealth;
+  /** Metrics, request log lines and live rates of this node. */
+  readonly activity: NodeActivity;
   /** A request id unique in the cluster: a random per-process prefix and a counter. */
   nextRequestId(): string;
 }

@@ -16,6 +16,8 @@ import type { Dispatcher } from 'undici';
 import { jsonField } from '../providers/json-field.ts';
 import type { StreamObserver, TokenUsage } from '../providers/types.ts';
 import type { AdmitOutcome } from './admission-queue.ts';
+import { levelEnabled, newTrail } from '../ops/node-activity.ts';
+import type { RequestTrail } from '../ops/node-activity.ts';
 import type { GatewayContext } from './context.ts';
 import { sendMisdirected } from './ownership.ts';
 import { providerRetryWaitMs } from '../providers/retry-wait.ts';
@@ -86,6 +88,12 @@ type QueueEnd = { readonly kind: 'timeout' | 'overflow'; readonly waitedMs: numb
 
 /** Renders a refusal: 429 `rate_limit_exceeded` with retry headers, or 429 `request_too_large` that must not be retried. */
 function sendRefusal(ctx: GatewayContext, reply: FastifyReply, ex: Exchange, result: Extract<AcquireResult, { ok: false }>, cost: number, queue?: QueueEnd): FastifyReply {
+  const trail = reply.request.trail;
+  if (trail !== null) {
+    trail.result = queue === undefined ? (result.reason === 'too_large' ? 'too_large' : 'limited') : queue.kind === 'timeout' ? 'queue_timeout' : 'queue_full';
+    trail.limitKind = result.kind;
+    trail.limit = result.limit;
+  }
   const headers = limitHeaders(ctx, ex.dialect, result.limits);
   const refusing = result.limits.find((l) => l.name === result.limit);
   const capacity = refusing?.limit ?? 0;
@@ -119,6 +127,12 @@ function sendRefusal(ctx: GatewayContext, reply: FastifyReply, ex: Exchange, res
  */
 function sendQuotaRefusal(reply: FastifyReply, ex: Exchange, waitMs: number, cost: number): FastifyReply {
   const name = ex.deployment.name;
+  const trail = reply.request.trail;
+  if (trail !== null) {
+    trail.result = waitMs < 0 ? 'too_large' : 'limited';
+    trail.limitKind = 'quota';
+    trail.limit = name;
+  }
   if (waitMs < 0) {
     const message = `Request too large for the provider quota of deployment ${name}: it needs ${cost} tokens (prompt ${ex.promptTokens} + max output ${ex.reservedOutput}). Lower max_tokens or shorten the prompt.`;
     return reply.code(429).headers({ 'x-should-retry': 'false', 'x-quotaring-error': 'request_too_large' }).send(errorBody(ex.dialect, 'request_too_large', message, { openaiType: 'tokens' }));
@@ -130,6 +144,7 @@ function sendQuotaRefusal(reply: FastifyReply, ex: Exchange, waitMs: number, cos
 
 /** 503 `limiter_unavailable`: Redis is unreachable and `cluster.on_redis_failure` is `closed`. Nothing was charged. */
 function sendUnavailable(reply: FastifyReply, ex: Exchange): FastifyReply {
+  if (reply.request.trail !== null) reply.request.trail.result = 'unavailable';
   const error = new GatewayError('limiter_unavailable');
   return reply.code(error.statusCode).headers({ 'retry-after': '1', 'x-quotaring-error': error.code }).send(errorBody(ex.dialect, error.code));
 }
@@ -197,6 +212,19 @@ function upstreamError(err: unknown): GatewayError {
  * upstream failures are rendered here; the slot is released and the reservation settled on every path.
  */
 export async function runExchange(ctx: GatewayContext, request: FastifyRequest, reply: FastifyReply, ex: Exchange): Promise<FastifyReply> {
+  const startedAt = performance.now();
+  const trail = newTrail(ex.tenant.id, ex.tier.name, ex.model.name, ex.promptTokens + ex.reservedOutput);
+  request.trail = trail;
+  try {
+    return await exchange(ctx, request, reply, ex, trail);
+  } finally {
+    // A client that closed first: 499, as proxies log it.
+    const status = trail.clientGone === true ? 499 : reply.raw.headersSent ? reply.raw.statusCode : reply.statusCode;
+    ctx.activity.finished(trail, status, performance.now() - startedAt, request.log);
+  }
+}
+
+async function exchange(ctx: GatewayContext, request: FastifyRequest, reply: FastifyReply, ex: Exchange, trail: RequestTrail): Promise<FastifyReply> {
   const id = ctx.nextRequestId();
   const tenantId = ex.tenant.id;
   const cost = ex.promptTokens + ex.reservedOutput;
@@ -276,7 +304,12 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
       }
       if (outcome.kind !== 'gone' && outcome.kind !== 'moved') waitedMs = outcome.waitedMs;
     } else outcome = decided;
-    if (outcome.kind === 'gone') return reply.hijack();
+    if (outcome.kind === 'gone') {
+      trail.result = 'gone';
+      trail.clientGone = true;
+      trail.waitMs = waitedMs;
+      return reply.hijack();
+    }
     if (outcome.kind === 'moved') {
       if (quotaHeld) quotas?.refund(ex.deployment.name, { requests: 1, tokens: cost });
       if (handoff !== undefined) return sendMisdirected(request, reply, handoff, tenantId, handoff.ring().owner(tenantId));
@@ -295,6 +328,11 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
     return sendRefusal(ctx, reply, ex, group === undefined ? admitted : { ...admitted, limits: [...(spread?.limitStates(group) ?? []), ...admitted.limits] }, cost);
   }
   if (spread === undefined && central === undefined) ctx.handoff?.touched(tenantId);
+  trail.result = 'admitted';
+  trail.waitMs = waitedMs;
+  ctx.activity.decided(trail);
+  if (levelEnabled(request.log, 'debug')) request.log.debug({ tenant: tenantId, priority: ex.tier.name, tokens: cost, waitMs: Math.round(waitedMs), limits: admitted.limits.map((l) => `${l.name}=${l.remaining}/${l.limit}`) }, 'admitted');
+  ctx.activity.inFlight++;
 
   const headers = limitHeaders(ctx, ex.dialect, group === undefined ? admitted.limits : [...(spread?.limitStates(group) ?? []), ...admitted.limits]);
   headers['x-quotaring-request-id'] = id;
@@ -306,6 +344,7 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
   const onClose = (): void => {
     if (!raw.writableFinished) {
       client.gone = true;
+      trail.clientGone = true;
       cancel.emit('abort');
     }
   };
@@ -331,6 +370,7 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
       }
     }
     for (;;) {
+      trail.deployment = deployment.name;
       const attempt = await callDeployment(ctx, request, ex, deployment, call, cancel, client);
       if (attempt.kind === 'gone') {
         if (attempt.delivered) actual = ex.promptTokens;
@@ -405,6 +445,8 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
     }
   } finally {
     raw.off('close', onClose);
+    ctx.activity.inFlight--;
+    trail.used = actual;
     finish(ctx, tenantId, id, actual, spread !== undefined);
     if (held !== undefined && ctx.quotas !== undefined) {
       if (actual < cost) ctx.quotas.leases.refund(held, { tokens: cost - actual });
@@ -486,9 +528,11 @@ async function callDeployment(
     try {
       res = await ctx.upstreams.request(deployment, { path: call.path, body: call.body, headers: forwarded, signal: cancel });
       ctx.health.record(deployment, ctx.clock.now() - sentAt);
+      ctx.activity.upstream(deployment.name, res.statusCode);
     } catch (err) {
       // The client left before the upstream answered: nothing more to send.
       if (client.gone) return { kind: 'gone', delivered: true };
+      ctx.activity.upstream(deployment.name, 0);
       const error = upstreamError(err);
       request.log.warn({ deployment: deployment.name, err: (err as Error).message }, 'upstream request failed');
       return { kind: 'failed', hard: true, status: 0, reason: error.message, send: (reply, headers) => reply.code(error.statusCode).headers({ ...headers, 'x-quotaring-error': error.code }).send(errorBody(ex.dialect, error.code, error.message)) };

@@ -5,6 +5,7 @@
 import { SpreadTenants } from './spread.ts';
 import { CentralLimiter } from '../central/central-limiter.ts';
 import { RedisGuard } from '../globalcap/redis-guard.ts';
+import type { GuardStats } from '../globalcap/redis-guard.ts';
 import { redisForDecisions } from '../globalcap/redis-connection.ts';
 import type { CentralDecisions } from './context.ts';
 import { HotDetector } from './hot-detector.ts';
@@ -39,6 +40,13 @@ import { openAIRoutes } from './routes/openai.ts';
 import { sendSettlement, settlementRoutes } from './routes/settlements.ts';
 import { tenantStateRoutes } from './routes/tenant-state.ts';
 import { Upstreams } from './upstream.ts';
+import { NodeMetrics } from '../ops/metrics.ts';
+import { NodeActivity } from '../ops/node-activity.ts';
+import { nodeOpsRoutes } from '../ops/node-routes.ts';
+import { loggerOptions } from '../ops/logging.ts';
+import { nodeAdminRoutes, withUsage } from '../ops/admin-routes.ts';
+import type { NodeAdminSources, TenantUsage } from '../ops/admin-routes.ts';
+import { ReloadableConfig } from '../config/reloadable.ts';
 
 /** Options of {@link buildGateway}. */
 export interface GatewayOptions {
@@ -47,6 +55,10 @@ export interface GatewayOptions {
   readonly clock?: Clock;
   /** Use fastify's pino logger at `server.log_level`. @default true */
   readonly logger?: boolean;
+  /** Readable log lines (pino-pretty) whatever `server.log_format` says. @default false */
+  readonly prettyLogs?: boolean;
+  /** Where JSON log lines go in place of stdout (tests). */
+  readonly logStream?: NodeJS.WritableStream;
   /** This node's place in a cluster; absent for a single node, which owns every tenant. */
   readonly cluster?: NodeClusterOptions;
 }
@@ -65,6 +77,18 @@ export interface NodeClusterOptions {
 }
 
 const handoffs = new WeakMap<FastifyInstance, Handoff>();
+const adminSources = new WeakMap<FastifyInstance, Omit<NodeAdminSources, 'drain'>>();
+
+/**
+ * Registers a node's admin routes (`src/ops/admin-routes.ts`) on `admin`, its admin server.
+ * @param drain leaves the ring and hands the tenants over (see `startGateway`).
+ * @throws Error for a fastify instance not built by {@link buildGateway}.
+ */
+export function registerNodeAdmin(app: FastifyInstance, admin: FastifyInstance, drain: NodeAdminSources['drain']): void {
+  const sources = adminSources.get(app);
+  if (sources === undefined) throw new Error('not a gateway built by buildGateway()');
+  nodeAdminRoutes(admin, { ...sources, drain });
+}
 
 /** The handoff of a node built by {@link buildGateway} with a cluster; undefined for a single node. */
 export function nodeHandoff(app: FastifyInstance): Handoff | undefined {
@@ -176,6 +200,16 @@ function centralDecisions(config: LoadedConfig): (CentralDecisions & { ready(): 
   };
 }
 
+/** A guard's counters as `quotaring_redis_guard_calls_total` series. */
+function guardResults(guard: string, stats: GuardStats): { guard: string; result: 'ok' | 'timeout' | 'error' | 'open'; n: number }[] {
+  return [
+    { guard, result: 'ok', n: stats.ok },
+    { guard, result: 'timeout', n: stats.timeouts },
+    { guard, result: 'error', n: stats.errors },
+    { guard, result: 'open', n: stats.rejectedOpen },
+  ];
+}
+
 /** Longest wait for one central-store decision, ms: beyond it the request gets 503 `limiter_unavailable`. */
 const CENTRAL_TIMEOUT_MS = 1_000;
 
@@ -184,15 +218,17 @@ const CENTRAL_TIMEOUT_MS = 1_000;
  * `app.close()` stops it, the token pool and the upstream pools.
  */
 export function buildGateway(opts: GatewayOptions): FastifyInstance {
-  const { config } = opts;
+  const config = opts.config instanceof ReloadableConfig ? opts.config : new ReloadableConfig(opts.config);
   const server = config.config.server;
   const clock = opts.clock ?? systemClock;
   const app = Fastify({
-    logger: opts.logger === false ? false : { level: server.log_level, redact: ['req.headers.authorization', 'req.headers["x-api-key"]'] },
+    logger: opts.logger === false ? false : loggerOptions(opts.prettyLogs === true ? { ...server, log_format: 'pretty' } : server, opts.logStream),
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: server.body_limit,
     return503OnClosing: true,
   });
+  const metrics = new NodeMetrics();
+  const activity = new NodeActivity(metrics, (tenant) => config.policies.has(tenant));
   // Spread (hot) tenants keep only their split concurrency limits in this limiter.
   let spread: SpreadTenants | undefined;
   // Refused requests that may wait, woken when the limiter frees capacity for their tenant.
@@ -219,6 +255,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
           stateTtlMs: (tenant) => stateTtlMs(config.policies.get(tenant)),
           send: sendSettlement,
           log: app.log,
+          onMoved: (kind, ms, tenants) => metrics.handoff(kind, ms, tenants),
         });
   if (handoff !== undefined) handoffs.set(app, handoff);
   const staticMembers = config.config.cluster.members.length;
@@ -239,6 +276,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     liveNodes: () => handoff?.ring().members.length ?? Math.max(1, staticMembers),
     log: app.log,
     always: hotSet !== undefined,
+    onFallbackChange: (active) => metrics.fallback(active),
   });
   if (quotas !== undefined && (hotSet !== undefined || config.config.tenants.some((t) => t.spread !== undefined))) {
     spread = new SpreadTenants({
@@ -271,10 +309,35 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     }),
     upstreams: new Upstreams(),
     health: new DeploymentHealth(clock),
+    activity,
     nextRequestId: requestIdGenerator(),
   };
+  const self = clusterOpts?.self.id ?? 'single';
+  // Fallback means "Redis is configured and unreachable": a node without Redis is never in it.
+  const inFallback = (): boolean => quotas?.guard !== undefined && quotas.leases.inFallback;
+  const decidesFor = (tenant: string): boolean => central === undefined && (spread?.isSpread(tenant) === true || handoff === undefined || handoff.holds(tenant));
+  metrics.setSources({
+    queueDepth: () => {
+      let n = 0;
+      for (const d of queues.depths().values()) n += d;
+      return n;
+    },
+    inFlight: () => activity.inFlight,
+    fallbackActive: () => (inFallback() ? 1 : 0),
+    ring: () => (handoff === undefined ? undefined : { members: handoff.ring().members.length, version: handoff.ring().version }),
+    tenantLevels: () =>
+      config.config.tenants
+        .filter((t) => t.metrics && decidesFor(t.id))
+        .flatMap((t) => limiter.peek(t.id).map((l) => ({ tenant: t.id, limit: l.name, remaining: l.remaining }))),
+    leaseRenewals: () => quotas?.leases.renewals ?? { granted: 0, partial: 0, denied: 0, failed: 0 },
+    guardCalls: () => [
+      ...(quotas?.guard === undefined ? [] : guardResults('cap', quotas.guard.stats)),
+      ...(central === undefined ? [] : guardResults('central', central.guard.stats)),
+    ],
+  });
   app.decorateRequest('tenant', null);
   app.decorateRequest('tier', null);
+  app.decorateRequest('trail', null);
   registerJsonBody(app, server.body_limit);
 
   app.setErrorHandler((err: FastifyError | GatewayError, request, reply) => {
@@ -291,6 +354,10 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
   app.get('/readyz', async (_request, reply) => (ready ? { status: 'ready' } : reply.code(503).send({ status: 'starting' })));
 
   app.register(async (v1) => {
+    // One info line per request: exchanges write theirs (with the decision); this covers the rest (400, 401, 404 ...).
+    v1.addHook('onResponse', async (request, reply) => {
+      if (request.trail === null) request.log.info({ tenant: request.tenant?.id ?? null, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10, error: reply.getHeader('x-quotaring-error') ?? null }, 'request');
+    });
     v1.addHook('onRequest', authHook(ctx));
     // Central mode: any node decides for any tenant (its limits are in Redis), so no ownership check.
     if (clusterOpts !== undefined && handoff !== undefined && central === undefined) v1.addHook('preHandler', ownershipHook({ ...clusterOpts, handoff, ...(spread === undefined ? {} : { spread }) }));
@@ -299,7 +366,23 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
   });
 
   if (handoff !== undefined) settlementRoutes(app, config, handoff);
-  tenantStateRoutes(app, config, limiter, queues, clusterOpts?.self.id ?? 'single', handoff);
+  /** A tenant's limits where this node decides for it, else its owner (admin API and `/_quotaring/v1/tenants/:id`). */
+  const tenantUsage = async (tenant: string): Promise<TenantUsage | undefined> => {
+    if (!config.policies.has(tenant)) return undefined;
+    const placed = handoff?.place(tenant) ?? { here: true as const };
+    if (!placed.here) return { tenant, node: self, here: false, owner: placed.owner?.id ?? null, limits: [], queued: queues.depth(tenant) };
+    await handoff?.ready(tenant);
+    return { tenant, node: self, here: true, owner: self, limits: withUsage(limiter.peek(tenant)), queued: queues.depth(tenant) };
+  };
+  tenantStateRoutes(app, self, handoff, tenantUsage);
+  adminSources.set(app, {
+    self,
+    config,
+    ring: () => handoff?.ring(),
+    found: () => (hotSet === undefined ? [] : hotSet.hot().map((tenant) => ({ tenant, k: hotSet.spreadOf(tenant) ?? hotConfig.spread }))),
+    tenant: tenantUsage,
+  });
+  nodeOpsRoutes(app, { node: self, activity, limiter, queues, ring: () => handoff?.ring().version, fallback: inFallback, decidesFor });
 
   const sweep = setInterval(() => {
     ctx.limiter.sweep();
@@ -308,6 +391,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
   }, server.sweep_interval);
   sweep.unref();
   app.addHook('onReady', async () => {
+    activity.start();
     await hotSet?.start();
     await central?.ready();
     warmExactCounters(config, config.config.tokens.cache_entries);
@@ -320,6 +404,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
   });
   app.addHook('onClose', async () => {
     clearInterval(sweep);
+    activity.stop();
     hotSet?.stop();
     handoff?.stop();
     await Promise.all([ctx.tokens.close(), ctx.upstreams.close(), quotas?.close()]);

@@ -9,7 +9,10 @@ import { loadConfig } from '../config/load.ts';
 import { membershipFromConfig } from '../coord/from-config.ts';
 import { TenantStateStore } from '../coord/state-store.ts';
 import type { Member } from '../coord/types.ts';
-import { buildGateway, nodeHandoff } from './server.ts';
+import { buildGateway, nodeHandoff, registerNodeAdmin } from './server.ts';
+import type { FastifyInstance } from 'fastify';
+import { ReloadableConfig } from '../config/reloadable.ts';
+import { adminToken, buildAdminServer } from '../ops/admin-server.ts';
 
 /** Options of {@link startGateway}; host and port override `server.host` / `server.port`. */
 export interface StartGatewayOptions {
@@ -24,6 +27,12 @@ export interface StartGatewayOptions {
   readonly members?: readonly Member[];
   /** Install SIGTERM/SIGINT handlers that stop the node gracefully and exit 0. @default false */
   readonly handleSignals?: boolean;
+  /** Admin API port in place of `admin.port` (`--admin-port`; 0: any free port). */
+  readonly adminPort?: number;
+  /** Readable log lines (`--pretty-logs`). */
+  readonly prettyLogs?: boolean;
+  /** Environment the admin token is read from. @default process.env */
+  readonly env?: NodeJS.ProcessEnv;
 }
 
 /**
@@ -33,8 +42,8 @@ export interface StartGatewayOptions {
  *   not among static members; listen errors (port in use) as thrown by fastify;
  *   the Redis error when the membership cannot start.
  */
-export async function startGateway(opts: StartGatewayOptions): Promise<{ url: string; close(): Promise<void> }> {
-  const config = loadConfig(opts.configFile);
+export async function startGateway(opts: StartGatewayOptions): Promise<{ url: string; adminUrl: string | undefined; close(): Promise<void> }> {
+  const config = new ReloadableConfig(loadConfig(opts.configFile));
   const server = config.config.server;
   if (opts.members !== undefined && config.config.cluster.redis !== undefined) {
     throw new Error('--members: the config uses Redis membership (cluster.redis.url); drop one of them');
@@ -47,6 +56,7 @@ export async function startGateway(opts: StartGatewayOptions): Promise<{ url: st
   const store = configured?.redis === undefined ? undefined : new TenantStateStore(configured.redis, settings.name);
   const app = buildGateway({
     config,
+    ...(opts.prettyLogs === true ? { prettyLogs: true } : {}),
     ...(configured === undefined
       ? {}
       : {
@@ -67,13 +77,29 @@ export async function startGateway(opts: StartGatewayOptions): Promise<{ url: st
   handoff?.joined();
   app.log.info({ url, node: self.id, ring: handoff?.ring().version, tenants: config.config.tenants.length }, 'quotaring node listening');
 
+  let left: Promise<number> | undefined;
+  /** Hands every tenant over and leaves the ring (once); resolves to the tenants handed over. */
+  const leave = (): Promise<number> =>
+    (left ??= (async () => {
+      if (handoff === undefined || store === undefined) return 0;
+      const before = handoff.stats.handedOff;
+      // Hand over first (the new owners find the states before they see the new ring), then leave.
+      await handoff.leave();
+      await configured?.membership.stop();
+      return handoff.stats.handedOff - before;
+    })());
+
+  const admin = await startAdmin(app, config, opts, async () => {
+    if (handoff === undefined || store === undefined) throw new Error('this node cannot drain: it has no Redis membership (a single node or static cluster.members); remove it from cluster.members and restart the routers instead');
+    const handedOff = await leave();
+    return { handedOff, ring: handoff.ring().version };
+  });
+
   let closing: Promise<void> | undefined;
   const close = (): Promise<void> => {
     closing ??= (async () => {
       if (handoff !== undefined && store !== undefined) {
-        // Hand over first (the new owners find the states before they see the new ring), then leave.
-        await handoff.leave();
-        await configured?.membership.stop();
+        await leave();
         await sleep(settings.handoff.drain);
       }
       const grace = setTimeout(() => {
@@ -81,6 +107,7 @@ export async function startGateway(opts: StartGatewayOptions): Promise<{ url: st
         app.server.closeAllConnections();
       }, settings.handoff.grace);
       grace.unref();
+      await admin?.close();
       await app.close();
       clearTimeout(grace);
       // Settlements of the last streams go to the tenants' new owners: wait until they are delivered.
@@ -105,5 +132,28 @@ export async function startGateway(opts: StartGatewayOptions): Promise<{ url: st
     process.once('SIGTERM', stop);
     process.once('SIGINT', stop);
   }
-  return { url, close };
+  return { url, adminUrl: admin === undefined ? undefined : admin.url, close };
+}
+
+/**
+ * Starts the node's admin API when the token variable is set (`admin.token_env`); logs why not otherwise.
+ * @throws listen errors (admin port in use).
+ */
+async function startAdmin(
+  app: FastifyInstance,
+  config: ReloadableConfig,
+  opts: StartGatewayOptions,
+  drain: () => Promise<{ handedOff: number; ring: string }>,
+): Promise<{ url: string; close(): Promise<void> } | undefined> {
+  const settings = config.config.admin;
+  const token = adminToken(settings, opts.env);
+  if (token === undefined) {
+    app.log.info({ tokenEnv: settings.token_env }, 'admin API off: its token variable is not set');
+    return undefined;
+  }
+  const admin = buildAdminServer(token, app.log);
+  registerNodeAdmin(app, admin, drain);
+  const url = await admin.listen({ host: settings.host, port: opts.adminPort ?? settings.port });
+  app.log.info({ url }, 'admin API listening');
+  return { url, close: () => admin.close() };
 }

@@ -265,6 +265,8 @@ export class CapLeases {
   readonly #probeIntervalMs: number;
   readonly #blipMs: number;
   readonly #onFallbackChange: ((inFallback: boolean) => void) | undefined;
+  /** Lease renewals since construction, by outcome (`quotaring_lease_renewals_total`): in full, partly, denied (bucket empty), failed (Redis). */
+  readonly renewals = { granted: 0, partial: 0, denied: 0, failed: 0 };
   #inFallback: boolean;
   readonly #localOnly: boolean;
   /** The connection to Redis dropped: no Redis call until `reconnected()` says whether Redis restarted. */
@@ -768,6 +770,7 @@ export class CapLeases {
       b.renewing = undefined;
       const at = this.#clock.now();
       if (!r.ok) {
+        this.renewals.failed++;
         // A grant answered after the timeout is still this node's until its lease expires.
         r.late?.then(
           (v) => {
@@ -781,6 +784,9 @@ export class CapLeases {
       b.level = r.value.level;
       b.levelAt = at;
       this.#answered(b);
+      if (r.value.granted >= want) this.renewals.granted++;
+      else if (r.value.granted > 0) this.renewals.partial++;
+      else this.renewals.denied++;
       if (r.value.granted > 0) {
         // A partial grant emptied the cluster bucket: the next renewal waits 2 × blockMs (asking at
         // once would only be denied); units refilled meanwhile wait in Redis.

@@ -27,6 +27,8 @@ export interface ConfiguredQuotas {
   readonly limited: ReadonlySet<string>;
   /** `cluster.on_redis_failure: closed`: refuse (503) instead of serving the local share while Redis is unavailable. */
   readonly closedOnFailure: boolean;
+  /** The guard of the leases' Redis calls (its counters feed the metrics); absent without Redis. */
+  readonly guard?: RedisGuard;
   /** Returns unspent leases to Redis and closes the connection. Never rejects. */
   close(): Promise<void>;
 }
@@ -72,7 +74,14 @@ const LOCAL_ONLY: CapCall = async () => ({ ok: false });
  */
 export function quotasFromConfig(
   config: LoadedConfig,
-  opts: { readonly clock: Clock; readonly liveNodes: () => number; readonly log: QuotaLog; readonly always?: boolean },
+  opts: {
+    readonly clock: Clock;
+    readonly liveNodes: () => number;
+    readonly log: QuotaLog;
+    readonly always?: boolean;
+    /** Told when the node enters (true) or leaves (false) fallback, after the log line. */
+    readonly onFallbackChange?: (inFallback: boolean) => void;
+  },
 ): ConfiguredQuotas | undefined {
   const deployments: Record<string, DeploymentQuota> = {};
   for (const d of config.config.deployments) {
@@ -86,10 +95,11 @@ export function quotasFromConfig(
   let redis: Redis | undefined;
   let scripts = NO_REDIS;
   let call = LOCAL_ONLY;
+  let guard: RedisGuard | undefined;
   if (cluster.redis !== undefined) {
     redis = redisForDecisions(cluster.redis.url);
     scripts = defineCapScripts(redis);
-    const guard = new RedisGuard({ clock: opts.clock, onChange: (state, reason) => opts.log.info({ breaker: state, reason }, 'Redis circuit breaker') });
+    guard = new RedisGuard({ clock: opts.clock, onChange: (state, reason) => opts.log.info({ breaker: state, reason }, 'Redis circuit breaker') });
     call = guardedCall(guard);
   }
   const restarts = redis === undefined ? undefined : new RestartWatch(redis);
@@ -104,10 +114,11 @@ export function quotasFromConfig(
     ...(redis === undefined
       ? {}
       : {
-          onFallbackChange: (inFallback: boolean) =>
-            inFallback
-              ? opts.log.warn({ deployments: [...limited] }, 'entering fallback: deployment quotas shared locally (capacity / live nodes)')
-              : opts.log.info({ deployments: [...limited] }, 'leaving fallback: deployment quotas leased from Redis again'),
+          onFallbackChange: (inFallback: boolean) => {
+            if (inFallback) opts.log.warn({ deployments: [...limited] }, 'entering fallback: deployment quotas shared locally (capacity / live nodes)');
+            else opts.log.info({ deployments: [...limited] }, 'leaving fallback: deployment quotas leased from Redis again');
+            opts.onFallbackChange?.(inFallback);
+          },
         }),
   });
   restarts?.watch({
@@ -120,6 +131,7 @@ export function quotasFromConfig(
   return {
     leases,
     limited,
+    ...(guard === undefined ? {} : { guard }),
     closedOnFailure: redis !== undefined && cluster.on_redis_failure === 'closed',
     close: async () => {
       try {

@@ -7,6 +7,7 @@
  */
 import { Redis } from 'ioredis';
 import type { RedisOptions } from 'ioredis';
+import { countRedisCommands } from '../ops/metrics.ts';
 
 /** First reconnect delay after the connection drops, ms. */
 export const RECONNECT_FIRST_MS = 50;
@@ -80,6 +81,7 @@ export const DECISION_REDIS_OPTIONS: Readonly<RedisOptions> = Object.freeze({
  */
 export function redisForDecisions(url: string): Redis {
   const redis = new Redis(url, { ...DECISION_REDIS_OPTIONS });
+  countRedisCommands(redis);
   redis.on('error', () => {
     // reported through the commands that fail; see the TSDoc above
   });

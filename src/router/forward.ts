@@ -32,6 +32,8 @@ export interface ForwardContext {
   readonly suspectMs: number;
   /** Largest body (bytes) buffered to allow a retry. */
   readonly maxReplayBytes: number;
+  /** Told of each retry on another member. */
+  readonly onRetry?: (reason: '421' | 'unreachable') => void;
 }
 
 /** Client headers never forwarded besides hop-by-hop ones: undici sets `host`, refuses `expect`; the router sets its own `x-quotaring-*`. */
@@ -125,6 +127,7 @@ export async function forward(ctx: ForwardContext, request: FastifyRequest, repl
     const next = choose(ring, first.id);
     if (next === undefined) return sendError(request, reply, 'no_healthy_node');
     request.log.warn({ member: first.id, retry: next.id, err: result.err }, 'member unreachable; retrying once on the next member');
+    ctx.onRetry?.('unreachable');
     target = next;
     result = await send(next, ring, true);
   } else if (result.res.statusCode === 421 && isReplayable(body)) {
@@ -161,6 +164,7 @@ export async function forward(ctx: ForwardContext, request: FastifyRequest, repl
     if (owner !== undefined) {
       await result.res.body.dump().catch(() => undefined);
       request.log.info({ member: first.id, named, retry: owner.id }, 'misdirected; retrying once on the owner');
+      ctx.onRetry?.('421');
       target = owner;
       result = await send(owner, ring, standsInFor);
     }

@@ -3,7 +3,7 @@
  * the API key, finds the tenant's owner on the ring and streams request and response through.
  */
 import Fastify, { LogController } from 'fastify';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { Clock } from '../clock.ts';
 import { systemClock } from '../clock.ts';
 import type { LoadedConfig } from '../config/load.ts';
@@ -17,6 +17,18 @@ import { MemberPools } from './member-pools.ts';
 import { MAX_REPLAY_BYTES } from './request-body.ts';
 import { Suspects } from './suspects.ts';
 import type { HotSet } from '../coord/hot-set.ts';
+import { RouterMetrics } from '../ops/metrics.ts';
+import { loggerOptions } from '../ops/logging.ts';
+import { ReloadableConfig } from '../config/reloadable.ts';
+import { adminToken, buildAdminServer } from '../ops/admin-server.ts';
+import { routerAdminRoutes } from '../ops/admin-routes.ts';
+import { LiveHub } from '../ops/live.ts';
+
+/** The tenant of a request's API key, if any (for its log line). */
+function tenantOf(request: FastifyRequest, config?: LoadedConfig): string | undefined {
+  const key = apiKeyOf(request);
+  return key === undefined ? undefined : config?.tenantByKey.get(key)?.id;
+}
 
 /** Options of {@link buildRouter}. */
 export interface RouterOptions {
@@ -26,12 +38,16 @@ export interface RouterOptions {
   readonly membership: Membership;
   /** Use fastify's pino logger at `server.log_level`. @default true */
   readonly logger?: boolean;
+  /** Readable log lines (pino-pretty) whatever `server.log_format` says. @default false */
+  readonly prettyLogs?: boolean;
   /** Period of member health checks, ms; also how long a member that refused a connection stays suspect. @default config `cluster.health_check` (1000) */
   readonly healthCheckMs?: number;
   /** Time source of suspect marks. @default systemClock */
   readonly clock?: Clock;
   /** The cluster's hot set (`cluster.hot`): found-hot tenants are spread like configured ones. Started and stopped by {@link startRouter}. */
   readonly hot?: HotSet;
+  /** Number of live-stream clients, for `quotaring_live_clients` (set by {@link startRouter} when the admin API runs). */
+  readonly liveClients?: () => number;
 }
 
 /** Introspection and manual control of a router, for tests and operators. */
@@ -65,7 +81,7 @@ export function buildRouter(opts: RouterOptions): FastifyInstance {
   const clock = opts.clock ?? systemClock;
   const healthCheckMs = opts.healthCheckMs ?? config.config.cluster.health_check;
   const app = Fastify({
-    logger: opts.logger === false ? false : { level: server.log_level, redact: ['req.headers.authorization', 'req.headers["x-api-key"]'] },
+    logger: opts.logger === false ? false : loggerOptions(opts.prettyLogs === true ? { ...server, log_format: 'pretty' } : server),
     logController: new LogController({ disableRequestLogging: true }),
     return503OnClosing: true,
   });
@@ -73,7 +89,12 @@ export function buildRouter(opts: RouterOptions): FastifyInstance {
   const suspects = new Suspects(clock);
   const health = new HealthCheck({ ring: () => membership.ring(), pools, suspects, intervalMs: healthCheckMs });
   const departures = new Departures(clock);
-  const ctx: ForwardContext = { membership, pools, suspects, departures, suspectMs: healthCheckMs, maxReplayBytes: MAX_REPLAY_BYTES };
+  const metrics = new RouterMetrics({
+    ring: () => ({ members: membership.ring().members.length, version: membership.ring().version }),
+    suspects: () => suspects.list().length,
+    liveClients: () => opts.liveClients?.() ?? 0,
+  });
+  const ctx: ForwardContext = { membership, pools, suspects, departures, suspectMs: healthCheckMs, maxReplayBytes: MAX_REPLAY_BYTES, onRetry: (reason) => metrics.retry(reason) };
   controls.set(app, { checkHealth: () => health.checkOnce(), suspects: () => suspects.list(), pooledUrls: () => pools.urls() });
 
   // Bodies are never parsed: the raw stream is handed to undici as it arrives.
@@ -86,24 +107,34 @@ export function buildRouter(opts: RouterOptions): FastifyInstance {
   });
   app.setNotFoundHandler((request, reply) => sendError(request, reply, 'not_found', `No route for ${request.method} ${request.url.split('?')[0]}.`));
 
+  app.get('/metrics', async (_request, reply) => reply.header('content-type', metrics.registry.contentType).send(await metrics.registry.metrics()));
   app.get('/healthz', async () => ({ status: 'ok', ring: membership.ring().version }));
   app.get('/readyz', async (_request, reply) => {
     const ring = membership.ring();
     return ring.members.length > 0 ? { status: 'ready', ring: ring.version, members: ring.members.length } : reply.code(503).send({ status: 'no members' });
   });
-  app.route({
-    method: ['GET', 'POST'],
-    url: '/v1/*',
-    handler: async (request, reply) => {
-      const key = apiKeyOf(request);
-      const tenant = key === undefined ? undefined : config.tenantByKey.get(key);
-      if (tenant === undefined) {
-        return sendError(request, reply, 'invalid_api_key', key === undefined ? undefined : 'Incorrect API key provided. Use a key configured for a tenant of this gateway.');
-      }
-      // Central mode: any node decides for any tenant (every limit is in Redis): round-robin over all.
-      const spread = config.config.mode === 'central' ? Number.POSITIVE_INFINITY : (tenant.spread ?? opts.hot?.spreadOf(tenant.id));
-      return forward(ctx, request, reply, tenant.id, spread);
-    },
+  app.register(async (v1) => {
+    // One info line per request (tenant, member, status, ms; never the key), and the router's metrics.
+    v1.addHook('onResponse', async (request, reply) => {
+      const raw = reply.raw;
+      const status = raw.destroyed && !raw.writableFinished ? 499 : reply.statusCode;
+      metrics.request(status, reply.elapsedTime);
+      request.log.info({ tenant: tenantOf(request, config) ?? null, status, ms: Math.round(reply.elapsedTime * 10) / 10 }, 'request');
+    });
+    v1.route({
+      method: ['GET', 'POST'],
+      url: '/v1/*',
+      handler: async (request, reply) => {
+        const key = apiKeyOf(request);
+        const tenant = key === undefined ? undefined : config.tenantByKey.get(key);
+        if (tenant === undefined) {
+          return sendError(request, reply, 'invalid_api_key', key === undefined ? undefined : 'Incorrect API key provided. Use a key configured for a tenant of this gateway.');
+        }
+        // Central mode: any node decides for any tenant (every limit is in Redis): round-robin over all.
+        const spread = config.config.mode === 'central' ? Number.POSITIVE_INFINITY : (tenant.spread ?? opts.hot?.spreadOf(tenant.id));
+        return forward(ctx, request, reply, tenant.id, spread);
+      },
+    });
   });
 
   let unsubscribe: (() => void) | undefined;
@@ -131,6 +162,10 @@ export interface StartRouterOptions extends RouterOptions {
   readonly port?: number;
   /** Install SIGTERM/SIGINT handlers that close the router (in-flight requests finish) and exit 0. @default false */
   readonly handleSignals?: boolean;
+  /** Admin API port in place of `admin.router_port` (`--admin-port`; 0: any free port). */
+  readonly adminPort?: number;
+  /** Environment the admin token is read from. @default process.env */
+  readonly env?: NodeJS.ProcessEnv;
 }
 
 /**
@@ -138,21 +173,47 @@ export interface StartRouterOptions extends RouterOptions {
  * @returns the listening URL and a `close()` that waits for requests in flight, then stops the membership.
  * @throws whatever `membership.start()` throws; listen errors (port in use) as thrown by fastify.
  */
-export async function startRouter(opts: StartRouterOptions): Promise<{ url: string; close(): Promise<void> }> {
+export async function startRouter(opts: StartRouterOptions): Promise<{ url: string; adminUrl: string | undefined; close(): Promise<void> }> {
+  const config = opts.config instanceof ReloadableConfig ? opts.config : new ReloadableConfig(opts.config);
   await opts.membership.start();
   await opts.hot?.start();
-  const app = buildRouter(opts);
-  const settings = opts.config.config.router;
+  let live: LiveHub | undefined;
+  const app = buildRouter({ ...opts, config, liveClients: () => live?.clients() ?? 0 });
+  const settings = config.config.router;
   let url: string;
+  let admin: FastifyInstance | undefined;
+  let adminUrl: string | undefined;
   try {
     url = await app.listen({ host: opts.host ?? settings.host, port: opts.port ?? settings.port });
+    const self = `router-${new URL(url).port}`;
+    const token = adminToken(config.config.admin, opts.env);
+    if (token === undefined) app.log.info({ tokenEnv: config.config.admin.token_env }, 'admin API, dashboard and live stream off: the token variable is not set');
+    else {
+      admin = buildAdminServer(token, app.log);
+      live = new LiveHub({ router: self, membership: opts.membership, config, ...(opts.hot === undefined ? {} : { hot: opts.hot }), log: app.log });
+      live.attach(admin, token);
+      routerAdminRoutes(admin, {
+        self,
+        config,
+        ring: () => opts.membership.ring(),
+        found: () => opts.hot?.hot().map((tenant) => ({ tenant, k: opts.hot?.spreadOf(tenant) ?? config.config.cluster.hot.spread })) ?? [],
+      });
+      adminUrl = await admin.listen({ host: config.config.admin.host, port: opts.adminPort ?? config.config.admin.router_port });
+      live.start();
+      app.log.info({ url: adminUrl, dashboard: `${adminUrl}/dashboard` }, 'admin API listening');
+    }
   } catch (err) {
+    await live?.stop();
+    await admin?.close();
+    await app.close();
     await opts.membership.stop();
     throw err;
   }
   const ring = opts.membership.ring();
   app.log.info({ url, ring: ring.version, members: ring.members.length }, 'quotaring router listening');
   const close = async (): Promise<void> => {
+    await live?.stop();
+    await admin?.close();
     await app.close();
     opts.hot?.stop();
     await opts.membership.stop();
@@ -172,5 +233,5 @@ export async function startRouter(opts: StartRouterOptions): Promise<{ url: stri
     process.once('SIGTERM', stop);
     process.once('SIGINT', stop);
   }
-  return { url, close };
+  return { url, adminUrl, close };
 }

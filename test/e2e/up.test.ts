@@ -12,7 +12,7 @@ import { describe, test } from 'node:test';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import { BANNER_HEADLINE } from '../../cluster/banner.ts';
-import { bindable, CLI, freePort } from '../helpers/processes.ts';
+import { bindable, CLI, freePort, freePortRun } from '../helpers/processes.ts';
 
 /** Whether something accepts TCP connections on 127.0.0.1:`port`. */
 async function listening(port: number): Promise<boolean> {
@@ -53,6 +53,8 @@ interface RunningUp {
   readonly proc: ReturnType<typeof spawn>;
   readonly routerPort: number;
   readonly nodePort: number;
+  /** First admin port: the router's, then the nodes'. */
+  readonly adminPort: number;
   readonly simPort: number;
   /** Everything it printed so far (stdout and stderr). */
   out(): string;
@@ -67,7 +69,8 @@ async function startUp(nodes: number): Promise<RunningUp> {
   const routerPort = await freePort();
   const simPort = await freeRange(1, [routerPort]);
   const nodePort = await freeRange(nodes, [routerPort, simPort]);
-  const proc = spawn(process.execPath, [CLI, 'up', '--nodes', String(nodes), '--port', String(routerPort), '--node-port', String(nodePort), '--simulator-port', String(simPort)], {
+  const adminPort = await freePortRun(nodes + 1);
+  const proc = spawn(process.execPath, [CLI, 'up', '--nodes', String(nodes), '--port', String(routerPort), '--node-port', String(nodePort), '--simulator-port', String(simPort), '--admin-port', String(adminPort)], {
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';
@@ -77,6 +80,7 @@ async function startUp(nodes: number): Promise<RunningUp> {
     routerPort,
     nodePort,
     simPort,
+    adminPort,
     out: () => out,
     exited,
     kill: async () => {
@@ -113,10 +117,18 @@ function pidOf(out: string, name: string): number {
 describe('quotaring up', () => {
   test('2 nodes + 1 router: banner, SDK calls through the router, SIGINT stops every child and exits 0', { timeout: 20_000 }, async () => {
     const up = await startUp(2);
-    const { proc, routerPort, nodePort, simPort, exited } = up;
+    const { proc, routerPort, nodePort, simPort, adminPort, exited } = up;
     try {
       const out = up.out();
       const router = `http://127.0.0.1:${routerPort}`;
+      // The admin APIs: the router's first, then the nodes'; the token printed works, no token gets 401.
+      const token = /admin token: ([0-9a-f]{32}),/.exec(out)?.[1];
+      assert.ok(token !== undefined, out);
+      assert.ok(out.includes(`dashboard  http://127.0.0.1:${adminPort}/dashboard#token=${token}`), out);
+      const ring = await fetch(`http://127.0.0.1:${adminPort}/admin/v1/ring`, { headers: { authorization: `Bearer ${token}` } });
+      assert.equal(ring.status, 200);
+      assert.deepEqual(((await ring.json()) as { members: { id: string }[] }).members.map((m) => m.id), ['node-1', 'node-2']);
+      assert.equal((await fetch(`http://127.0.0.1:${adminPort + 1}/admin/v1/ring`)).status, 401);
       assert.match(out, new RegExp(`${BANNER_HEADLINE}: 1 router, 2 nodes`));
       assert.ok(out.includes(`routers    ${router}`), out);
       assert.ok(out.includes(`node-1   http://127.0.0.1:${nodePort}\n`), out);
@@ -145,7 +157,7 @@ describe('quotaring up', () => {
       const [code, signal] = await exited;
       assert.deepEqual({ code, signal }, { code: 0, signal: null });
       assert.match(up.out(), /\nstopping\.\.\.\n/);
-      for (const port of [routerPort, nodePort, nodePort + 1, simPort]) assert.equal(await listening(port), false, `port ${port} still open`);
+      for (const port of [routerPort, nodePort, nodePort + 1, simPort, adminPort, adminPort + 1, adminPort + 2]) assert.equal(await listening(port), false, `port ${port} still open`);
     } finally {
       await up.kill();
     }

@@ -4,28 +4,20 @@
  */
 import type { FastifyInstance } from 'fastify';
 import type { Handoff } from '../../coord/handoff.ts';
-import type { LoadedConfig } from '../../config/load.ts';
 import { errorBody } from '../../errors.ts';
-import type { Limiter } from '../../limiter/limiter.ts';
-import type { AdmissionQueues } from '../admission-queue.ts';
+import type { TenantUsage } from '../../ops/admin-routes.ts';
 
 /**
  * Registers `GET /_quotaring/v1/handoff` (`{node, ring, claimed, stats}`: see `HandoffStats`) and
- * `GET /_quotaring/v1/tenants/:tenant`: `{tenant, node, here, owner, limits, queued}` where `limits`
- * is `Limiter.peek` (every limit's remaining and reset, nothing taken) when this node decides for the
- * tenant, else `[]` and `owner` names the member that does; `queued` counts its requests waiting
- * here for capacity. 404 for a tenant not in the config.
+ * `GET /_quotaring/v1/tenants/:tenant`: `usage(tenant)` (see `TenantUsage`: every limit's used,
+ * remaining and reset where this node decides for the tenant, else `here: false` and the owner);
+ * 404 for a tenant not in the config. Routers' admin API reads a tenant's usage here.
  */
-export function tenantStateRoutes(app: FastifyInstance, config: LoadedConfig, limiter: Limiter, queues: AdmissionQueues, node: string, handoff: Handoff | undefined): void {
+export function tenantStateRoutes(app: FastifyInstance, node: string, handoff: Handoff | undefined, usage: (tenant: string) => Promise<TenantUsage | undefined>): void {
   app.get<{ Params: { tenant: string } }>('/_quotaring/v1/tenants/:tenant', async (request, reply) => {
     const tenant = request.params.tenant;
-    if (!config.policies.has(tenant)) {
-      return reply.code(404).header('x-quotaring-error', 'not_found').send(errorBody('openai', 'not_found', `No tenant ${tenant}.`));
-    }
-    const placed = handoff?.place(tenant) ?? { here: true as const };
-    if (!placed.here) return { tenant, node, here: false, owner: placed.owner?.id ?? null, limits: [], queued: queues.depth(tenant) };
-    await handoff?.ready(tenant);
-    return { tenant, node, here: true, owner: node, limits: limiter.peek(tenant), queued: queues.depth(tenant) };
+    const found = await usage(tenant);
+    return found ?? reply.code(404).header('x-quotaring-error', 'not_found').send(errorBody('openai', 'not_found', `No tenant ${tenant}.`));
   });
   app.get('/_quotaring/v1/handoff', async () => ({ node, ring: handoff?.ring().version ?? null, claimed: handoff?.claimed().size ?? 0, stats: handoff?.stats ?? null }));
 }

@@ -1,0 +1,287 @@
+/**
+ * Prometheus metrics of a gateway node and of a router (prom-client), each in its own registry so
+ * that two instances in one process (tests) never share series. Every label takes values from a
+ * bounded set: decision results, limit kinds, configured models, deployments and opted-in tenants,
+ * HTTP status codes, Redis command names. Never an API key, a prompt or a request id.
+ * The full list, with types and labels, is `docs/metrics.md`.
+ */
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+
+/** What a node decided for a request (label `result` of `quotaring_decisions_total`). */
+export type DecisionResult =
+  /** Admitted by every limit (at once or after waiting in its tenant's queue). */
+  | 'admitted'
+  /** Refused by a limit that may take it later (429 with retry-after). */
+  | 'limited'
+  /** Larger than a limit can ever take (429 `request_too_large`). */
+  | 'too_large'
+  /** Waited in its tenant's queue until its tier's `max_wait` (429). */
+  | 'queue_timeout'
+  /** Found its tenant's queue full (`queue.max_depth`, 429). */
+  | 'queue_full'
+  /** The client left while waiting in the queue (nothing charged). */
+  | 'gone'
+  /** Redis could not decide (`on_redis_failure: closed` or central mode, 503). */
+  | 'unavailable';
+
+/** Which limit refused (label `limit_kind`): a tenant's requests/tokens/concurrency limit, a deployment quota, or `none` when admitted. */
+export type LimitKind = 'requests' | 'tokens' | 'concurrent' | 'quota' | 'none';
+
+/** Seconds buckets of the acquire wait: immediate decisions land in the first bucket, queued ones up to the 60 s batch deadline. */
+const WAIT_BUCKETS = [0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
+/** Buckets of used/reserved per settled request (1 = the reservation was exact; above 1 only with a usage beyond max_tokens). */
+const RATIO_BUCKETS = [0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1, 1.25, 2];
+/** Seconds buckets of request and handoff durations. */
+const DURATION_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
+
+/** One remaining level of an opted-in tenant, read at scrape time. */
+export interface TenantLevel {
+  readonly tenant: string;
+  /** The limit's name, e.g. `tokens/1m` (as in error messages). */
+  readonly limit: string;
+  /** Units left now (requests, tokens or concurrency slots). */
+  readonly remaining: number;
+}
+
+/** What a node's gauges read at scrape time; every reader must be cheap and must not throw. */
+export interface NodeGaugeSources {
+  /** Requests waiting in every tenant's admission queue. */
+  queueDepth(): number;
+  /** Requests admitted and not yet finished on this node. */
+  inFlight(): number;
+  /** 1 while this node decides from local fallback shares (Redis unreachable), else 0. */
+  fallbackActive(): number;
+  /** The ring this node sees: its members and version (absent for a single node). */
+  ring(): { readonly members: number; readonly version: string } | undefined;
+  /** Remaining per limit of the tenants with `metrics: true` that this node decides for now. */
+  tenantLevels(): readonly TenantLevel[];
+  /** Cumulative lease renewals of the global cap, by outcome. */
+  leaseRenewals(): Readonly<Record<'granted' | 'partial' | 'denied' | 'failed', number>>;
+  /** Cumulative guarded Redis calls (global cap, central decisions), by guard and outcome. */
+  guardCalls(): readonly { readonly guard: string; readonly result: 'ok' | 'timeout' | 'error' | 'open'; readonly n: number }[];
+}
+
+/** Sets a cumulative counter to `value` at scrape time (for counts kept by the code that owns them). */
+function setCounter(counter: Counter<string>, labels: Record<string, string>, value: number): void {
+  counter.remove(labels);
+  if (value > 0) counter.inc(labels, value);
+}
+
+/** A ring gauge pair: member count, and an info series `{version}` = 1 for the current ring only. */
+function ringGauges(registry: Registry, read: () => { readonly members: number; readonly version: string } | undefined): void {
+  new Gauge({
+    name: 'quotaring_ring_members',
+    help: 'Members of the ring this process sees.',
+    registers: [registry],
+    collect() {
+      this.set(read()?.members ?? 0);
+    },
+  });
+  new Gauge({
+    name: 'quotaring_ring_info',
+    help: 'The current ring version (label version), always 1; a new ring replaces the series.',
+    labelNames: ['version'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      const ring = read();
+      if (ring !== undefined) this.set({ version: ring.version }, 1);
+    },
+  });
+}
+
+/** Redis commands sent by this process on connections wrapped with {@link countRedisCommands}, by `command|result`. */
+const redisCommandCounts = new Map<string, number>();
+
+/**
+ * Counts every command an ioredis connection sends (pipelined ones included), by lowercased command
+ * name and result (`ok` / `error`), for `quotaring_redis_commands_total`. Process-wide: every
+ * registry in the process reports the same counts.
+ */
+export function countRedisCommands(redis: { sendCommand: (...args: never[]) => unknown }): void {
+  const target = redis as unknown as { sendCommand: (command: { name: string; promise: Promise<unknown> }, ...rest: unknown[]) => unknown };
+  const send = target.sendCommand.bind(target);
+  target.sendCommand = (command, ...rest) => {
+    const out = send(command, ...rest);
+    const name = command.name.toLowerCase();
+    command.promise.then(
+      () => redisCommandCounts.set(`${name}|ok`, (redisCommandCounts.get(`${name}|ok`) ?? 0) + 1),
+      () => redisCommandCounts.set(`${name}|error`, (redisCommandCounts.get(`${name}|error`) ?? 0) + 1),
+    );
+    return out;
+  };
+}
+
+/** The Redis command counter, read from the process-wide counts at scrape time. */
+function redisCommandsCounter(registry: Registry): void {
+  new Counter({
+    name: 'quotaring_redis_commands_total',
+    help: 'Redis commands sent by this process (membership, handoff, global cap, central store), by command and result.',
+    labelNames: ['command', 'result'],
+    registers: [registry],
+    collect() {
+      for (const [key, n] of redisCommandCounts) {
+        const [command = '', result = ''] = key.split('|');
+        setCounter(this, { command, result }, n);
+      }
+    },
+  });
+}
+
+/**
+ * A gateway node's metrics. The request path calls {@link decision}, {@link settled} and
+ * {@link upstream}; gauges are read from {@link NodeGaugeSources} at scrape time.
+ */
+export class NodeMetrics {
+  /** The node's own registry (`GET /metrics` renders it). */
+  readonly registry = new Registry();
+  readonly #decisions: Counter<'result' | 'limit_kind' | 'priority'>;
+  readonly #wait: Histogram<'priority'>;
+  readonly #reserved: Counter<'model'>;
+  readonly #used: Counter<'model'>;
+  readonly #ratio: Histogram<'model'>;
+  readonly #shed: Counter<'reason'>;
+  readonly #upstream: Counter<'deployment' | 'status'>;
+  readonly #upstream429: Counter<'deployment'>;
+  readonly #handoffs: Counter<'kind'>;
+  readonly #handoffSeconds: Histogram<'kind'>;
+  readonly #handoffTenants: Counter<'kind'>;
+  readonly #fallbackTransitions: Counter<'state'>;
+  #src: NodeGaugeSources | undefined;
+
+  /** @param sources read at every scrape; may be set later with {@link setSources} (the gateway builds its parts after its metrics). */
+  constructor(sources?: NodeGaugeSources) {
+    const r = this.registry;
+    this.#src = sources;
+    const src = (): NodeGaugeSources | undefined => this.#src;
+    collectDefaultMetrics({ register: r });
+    this.#decisions = new Counter({ name: 'quotaring_decisions_total', help: 'Admission decisions, by result, the kind of limit that refused (none when admitted) and priority tier.', labelNames: ['result', 'limit_kind', 'priority'], registers: [r] });
+    this.#wait = new Histogram({ name: 'quotaring_acquire_wait_seconds', help: 'Time from a request\'s first admission attempt to its decision (queue wait; 0 for immediate decisions), by priority tier.', labelNames: ['priority'], buckets: WAIT_BUCKETS, registers: [r] });
+    this.#reserved = new Counter({ name: 'quotaring_tokens_reserved_total', help: 'Tokens reserved at admission (prompt + reserved output), by model.', labelNames: ['model'], registers: [r] });
+    this.#used = new Counter({ name: 'quotaring_tokens_used_total', help: 'Tokens charged at settlement (the provider\'s usage, or the reservation when none was reported), by model.', labelNames: ['model'], registers: [r] });
+    this.#ratio = new Histogram({ name: 'quotaring_tokens_used_ratio', help: 'Used / reserved tokens per settled request, by model.', labelNames: ['model'], buckets: RATIO_BUCKETS, registers: [r] });
+    this.#shed = new Counter({ name: 'quotaring_queue_shed_total', help: 'Requests that waited in a tenant queue and were refused: deadline (max_wait) or queue full (queue.max_depth).', labelNames: ['reason'], registers: [r] });
+    this.#upstream = new Counter({ name: 'quotaring_upstream_requests_total', help: 'Requests sent to deployments (each attempt, retries and failovers included), by deployment and HTTP status (0: no response).', labelNames: ['deployment', 'status'], registers: [r] });
+    this.#upstream429 = new Counter({ name: 'quotaring_upstream_rate_limited_total', help: 'Provider 429 answers, by deployment.', labelNames: ['deployment'], registers: [r] });
+    this.#handoffs = new Counter({ name: 'quotaring_handoffs_total', help: 'Ring changes handled by this node: out (tenants handed to new owners) and prefetch (tenants read from Redis).', labelNames: ['kind'], registers: [r] });
+    this.#handoffSeconds = new Histogram({ name: 'quotaring_handoff_duration_seconds', help: 'Duration of a handoff (out) or a prefetch, seconds.', labelNames: ['kind'], buckets: DURATION_BUCKETS, registers: [r] });
+    this.#handoffTenants = new Counter({ name: 'quotaring_handoff_tenants_total', help: 'Tenant states moved by handoffs, by kind.', labelNames: ['kind'], registers: [r] });
+    this.#fallbackTransitions = new Counter({ name: 'quotaring_fallback_transitions_total', help: 'Entries into (state=entered) and exits from (state=left) local fallback.', labelNames: ['state'], registers: [r] });
+    new Gauge({ name: 'quotaring_queue_depth', help: 'Requests waiting in tenant admission queues on this node.', registers: [r], collect() { this.set(src()?.queueDepth() ?? 0); } });
+    new Gauge({ name: 'quotaring_requests_in_flight', help: 'Admitted requests not yet finished on this node.', registers: [r], collect() { this.set(src()?.inFlight() ?? 0); } });
+    new Gauge({ name: 'quotaring_fallback_active', help: '1 while this node decides deployment quotas and hot tenants from local fallback shares (Redis unreachable), else 0.', registers: [r], collect() { this.set(src()?.fallbackActive() ?? 0); } });
+    new Gauge({
+      name: 'quotaring_tenant_remaining',
+      help: 'Units left in each limit of tenants with metrics: true, on the node that decides for them.',
+      labelNames: ['tenant', 'limit'],
+      registers: [r],
+      collect() {
+        this.reset();
+        for (const l of src()?.tenantLevels() ?? []) this.set({ tenant: l.tenant, limit: l.limit }, l.remaining);
+      },
+    });
+    new Counter({
+      name: 'quotaring_lease_renewals_total',
+      help: 'Global-cap lease renewals (deployment quotas, hot tenants), by outcome: granted in full, partial, denied (bucket empty), failed (Redis).',
+      labelNames: ['result'],
+      registers: [r],
+      collect() {
+        const n = src()?.leaseRenewals();
+        if (n === undefined) return;
+        for (const result of ['granted', 'partial', 'denied', 'failed'] as const) setCounter(this, { result }, n[result]);
+      },
+    });
+    new Counter({
+      name: 'quotaring_redis_guard_calls_total',
+      help: 'Redis calls on decision paths (guard=cap: leases; guard=central: central-store decisions), by result: ok, timeout, error, open (breaker open, not sent).',
+      labelNames: ['guard', 'result'],
+      registers: [r],
+      collect() {
+        for (const c of src()?.guardCalls() ?? []) setCounter(this, { guard: c.guard, result: c.result }, c.n);
+      },
+    });
+    redisCommandsCounter(r);
+    ringGauges(r, () => src()?.ring());
+  }
+
+  /** Sets what the gauges read at scrape time. */
+  setSources(sources: NodeGaugeSources): void {
+    this.#src = sources;
+  }
+
+  /**
+   * One admission decision. `waitSeconds`: time in the tenant's queue (0 when decided at once);
+   * observed for every decision except `gone`.
+   */
+  decision(result: DecisionResult, kind: LimitKind, priority: string, waitSeconds: number): void {
+    this.#decisions.inc({ result, limit_kind: kind, priority });
+    if (result !== 'gone') this.#wait.observe({ priority }, waitSeconds);
+    if (result === 'queue_timeout') this.#shed.inc({ reason: 'deadline' });
+    else if (result === 'queue_full') this.#shed.inc({ reason: 'queue_full' });
+  }
+
+  /** A settled admitted request: `reserved` and `used` tokens (≥ 0). */
+  settled(model: string, reserved: number, used: number): void {
+    this.#reserved.inc({ model }, reserved);
+    this.#used.inc({ model }, used);
+    if (reserved > 0) this.#ratio.observe({ model }, used / reserved);
+  }
+
+  /** One upstream attempt's outcome: HTTP status, or 0 when no response came (connect error, timeout). */
+  upstream(deployment: string, status: number): void {
+    this.#upstream.inc({ deployment, status: String(status) });
+    if (status === 429) this.#upstream429.inc({ deployment });
+  }
+
+  /** A finished handoff (`out`: states written for new owners) or prefetch (`prefetch`: states read): its duration and tenants moved. */
+  handoff(kind: 'out' | 'prefetch', ms: number, tenants: number): void {
+    this.#handoffs.inc({ kind });
+    this.#handoffSeconds.observe({ kind }, ms / 1_000);
+    this.#handoffTenants.inc({ kind }, tenants);
+  }
+
+  /** The node entered (true) or left (false) local fallback. */
+  fallback(active: boolean): void {
+    this.#fallbackTransitions.inc({ state: active ? 'entered' : 'left' });
+  }
+}
+
+/** What a router's gauges read at scrape time. */
+export interface RouterGaugeSources {
+  ring(): { readonly members: number; readonly version: string } | undefined;
+  /** Members routed around now (failed health checks or connections). */
+  suspects(): number;
+  /** WebSocket clients of the live stream. */
+  liveClients(): number;
+}
+
+/** A router's metrics: forwarded requests by status, retries, duration, ring and suspects. */
+export class RouterMetrics {
+  readonly registry = new Registry();
+  readonly #requests: Counter<'status'>;
+  readonly #retries: Counter<'reason'>;
+  readonly #duration: Histogram;
+
+  constructor(sources: RouterGaugeSources) {
+    const r = this.registry;
+    collectDefaultMetrics({ register: r });
+    this.#requests = new Counter({ name: 'quotaring_router_requests_total', help: 'Requests answered by the router, by HTTP status (its own errors included).', labelNames: ['status'], registers: [r] });
+    this.#retries = new Counter({ name: 'quotaring_router_retries_total', help: 'Requests sent again to another member: reason 421 (not the owner) or unreachable.', labelNames: ['reason'], registers: [r] });
+    this.#duration = new Histogram({ name: 'quotaring_router_request_duration_seconds', help: 'Time from a request\'s arrival to the end of its response, seconds.', buckets: DURATION_BUCKETS, registers: [r] });
+    new Gauge({ name: 'quotaring_router_suspect_members', help: 'Members the router routes around now.', registers: [r], collect() { this.set(sources.suspects()); } });
+    new Gauge({ name: 'quotaring_live_clients', help: 'WebSocket clients of the live stream.', registers: [r], collect() { this.set(sources.liveClients()); } });
+    redisCommandsCounter(r);
+    ringGauges(r, () => sources.ring());
+  }
+
+  /** A finished request: its status and duration, ms. */
+  request(status: number, ms: number): void {
+    this.#requests.inc({ status: String(status) });
+    this.#duration.observe(ms / 1_000);
+  }
+
+  /** A request sent again to another member. */
+  retry(reason: '421' | 'unreachable'): void {
+    this.#retries.inc({ reason });
+  }
+}
