@@ -7,11 +7,11 @@
  * figures are medians over rounds, ratios are node / bare of those medians.
  */
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { closeSync, mkdirSync, openSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type autocannon from 'autocannon';
 import { parseTraceFile } from '../src/replay/trace.ts';
-import { freePort, runCli, writeConfig } from '../test/helpers/processes.ts';
+import { CLI, freePort, runCli, writeConfig } from '../test/helpers/processes.ts';
 import type { Running } from '../test/helpers/processes.ts';
 import { chatBody, median, runAutocannon } from './load.ts';
 
@@ -43,6 +43,33 @@ async function startBare(port: number, simUrl: string): Promise<Running> {
     proc,
     output: () => '',
     stop: async () => {
+      proc.kill('SIGTERM');
+      return new Promise((resolve) => proc.once('exit', (code) => resolve(code)));
+    },
+  };
+}
+
+/**
+ * A gateway node whose stdout (its JSON log lines) goes to /dev/null, as a log shipper would take
+ * it off the process: for the node at `log_level: info` (a line per request), whose output
+ * `runCli` would keep in memory.
+ */
+async function startNodeLogging(configFile: string, port: number, env: Record<string, string>): Promise<Running> {
+  const devNull = openSync('/dev/null', 'w');
+  const proc = spawn(process.execPath, [CLI, 'node', '--config', configFile], { env: { ...process.env, ...env }, stdio: ['ignore', devNull, 'inherit'] });
+  closeSync(devNull);
+  for (let t = 0; t < 300; t++) {
+    try {
+      if ((await fetch(`http://127.0.0.1:${port}/readyz`)).ok) break;
+    } catch {
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+  return {
+    proc,
+    output: () => '',
+    stop: async () => {
+      if (proc.exitCode !== null || proc.signalCode !== null) return proc.exitCode;
       proc.kill('SIGTERM');
       return new Promise((resolve) => proc.once('exit', (code) => resolve(code)));
     },
@@ -87,10 +114,10 @@ try {
   started.push(await runCli(['simulate', '--port', String(simPort)], `${simUrl}/sim/stats`));
   const keys = Array.from({ length: TENANTS }, (_, i) => `bench-tenant-key-${i}`);
   const limits = [{ requests: 1_000_000_000, window: '1m' }, { tokens: 1_000_000_000_000, window: '1m' }, { concurrent: 10_000 }];
-  const ports = { bare: await freePort(), estimate: await freePort(), exact: await freePort() };
-  const nodeConfig = (port: number, estimator: 'estimate' | 'exact') =>
+  const ports = { bare: await freePort(), estimate: await freePort(), logged: await freePort(), exact: await freePort() };
+  const nodeConfig = (port: number, estimator: 'estimate' | 'exact', logLevel: 'warn' | 'info' = 'warn') =>
     writeConfig({
-      server: { port, log_level: 'warn' },
+      server: { port, log_level: logLevel },
       tenants: keys.map((key, i) => ({ id: `t${i}`, keys: [key], limits })),
       models: [{ name: 'gpt-4o-mini', encoding: 'o200k_base', estimator, deployments: ['sim'] }],
       deployments: [{ name: 'sim', provider: 'openai', base_url: simUrl, api_key_env: 'BENCH_SIM_KEY' }],
@@ -99,13 +126,19 @@ try {
   started.push(await startBare(ports.bare, simUrl));
   started.push(await runCli(['node', '--config', nodeConfig(ports.estimate, 'estimate')], `http://127.0.0.1:${ports.estimate}/readyz`, env));
   started.push(await runCli(['node', '--config', nodeConfig(ports.exact, 'exact')], `http://127.0.0.1:${ports.exact}/readyz`, env));
+  started.push(await startNodeLogging(nodeConfig(ports.logged, 'estimate', 'info'), ports.logged, env));
 
   const trace = parseTraceFile(fileURLToPath(new URL('cluster/traces/azure-llm-2023-conv.csv.gz', root)), { limit: 2_000 });
   const mixes = {
     '200 tokens': [chatBody(200)],
     'conv trace sizes': trace.map((r) => chatBody(r.promptTokens)),
   };
-  const targets = { bare: `http://127.0.0.1:${ports.bare}`, 'node (estimate)': `http://127.0.0.1:${ports.estimate}`, 'node (exact)': `http://127.0.0.1:${ports.exact}` };
+  const targets = {
+    bare: `http://127.0.0.1:${ports.bare}`,
+    'node (estimate)': `http://127.0.0.1:${ports.estimate}`,
+    'node (estimate, info logs)': `http://127.0.0.1:${ports.logged}`,
+    'node (exact)': `http://127.0.0.1:${ports.exact}`,
+  };
   const rows = new Map<string, Row>();
   // Warm-up (JIT, tokenizer tables, connection pools), not measured.
   for (const url of Object.values(targets)) for (const bodies of Object.values(mixes)) await load(url, bodies, keys, 2);
@@ -121,7 +154,7 @@ try {
         row.non2xx += r.non2xx;
         row.errors += r.errors;
         rows.set(key, row);
-        process.stderr.write(`round ${round + 1}/${ROUNDS} ${target.padEnd(16)} ${prompts.padEnd(17)} ${r.requests.average.toFixed(0)} req/s p50 ${r.latency.p50} ms p99 ${r.latency.p99} ms non2xx ${r.non2xx}\n`);
+        process.stderr.write(`round ${round + 1}/${ROUNDS} ${target.padEnd(26)} ${prompts.padEnd(17)} ${r.requests.average.toFixed(0)} req/s p50 ${r.latency.p50} ms p99 ${r.latency.p99} ms non2xx ${r.non2xx}\n`);
       }
     }
   }

@@ -22,11 +22,11 @@ function clock(ms: number): string {
 }
 
 function pad(s: string, n: number): string {
-  return s.length >= n ? s.slice(0, n) : s + ' '.repeat(n - s.length);
+  return s.length >= n ? `${s} ` : s + ' '.repeat(n - s.length);
 }
 
 function padLeft(s: string, n: number): string {
-  return s.length >= n ? s : ' '.repeat(n - s.length) + s;
+  return s.length >= n ? ` ${s}` : ' '.repeat(n - s.length) + s;
 }
 
 function limitText(l: LimitLevel): string {
@@ -70,7 +70,7 @@ export function renderTop(s: LiveSnapshot, width: number): string {
     lines.push('EVENTS');
     for (const e of s.events.slice(-TOP_EVENTS)) lines.push(`${clock(e.atMs)}  ${pad(e.kind, 17)}${e.message}`);
   }
-  return lines.map((l) => (l.length > w ? `${l.slice(0, w - 1)}…` : l)).join('\n');
+  return lines.map((line) => line.trimEnd()).map((l) => (l.length > w ? `${l.slice(0, w - 1)}…` : l)).join('\n');
 }
 
 /** The live stream's ws(s):// URL from a router admin base URL (http or https). @throws TypeError for a bad URL. */
