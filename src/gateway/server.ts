@@ -41,7 +41,7 @@ import { sendSettlement, settlementRoutes } from './routes/settlements.ts';
 import { tenantStateRoutes } from './routes/tenant-state.ts';
 import { Upstreams } from './upstream.ts';
 import { NodeMetrics } from '../ops/metrics.ts';
-import { NodeActivity } from '../ops/node-activity.ts';
+import { NodeActivity, levelEnabled } from '../ops/node-activity.ts';
 import { nodeOpsRoutes } from '../ops/node-routes.ts';
 import { loggerOptions } from '../ops/logging.ts';
 import { nodeAdminRoutes, withUsage } from '../ops/admin-routes.ts';
@@ -77,7 +77,7 @@ export interface NodeClusterOptions {
 }
 
 const handoffs = new WeakMap<FastifyInstance, Handoff>();
-const adminSources = new WeakMap<FastifyInstance, Omit<NodeAdminSources, 'drain'>>();
+const adminSources = new WeakMap<FastifyInstance, Omit<NodeAdminSources, 'drain'> & { readonly drained: () => void }>();
 
 /**
  * Registers a node's admin routes (`src/ops/admin-routes.ts`) on `admin`, its admin server.
@@ -87,7 +87,14 @@ const adminSources = new WeakMap<FastifyInstance, Omit<NodeAdminSources, 'drain'
 export function registerNodeAdmin(app: FastifyInstance, admin: FastifyInstance, drain: NodeAdminSources['drain']): void {
   const sources = adminSources.get(app);
   if (sources === undefined) throw new Error('not a gateway built by buildGateway()');
-  nodeAdminRoutes(admin, { ...sources, drain });
+  nodeAdminRoutes(admin, {
+    ...sources,
+    drain: async () => {
+      const done = await drain();
+      sources.drained();
+      return done;
+    },
+  });
 }
 
 /** The handoff of a node built by {@link buildGateway} with a cluster; undefined for a single node. */
@@ -351,12 +358,15 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
 
   let ready = false;
   app.get('/healthz', async () => (clusterOpts === undefined || handoff === undefined ? { status: 'ok' } : { status: 'ok', node: clusterOpts.self.id, ring: handoff.ring().version }));
-  app.get('/readyz', async (_request, reply) => (ready ? { status: 'ready' } : reply.code(503).send({ status: 'starting' })));
+  let drained = false;
+  app.get('/readyz', async (_request, reply) => (ready ? { status: 'ready' } : reply.code(503).send({ status: drained ? 'drained' : 'starting' })));
 
   app.register(async (v1) => {
     // One info line per request: exchanges write theirs (with the decision); this covers the rest (400, 401, 404 ...).
-    v1.addHook('onResponse', async (request, reply) => {
-      if (request.trail === null) request.log.info({ tenant: request.tenant?.id ?? null, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10, error: reply.getHeader('x-quotaring-error') ?? null }, 'request');
+    // (Callback style: no promise per request.)
+    v1.addHook('onResponse', (request, reply, done) => {
+      if (request.trail === null && levelEnabled(request.log, 'info')) request.log.info({ tenant: request.tenant?.id ?? null, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10, error: reply.getHeader('x-quotaring-error') ?? null }, 'request');
+      done();
     });
     v1.addHook('onRequest', authHook(ctx));
     // Central mode: any node decides for any tenant (its limits are in Redis), so no ownership check.
@@ -381,6 +391,11 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     ring: () => handoff?.ring(),
     found: () => (hotSet === undefined ? [] : hotSet.hot().map((tenant) => ({ tenant, k: hotSet.spreadOf(tenant) ?? hotConfig.spread }))),
     tenant: tenantUsage,
+    // A drained node is out of the ring: orchestrators see it not ready.
+    drained: () => {
+      ready = false;
+      drained = true;
+    },
   });
   nodeOpsRoutes(app, { node: self, activity, limiter, queues, ring: () => handoff?.ring().version, fallback: inFallback, decidesFor });
 

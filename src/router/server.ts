@@ -19,6 +19,7 @@ import { Suspects } from './suspects.ts';
 import type { HotSet } from '../coord/hot-set.ts';
 import { RouterMetrics } from '../ops/metrics.ts';
 import { loggerOptions } from '../ops/logging.ts';
+import { levelEnabled } from '../ops/node-activity.ts';
 import { ReloadableConfig } from '../config/reloadable.ts';
 import { adminToken, buildAdminServer } from '../ops/admin-server.ts';
 import { routerAdminRoutes } from '../ops/admin-routes.ts';
@@ -115,11 +116,12 @@ export function buildRouter(opts: RouterOptions): FastifyInstance {
   });
   app.register(async (v1) => {
     // One info line per request (tenant, member, status, ms; never the key), and the router's metrics.
-    v1.addHook('onResponse', async (request, reply) => {
+    v1.addHook('onResponse', (request, reply, done) => {
       const raw = reply.raw;
       const status = raw.destroyed && !raw.writableFinished ? 499 : reply.statusCode;
       metrics.request(status, reply.elapsedTime);
-      request.log.info({ tenant: tenantOf(request, config) ?? null, status, ms: Math.round(reply.elapsedTime * 10) / 10 }, 'request');
+      if (levelEnabled(request.log, 'info')) request.log.info({ tenant: tenantOf(request, config) ?? null, status, ms: Math.round(reply.elapsedTime * 10) / 10 }, 'request');
+      done();
     });
     v1.route({
       method: ['GET', 'POST'],

@@ -13,9 +13,10 @@
  * - The WebSocket `/admin/v1/live` on the router's admin port: a wrong or missing token (header or
  *   browser subprotocol) gets HTTP 401 at the upgrade; another upgrade path has its socket
  *   destroyed; a plain GET answers 401 without the token and 426 with it; the page is public.
- * - A client authorised by `Authorization: Bearer` receives the latest snapshot at once (< 300 ms),
- *   then one per second: the gaps between the next 4 snapshots are 1,000 ms ± 200 ms (the router polls every
- *   1,000 ms; each round waits for the slowest member, ≤ 800 ms).
+ * - A client authorised by `Authorization: Bearer` receives the latest snapshot at once (< 1 s),
+ *   then one per second: the gaps between the next 4 snapshots are 500-2,000 ms (the router polls
+ *   every 1,000 ms; each round waits for the slowest member, ≤ 800 ms; the bounds leave room for a
+ *   loaded CI machine, measured gaps here are 995-1,004 ms).
  * - `renderTop` and `runTop({ once })` name the nodes and the tenant; a refused token gives exit
  *   code 1 and "admin token refused"; a closed port 1 and "connection refused".
  * - Closing the router closes the stream with code 1001.
@@ -238,8 +239,9 @@ describe('live view: LiveHub, the /admin/v1/live WebSocket, quotaring top', () =
     // got[0] is the latest snapshot sent on connect; got[1..4] are broadcasts of consecutive rounds.
     const gaps = got.slice(2).map((g, i) => Math.round(g.at - (got[i + 1] as { at: number }).at));
     console.log(`first snapshot ${Math.round((got[0] as { at: number }).at - openedAt)} ms after open; gaps ${gaps.join(', ')} ms`);
-    assert.ok((got[0] as { at: number }).at - openedAt < 300, 'the latest snapshot comes at once');
-    for (const g of gaps) assert.ok(g >= 800 && g <= 1_200, `snapshot gap ${g} ms`);
+    // Bounds wide enough for a loaded 2-core CI machine: "at once" and "about once a second, not a flood".
+    assert.ok((got[0] as { at: number }).at - openedAt < 1_000, 'the latest snapshot comes at once');
+    for (const g of gaps) assert.ok(g >= 500 && g <= 2_000, `snapshot gap ${g} ms`);
     for (const { s } of got) {
       assert.equal(s.type, 'snapshot');
       assert.equal(s.router, `router-${new URL(router.url).port}`);

@@ -284,6 +284,8 @@ describe('drain through a real Redis membership', () => {
     await misdirected.body.dump();
     assert.equal(misdirected.statusCode, 421);
     assert.equal(misdirected.headers['x-quotaring-owner'], 'node-b');
+    const ready = await request(`${a.url}/readyz`);
+    assert.deepEqual({ status: ready.statusCode, body: await ready.body.json() }, { status: 503, body: { status: 'drained' } });
     const again = await request(`${a.adminUrl}/admin/v1/drain`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}` } });
     assert.equal(((await again.body.json()) as { alreadyDrained: boolean }).alreadyDrained, true);
   });
