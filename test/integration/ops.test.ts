@@ -4,9 +4,11 @@
  * without the token, tenant usage, ring, hot tenants, config reload that keeps the last good config,
  * drain through a real Redis membership), and the router's metrics and admin API.
  *
- * The tenant `acme` has {requests 2 / 1m, tokens 1,000 / 1m} and `metrics: true`; each request is a
- * 1-token prompt ("hello", exact o200k count 1, plus the chat framing the counter adds) with
- * max_tokens 5, and the simulator answers with exactly 3 completion tokens (`x-sim-output-tokens`).
+ * The tenant `acme` has {requests 2 / 1m token bucket, tokens 1,000 / 1m sliding window (no refill
+ * within the test, so its remaining is exact)} and `metrics: true`; each request's prompt is counted
+ * exactly (o200k, `countOpenAIChat`) as `prompt` tokens, it reserves prompt + 5 (max_tokens), and the
+ * simulator answers with exactly 3 completion tokens (`x-sim-output-tokens`), so it settles on
+ * prompt + 3.
  */
 import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
@@ -36,7 +38,7 @@ function rawConfig(simUrl: string, extra: Record<string, unknown> = {}, requests
     server: { log_level: 'info' },
     admin: { port: 0, router_port: 0 },
     tenants: [
-      { id: 'acme', keys: [KEY], metrics: true, limits: [{ requests, window: '1m' }, { tokens: 1_000, window: '1m' }] },
+      { id: 'acme', keys: [KEY], metrics: true, limits: [{ requests, window: '1m' }, { tokens: 1_000, window: '1m', algorithm: 'sliding_window' }] },
       { id: 'other', keys: ['key-other-0000001'], spread: 2, limits: [{ requests: 100, window: '1m' }, { concurrent: 4 }] },
     ],
     models: [{ name: 'gpt-4o-mini', encoding: 'o200k_base', estimator: 'exact', deployments: ['sim'] }],
