@@ -17,6 +17,7 @@ import { parseTraceFile } from '../src/replay/trace.ts';
 import { CLI, freePort, runCli, writeConfig } from '../test/helpers/processes.ts';
 import type { Running } from '../test/helpers/processes.ts';
 import { chatBody, median, runAutocannon } from './load.ts';
+import { processCpuSeconds } from './cluster-processes.ts';
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const DURATION_S = Number(process.env.BENCH_DURATION ?? 8);
@@ -101,10 +102,16 @@ function pairedRatio(rps: readonly number[], ref: readonly number[] | undefined)
   return median(rps.map((r, i) => r / (ref[i] ?? Number.NaN)).filter((x) => Number.isFinite(x)));
 }
 
+function percent(ratio: number | undefined): string {
+  return ratio === undefined ? '—' : `${(ratio * 100).toFixed(0)}%`;
+}
+
 interface Row {
   target: string;
   prompts: string;
   rps: number[];
+  /** CPU time of the target's process per request served, µs. */
+  cpuUs: number[];
   p50: number[];
   p99: number[];
   non2xx: number;
@@ -133,11 +140,15 @@ try {
       deployments: [{ name: 'sim', provider: 'openai', base_url: simUrl, api_key_env: 'BENCH_SIM_KEY' }],
     });
   const env = { BENCH_SIM_KEY: 'bench-sim-key' };
-  started.push(await startBare(ports.bare, simUrl));
-  started.push(await runCli(['node', '--config', nodeConfig(ports.estimate, 'estimate')], `http://127.0.0.1:${ports.estimate}/readyz`, env));
-  started.push(await runCli(['node', '--config', nodeConfig(ports.exact, 'exact')], `http://127.0.0.1:${ports.exact}/readyz`, env));
-  started.push(await startNodeLogging(nodeConfig(ports.logged, 'estimate', 'info'), ports.logged, env));
-  if (BASELINE !== undefined) started.push(await startNodeLogging(nodeConfig(ports.baseline, 'estimate'), ports.baseline, env, `${BASELINE}/dist/src/cli.js`));
+  /** Target name → its process (for CPU time per request). */
+  const procs: Record<string, Running> = {
+    bare: await startBare(ports.bare, simUrl),
+    'node (estimate)': await runCli(['node', '--config', nodeConfig(ports.estimate, 'estimate')], `http://127.0.0.1:${ports.estimate}/readyz`, env),
+    'node (estimate, info logs)': await startNodeLogging(nodeConfig(ports.logged, 'estimate', 'info'), ports.logged, env),
+    'node (exact)': await runCli(['node', '--config', nodeConfig(ports.exact, 'exact')], `http://127.0.0.1:${ports.exact}/readyz`, env),
+    ...(BASELINE === undefined ? {} : { 'node (estimate) @ baseline': await startNodeLogging(nodeConfig(ports.baseline, 'estimate'), ports.baseline, env, `${BASELINE}/dist/src/cli.js`) }),
+  };
+  started.push(...Object.values(procs));
 
   const trace = parseTraceFile(fileURLToPath(new URL('cluster/traces/azure-llm-2023-conv.csv.gz', root)), { limit: 2_000 });
   const mixes = {
@@ -155,19 +166,26 @@ try {
   const rows = new Map<string, Row>();
   // Warm-up (JIT, tokenizer tables, connection pools), not measured.
   for (const url of Object.values(targets)) for (const bodies of Object.values(mixes)) await load(url, bodies, keys, 2);
+  const order = Object.entries(targets);
   for (let round = 0; round < ROUNDS; round++) {
     for (const [prompts, bodies] of Object.entries(mixes)) {
-      for (const [target, url] of Object.entries(targets)) {
+      // Each round starts at the next target, so that no target always runs first (or last).
+      for (let t = 0; t < order.length; t++) {
+        const [target, url] = order[(t + round) % order.length] as [string, string];
+        const pid = procs[target]?.proc.pid;
+        const cpuBefore = processCpuSeconds(pid);
         const r = await load(url, bodies, keys);
+        const cpuUs = ((processCpuSeconds(pid) - cpuBefore) * 1e6) / Math.max(1, r.requests.total);
         const key = `${target}|${prompts}`;
-        const row = rows.get(key) ?? { target, prompts, rps: [], p50: [], p99: [], non2xx: 0, errors: 0 };
+        const row = rows.get(key) ?? { target, prompts, rps: [], cpuUs: [], p50: [], p99: [], non2xx: 0, errors: 0 };
         row.rps.push(r.requests.average);
+        row.cpuUs.push(cpuUs);
         row.p50.push(r.latency.p50);
         row.p99.push(r.latency.p99);
         row.non2xx += r.non2xx;
         row.errors += r.errors;
         rows.set(key, row);
-        process.stderr.write(`round ${round + 1}/${ROUNDS} ${target.padEnd(26)} ${prompts.padEnd(17)} ${r.requests.average.toFixed(0)} req/s p50 ${r.latency.p50} ms p99 ${r.latency.p99} ms non2xx ${r.non2xx}\n`);
+        process.stderr.write(`round ${round + 1}/${ROUNDS} ${target.padEnd(26)} ${prompts.padEnd(17)} ${r.requests.average.toFixed(0)} req/s ${cpuUs.toFixed(0)} µs CPU/req p50 ${r.latency.p50} ms p99 ${r.latency.p99} ms non2xx ${r.non2xx}\n`);
       }
     }
   }
@@ -178,6 +196,8 @@ try {
     return {
       ...row,
       medianRps: rps,
+      medianCpuUs: median(row.cpuUs),
+      ...(base === undefined || row.target === base.target ? {} : { cpuToBaseline: pairedRatio(row.cpuUs, base.cpuUs) }),
       medianP50: median(row.p50),
       medianP99: median(row.p99),
       ratioToBare: pairedRatio(row.rps, bare?.rps),
@@ -195,11 +215,11 @@ try {
     '',
     'Ratios are medians of per-round ratios (targets run back to back within a round).',
     '',
-    `| target | prompts | req/s | p50 ms | p99 ms | vs bare |${BASELINE === undefined ? '' : ' vs baseline |'} non-2xx |`,
-    `|---|---|---|---|---|---|${BASELINE === undefined ? '' : '---|'}---|`,
+    `| target | prompts | req/s | CPU µs/request | p50 ms | p99 ms | vs bare |${BASELINE === undefined ? '' : ' vs baseline (req/s) | vs baseline (CPU) |'} non-2xx |`,
+    `|---|---|---|---|---|---|---|${BASELINE === undefined ? '' : '---|---|'}---|`,
     ...results.map(
       (r) =>
-        `| ${r.target} | ${r.prompts} | ${r.medianRps.toFixed(0)} | ${r.medianP50} | ${r.medianP99} | ${(r.ratioToBare * 100).toFixed(0)}% |${BASELINE === undefined ? '' : ` ${r.ratioToBaseline === undefined ? '—' : `${(r.ratioToBaseline * 100).toFixed(0)}%`} |`} ${r.non2xx + r.errors} |`,
+        `| ${r.target} | ${r.prompts} | ${r.medianRps.toFixed(0)} | ${r.medianCpuUs.toFixed(0)} | ${r.medianP50} | ${r.medianP99} | ${(r.ratioToBare * 100).toFixed(0)}% |${BASELINE === undefined ? '' : ` ${percent(r.ratioToBaseline)} | ${percent(r.cpuToBaseline)} |`} ${r.non2xx + r.errors} |`,
     ),
   ].join('\n');
   const microMd = ['', '```', micro.limiter.text, micro.ops.text, micro.tokens.text, '```'].join('\n');

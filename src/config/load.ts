@@ -154,7 +154,7 @@ export function loadConfig(file: string, env: NodeJS.ProcessEnv = process.env): 
   }
   const doc = parseDocument(text, { uniqueKeys: true });
   if (doc.errors.length > 0) {
-    throw new ConfigError(doc.errors.map((e) => `${file}: line ${e.linePos?.[0]?.line ?? '?'}: ${e.code}: ${e.message.split('\n')[0]}`));
+    throw new ConfigError(doc.errors.map((e) => `${file}: line ${e.linePos?.[0]?.line ?? '?'}: ${e.code}: ${(e.message.split('\n')[0] ?? '').replace(/:$/, '')}`));
   }
   return buildConfig(doc.toJS(), file, env);
 }

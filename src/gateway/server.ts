@@ -59,6 +59,8 @@ export interface GatewayOptions {
   readonly prettyLogs?: boolean;
   /** Where JSON log lines go in place of stdout (tests). */
   readonly logStream?: NodeJS.WritableStream;
+  /** This node's id where no cluster names it (a single node: admin API, levels, tenant views), read when used (a port chosen at listen). @default `single` */
+  readonly nodeId?: () => string;
   /** This node's place in a cluster; absent for a single node, which owns every tenant. */
   readonly cluster?: NodeClusterOptions;
 }
@@ -319,7 +321,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     activity,
     nextRequestId: requestIdGenerator(),
   };
-  const self = clusterOpts?.self.id ?? 'single';
+  const nodeId = (): string => clusterOpts?.self.id ?? opts.nodeId?.() ?? 'single';
   // Fallback means "Redis is configured and unreachable": a node without Redis is never in it.
   const inFallback = (): boolean => quotas?.guard !== undefined && quotas.leases.inFallback;
   const decidesFor = (tenant: string): boolean => central === undefined && (spread?.isSpread(tenant) === true || handoff === undefined || handoff.holds(tenant));
@@ -380,13 +382,16 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
   const tenantUsage = async (tenant: string): Promise<TenantUsage | undefined> => {
     if (!config.policies.has(tenant)) return undefined;
     const placed = handoff?.place(tenant) ?? { here: true as const };
+    const self = nodeId();
     if (!placed.here) return { tenant, node: self, here: false, owner: placed.owner?.id ?? null, limits: [], queued: queues.depth(tenant) };
     await handoff?.ready(tenant);
     return { tenant, node: self, here: true, owner: self, limits: withUsage(limiter.peek(tenant)), queued: queues.depth(tenant) };
   };
-  tenantStateRoutes(app, self, handoff, tenantUsage);
+  tenantStateRoutes(app, nodeId, handoff, tenantUsage);
   adminSources.set(app, {
-    self,
+    get self() {
+      return nodeId();
+    },
     config,
     ring: () => handoff?.ring(),
     found: () => (hotSet === undefined ? [] : hotSet.hot().map((tenant) => ({ tenant, k: hotSet.spreadOf(tenant) ?? hotConfig.spread }))),
@@ -397,7 +402,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
       drained = true;
     },
   });
-  nodeOpsRoutes(app, { node: self, activity, limiter, queues, ring: () => handoff?.ring().version, fallback: inFallback, decidesFor });
+  nodeOpsRoutes(app, { node: nodeId, activity, limiter, queues, ring: () => handoff?.ring().version, fallback: inFallback, decidesFor });
 
   const sweep = setInterval(() => {
     ctx.limiter.sweep();

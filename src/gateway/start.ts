@@ -52,10 +52,13 @@ export async function startGateway(opts: StartGatewayOptions): Promise<{ url: st
   const host = opts.host ?? server.host;
   const port = opts.port ?? server.port;
   const self = { id: opts.id ?? `node-${port}`, url: opts.advertiseUrl ?? `http://${host}:${port}` };
+  let listenedPort = port;
   const configured = membershipFromConfig(settings, self);
   const store = configured?.redis === undefined ? undefined : new TenantStateStore(configured.redis, settings.name);
   const app = buildGateway({
     config,
+    // Port 0: the id names the port chosen at listen.
+    nodeId: () => opts.id ?? `node-${listenedPort}`,
     ...(opts.prettyLogs === true ? { prettyLogs: true } : {}),
     ...(configured === undefined
       ? {}
@@ -70,6 +73,7 @@ export async function startGateway(opts: StartGatewayOptions): Promise<{ url: st
         }),
   });
   const url = await app.listen({ host, port });
+  listenedPort = Number(new URL(url).port);
   const handoff = nodeHandoff(app);
   // Join the ring only once this node can serve.
   await handoff?.start();

@@ -770,7 +770,8 @@ export class CapLeases {
       b.renewing = undefined;
       const at = this.#clock.now();
       if (!r.ok) {
-        this.renewals.failed++;
+        // Without Redis every call fails by design: that is not a failed renewal.
+        if (!this.#localOnly) this.renewals.failed++;
         // A grant answered after the timeout is still this node's until its lease expires.
         r.late?.then(
           (v) => {

@@ -53,7 +53,7 @@ export const DASHBOARD_HTML = String.raw`<!doctype html>
   td.num { text-align:right; font-family:var(--mono); white-space:nowrap; }
   td.name { font-family:var(--mono); font-weight:600; }
   .refused { color:var(--bad); font-weight:700; }
-  .limit { display:grid; grid-template-columns: 130px minmax(80px,1fr) 120px; gap:8px; align-items:center; font-size:12px; margin:2px 0; }
+  .limit { display:grid; grid-template-columns: 130px minmax(60px,1fr) max-content; gap:8px; align-items:center; font-size:12px; margin:2px 0; }
   .limit .lname { color:var(--dim); font-family:var(--mono); overflow:hidden; text-overflow:ellipsis; white-space:nowrap; }
   .limit .lval { font-family:var(--mono); text-align:right; white-space:nowrap; }
   .bar { height:8px; background:var(--line); border-radius:4px; overflow:hidden; }
@@ -93,7 +93,7 @@ export const DASHBOARD_HTML = String.raw`<!doctype html>
   <section class="wide">
     <h2>Cluster: requests per second</h2>
     <svg id="chart" viewBox="0 0 600 110" preserveAspectRatio="none" role="img" aria-label="admitted and refused requests per second"></svg>
-    <div class="legend"><span><span class="sw" style="background:var(--ok)"></span>admitted/s <b id="total-admitted">0</b></span><span><span class="sw" style="background:var(--bad)"></span>429/s <b id="total-refused">0</b></span><span>in flight <b id="total-inflight">0</b></span><span>queued <b id="total-queued">0</b></span></div>
+    <div class="legend"><span><span class="sw" style="background:var(--ok)"></span>admitted/s <b id="total-admitted">0</b></span><span><span class="sw" style="background:var(--bad)"></span>429/s <b id="total-refused">0</b></span><span>in flight <b id="total-inflight">0</b></span><span>queued <b id="total-queued">0</b></span><span>chart top <b id="chart-max">1</b>/s</span></div>
   </section>
   <section class="wide">
     <h2>Nodes</h2>
@@ -270,10 +270,8 @@ export const DASHBOARD_HTML = String.raw`<!doctype html>
       return p;
     }
     while (svg.firstChild) svg.removeChild(svg.firstChild);
-    var t = document.createElementNS('http://www.w3.org/2000/svg', 'text');
-    t.setAttribute('x', '4'); t.setAttribute('y', '12'); t.setAttribute('fill', '#8a96a3'); t.setAttribute('font-size', '10');
-    t.textContent = 'max ' + rate(max) + '/s';
-    svg.appendChild(t);
+    // The scale is text outside the SVG: the SVG stretches to the page width and would stretch text.
+    $('chart-max').textContent = rate(max);
     if (series.length > 1) { svg.appendChild(line('a', '#3fb950')); svg.appendChild(line('r', '#f85149')); }
   }
 

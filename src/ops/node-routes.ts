@@ -12,7 +12,8 @@ import type { NodeLevels, TenantLevels } from './levels.ts';
 
 /** What {@link nodeLevels} reads. */
 export interface LevelSources {
-  readonly node: string;
+  /** This node's id. */
+  node(): string;
   readonly activity: NodeActivity;
   readonly limiter: Limiter;
   readonly queues: AdmissionQueues;
@@ -51,7 +52,7 @@ export function nodeLevels(s: LevelSources, nowMs = Date.now()): NodeLevels {
     limits: s.decidesFor(t.tenant) ? s.limiter.peek(t.tenant).map((l) => ({ name: l.name, kind: l.kind, limit: l.limit, remaining: l.remaining, resetMs: l.resetMs })) : [],
   }));
   const rates = s.activity.nodeRates();
-  return { node: s.node, ring: s.ring() ?? null, atMs: nowMs, inFlight: s.activity.inFlight, queued, fallback: s.fallback(), ...rates, tenants };
+  return { node: s.node(), ring: s.ring() ?? null, atMs: nowMs, inFlight: s.activity.inFlight, queued, fallback: s.fallback(), ...rates, tenants };
 }
 
 /** Registers `GET /metrics` and `GET /_quotaring/v1/levels` on the node's service port. */

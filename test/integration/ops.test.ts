@@ -200,7 +200,8 @@ describe('a node: admin API', () => {
 
   test('ring of a single node, and hot tenants from the config', async () => {
     const ring = (await (await admin('/admin/v1/ring?tenant=acme')).body.json()) as { version: unknown; owner: string; self: string };
-    assert.deepEqual({ version: ring.version, owner: ring.owner }, { version: null, owner: 'single' });
+    // A single node started without --id is `node-<port>`.
+    assert.deepEqual({ version: ring.version, owner: ring.owner, self: ring.self }, { version: null, owner: `node-${new URL(node.url).port}`, self: `node-${new URL(node.url).port}` });
     const hot = (await (await admin('/admin/v1/hot')).body.json()) as { hot: unknown[] };
     assert.deepEqual(hot.hot, [{ tenant: 'other', k: 2, source: 'config' }]);
   });

@@ -13,11 +13,11 @@ import type { TenantUsage } from '../../ops/admin-routes.ts';
  * remaining and reset where this node decides for the tenant, else `here: false` and the owner);
  * 404 for a tenant not in the config. Routers' admin API reads a tenant's usage here.
  */
-export function tenantStateRoutes(app: FastifyInstance, node: string, handoff: Handoff | undefined, usage: (tenant: string) => Promise<TenantUsage | undefined>): void {
+export function tenantStateRoutes(app: FastifyInstance, node: () => string, handoff: Handoff | undefined, usage: (tenant: string) => Promise<TenantUsage | undefined>): void {
   app.get<{ Params: { tenant: string } }>('/_quotaring/v1/tenants/:tenant', async (request, reply) => {
     const tenant = request.params.tenant;
     const found = await usage(tenant);
     return found ?? reply.code(404).header('x-quotaring-error', 'not_found').send(errorBody('openai', 'not_found', `No tenant ${tenant}.`));
   });
-  app.get('/_quotaring/v1/handoff', async () => ({ node, ring: handoff?.ring().version ?? null, claimed: handoff?.claimed().size ?? 0, stats: handoff?.stats ?? null }));
+  app.get('/_quotaring/v1/handoff', async () => ({ node: node(), ring: handoff?.ring().version ?? null, claimed: handoff?.claimed().size ?? 0, stats: handoff?.stats ?? null }));
 }
