@@ -332,7 +332,6 @@ async function exchange(ctx: GatewayContext, request: FastifyRequest, reply: Fas
   trail.waitMs = waitedMs;
   ctx.activity.decided(trail);
   if (levelEnabled(request.log, 'debug')) request.log.debug({ tenant: tenantId, priority: ex.tier.name, tokens: cost, waitMs: Math.round(waitedMs), limits: admitted.limits.map((l) => `${l.name}=${l.remaining}/${l.limit}`) }, 'admitted');
-  ctx.activity.inFlight++;
 
   const headers = limitHeaders(ctx, ex.dialect, group === undefined ? admitted.limits : [...(spread?.limitStates(group) ?? []), ...admitted.limits]);
   headers['x-quotaring-request-id'] = id;
@@ -356,6 +355,8 @@ async function exchange(ctx: GatewayContext, request: FastifyRequest, reply: Fas
   let call: DeploymentCall = ex;
   let held: string | undefined = quotas !== undefined ? ex.deployment.name : undefined;
   let nextCandidate = 0;
+  // In flight from here to the `finally` that settles it.
+  ctx.activity.inFlight++;
   try {
     if (ex.deployment.provider !== ex.dialect) {
       // Every deployment of the client's format is down: this one speaks the other, translated.

@@ -6,6 +6,7 @@
  * The full list, with types and labels, is `docs/metrics.md`.
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { PathCounter, PathHistogram } from './request-path-metrics.ts';
 
 /** What a node decided for a request (label `result` of `quotaring_decisions_total`). */
 export type DecisionResult =
@@ -135,14 +136,14 @@ function redisCommandsCounter(registry: Registry): void {
 export class NodeMetrics {
   /** The node's own registry (`GET /metrics` renders it). */
   readonly registry = new Registry();
-  readonly #decisions: Counter<'result' | 'limit_kind' | 'priority'>;
-  readonly #wait: Histogram<'priority'>;
-  readonly #reserved: Counter<'model'>;
-  readonly #used: Counter<'model'>;
-  readonly #ratio: Histogram<'model'>;
-  readonly #shed: Counter<'reason'>;
-  readonly #upstream: Counter<'deployment' | 'status'>;
-  readonly #upstream429: Counter<'deployment'>;
+  readonly #decisions: PathCounter;
+  readonly #wait: PathHistogram;
+  readonly #reserved: PathCounter;
+  readonly #used: PathCounter;
+  readonly #ratio: PathHistogram;
+  readonly #shed: PathCounter;
+  readonly #upstream: PathCounter;
+  readonly #upstream429: PathCounter;
   readonly #handoffs: Counter<'kind'>;
   readonly #handoffSeconds: Histogram<'kind'>;
   readonly #handoffTenants: Counter<'kind'>;
@@ -155,14 +156,14 @@ export class NodeMetrics {
     this.#src = sources;
     const src = (): NodeGaugeSources | undefined => this.#src;
     collectDefaultMetrics({ register: r });
-    this.#decisions = new Counter({ name: 'quotaring_decisions_total', help: 'Admission decisions, by result, the kind of limit that refused (none when admitted) and priority tier.', labelNames: ['result', 'limit_kind', 'priority'], registers: [r] });
-    this.#wait = new Histogram({ name: 'quotaring_acquire_wait_seconds', help: 'Time from a request\'s first admission attempt to its decision (queue wait; 0 for immediate decisions), by priority tier.', labelNames: ['priority'], buckets: WAIT_BUCKETS, registers: [r] });
-    this.#reserved = new Counter({ name: 'quotaring_tokens_reserved_total', help: 'Tokens reserved at admission (prompt + reserved output), by model.', labelNames: ['model'], registers: [r] });
-    this.#used = new Counter({ name: 'quotaring_tokens_used_total', help: 'Tokens charged at settlement (the provider\'s usage, or the reservation when none was reported), by model.', labelNames: ['model'], registers: [r] });
-    this.#ratio = new Histogram({ name: 'quotaring_tokens_used_ratio', help: 'Used / reserved tokens per settled request, by model.', labelNames: ['model'], buckets: RATIO_BUCKETS, registers: [r] });
-    this.#shed = new Counter({ name: 'quotaring_queue_shed_total', help: 'Requests that waited in a tenant queue and were refused: deadline (max_wait) or queue full (queue.max_depth).', labelNames: ['reason'], registers: [r] });
-    this.#upstream = new Counter({ name: 'quotaring_upstream_requests_total', help: 'Requests sent to deployments (each attempt, retries and failovers included), by deployment and HTTP status (0: no response).', labelNames: ['deployment', 'status'], registers: [r] });
-    this.#upstream429 = new Counter({ name: 'quotaring_upstream_rate_limited_total', help: 'Provider 429 answers, by deployment.', labelNames: ['deployment'], registers: [r] });
+    this.#decisions = new PathCounter(r, 'quotaring_decisions_total', 'Admission decisions, by result, the kind of limit that refused (none when admitted) and priority tier.');
+    this.#wait = new PathHistogram(r, 'quotaring_acquire_wait_seconds', 'Time from a request\'s first admission attempt to its decision (queue wait; 0 for immediate decisions), by priority tier.', WAIT_BUCKETS);
+    this.#reserved = new PathCounter(r, 'quotaring_tokens_reserved_total', 'Tokens reserved at admission (prompt + reserved output), by model.');
+    this.#used = new PathCounter(r, 'quotaring_tokens_used_total', 'Tokens charged at settlement (the provider\'s usage, or the reservation when none was reported), by model.');
+    this.#ratio = new PathHistogram(r, 'quotaring_tokens_used_ratio', 'Used / reserved tokens per settled request, by model.', RATIO_BUCKETS);
+    this.#shed = new PathCounter(r, 'quotaring_queue_shed_total', 'Requests that waited in a tenant queue and were refused: deadline (max_wait) or queue full (queue.max_depth).');
+    this.#upstream = new PathCounter(r, 'quotaring_upstream_requests_total', 'Requests sent to deployments (each attempt, retries and failovers included), by deployment and HTTP status (0: no response).');
+    this.#upstream429 = new PathCounter(r, 'quotaring_upstream_rate_limited_total', 'Provider 429 answers, by deployment.');
     this.#handoffs = new Counter({ name: 'quotaring_handoffs_total', help: 'Ring changes handled by this node: out (tenants handed to new owners) and prefetch (tenants read from Redis).', labelNames: ['kind'], registers: [r] });
     this.#handoffSeconds = new Histogram({ name: 'quotaring_handoff_duration_seconds', help: 'Duration of a handoff (out) or a prefetch, seconds.', labelNames: ['kind'], buckets: DURATION_BUCKETS, registers: [r] });
     this.#handoffTenants = new Counter({ name: 'quotaring_handoff_tenants_total', help: 'Tenant states moved by handoffs, by kind.', labelNames: ['kind'], registers: [r] });
@@ -214,23 +215,24 @@ export class NodeMetrics {
    * observed for every decision except `gone`.
    */
   decision(result: DecisionResult, kind: LimitKind, priority: string, waitSeconds: number): void {
-    this.#decisions.inc({ result, limit_kind: kind, priority });
-    if (result !== 'gone') this.#wait.observe({ priority }, waitSeconds);
-    if (result === 'queue_timeout') this.#shed.inc({ reason: 'deadline' });
-    else if (result === 'queue_full') this.#shed.inc({ reason: 'queue_full' });
+    this.#decisions.add(`${result}|${kind}|${priority}`, () => ({ result, limit_kind: kind, priority }));
+    if (result !== 'gone') this.#wait.observe(priority, () => ({ priority }), waitSeconds);
+    if (result === 'queue_timeout') this.#shed.add('deadline', () => ({ reason: 'deadline' }));
+    else if (result === 'queue_full') this.#shed.add('queue_full', () => ({ reason: 'queue_full' }));
   }
 
   /** A settled admitted request: `reserved` and `used` tokens (≥ 0). */
   settled(model: string, reserved: number, used: number): void {
-    this.#reserved.inc({ model }, reserved);
-    this.#used.inc({ model }, used);
-    if (reserved > 0) this.#ratio.observe({ model }, used / reserved);
+    const labels = (): Record<string, string> => ({ model });
+    this.#reserved.add(model, labels, reserved);
+    this.#used.add(model, labels, used);
+    if (reserved > 0) this.#ratio.observe(model, labels, used / reserved);
   }
 
   /** One upstream attempt's outcome: HTTP status, or 0 when no response came (connect error, timeout). */
   upstream(deployment: string, status: number): void {
-    this.#upstream.inc({ deployment, status: String(status) });
-    if (status === 429) this.#upstream429.inc({ deployment });
+    this.#upstream.add(`${deployment}|${status}`, () => ({ deployment, status: String(status) }));
+    if (status === 429) this.#upstream429.add(deployment, () => ({ deployment }));
   }
 
   /** A finished handoff (`out`: states written for new owners) or prefetch (`prefetch`: states read): its duration and tenants moved. */
@@ -258,16 +260,16 @@ export interface RouterGaugeSources {
 /** A router's metrics: forwarded requests by status, retries, duration, ring and suspects. */
 export class RouterMetrics {
   readonly registry = new Registry();
-  readonly #requests: Counter<'status'>;
+  readonly #requests: PathCounter;
   readonly #retries: Counter<'reason'>;
-  readonly #duration: Histogram;
+  readonly #duration: PathHistogram;
 
   constructor(sources: RouterGaugeSources) {
     const r = this.registry;
     collectDefaultMetrics({ register: r });
-    this.#requests = new Counter({ name: 'quotaring_router_requests_total', help: 'Requests answered by the router, by HTTP status (its own errors included).', labelNames: ['status'], registers: [r] });
+    this.#requests = new PathCounter(r, 'quotaring_router_requests_total', 'Requests answered by the router, by HTTP status (its own errors included).');
     this.#retries = new Counter({ name: 'quotaring_router_retries_total', help: 'Requests sent again to another member: reason 421 (not the owner) or unreachable.', labelNames: ['reason'], registers: [r] });
-    this.#duration = new Histogram({ name: 'quotaring_router_request_duration_seconds', help: 'Time from a request\'s arrival to the end of its response, seconds.', buckets: DURATION_BUCKETS, registers: [r] });
+    this.#duration = new PathHistogram(r, 'quotaring_router_request_duration_seconds', 'Time from a request\'s arrival to the end of its response, seconds.', DURATION_BUCKETS);
     new Gauge({ name: 'quotaring_router_suspect_members', help: 'Members the router routes around now.', registers: [r], collect() { this.set(sources.suspects()); } });
     new Gauge({ name: 'quotaring_live_clients', help: 'WebSocket clients of the live stream.', registers: [r], collect() { this.set(sources.liveClients()); } });
     redisCommandsCounter(r);
@@ -276,8 +278,8 @@ export class RouterMetrics {
 
   /** A finished request: its status and duration, ms. */
   request(status: number, ms: number): void {
-    this.#requests.inc({ status: String(status) });
-    this.#duration.observe(ms / 1_000);
+    this.#requests.add(String(status), () => ({ status: String(status) }));
+    this.#duration.observe('', () => ({}), ms / 1_000);
   }
 
   /** A request sent again to another member. */
