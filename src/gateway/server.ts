@@ -41,9 +41,9 @@ import { sendSettlement, settlementRoutes } from './routes/settlements.ts';
 import { tenantStateRoutes } from './routes/tenant-state.ts';
 import { Upstreams } from './upstream.ts';
 import { NodeMetrics } from '../ops/metrics.ts';
-import { NodeActivity, levelEnabled } from '../ops/node-activity.ts';
+import { NodeActivity } from '../ops/node-activity.ts';
 import { nodeOpsRoutes } from '../ops/node-routes.ts';
-import { loggerOptions } from '../ops/logging.ts';
+import { levelEnabled, loggerOptions } from '../ops/logging.ts';
 import { nodeAdminRoutes, withUsage } from '../ops/admin-routes.ts';
 import type { NodeAdminSources, TenantUsage } from '../ops/admin-routes.ts';
 import { ReloadableConfig } from '../config/reloadable.ts';
@@ -394,7 +394,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     },
     config,
     ring: () => handoff?.ring(),
-    found: () => (hotSet === undefined ? [] : hotSet.hot().map((tenant) => ({ tenant, k: hotSet.spreadOf(tenant) ?? hotConfig.spread }))),
+    ...(hotSet === undefined ? {} : { hot: hotSet }),
     tenant: tenantUsage,
     // A drained node is out of the ring: orchestrators see it not ready.
     drained: () => {

@@ -10,9 +10,8 @@ import { membershipFromConfig } from '../coord/from-config.ts';
 import { TenantStateStore } from '../coord/state-store.ts';
 import type { Member } from '../coord/types.ts';
 import { buildGateway, nodeHandoff, registerNodeAdmin } from './server.ts';
-import type { FastifyInstance } from 'fastify';
 import { ReloadableConfig } from '../config/reloadable.ts';
-import { adminToken, buildAdminServer } from '../ops/admin-server.ts';
+import { startAdminServer } from '../ops/admin-server.ts';
 
 /** Options of {@link startGateway}; host and port override `server.host` / `server.port`. */
 export interface StartGatewayOptions {
@@ -93,10 +92,18 @@ export async function startGateway(opts: StartGatewayOptions): Promise<{ url: st
       return handoff.stats.handedOff - before;
     })());
 
-  const admin = await startAdmin(app, config, opts, async () => {
+  const drain = async (): Promise<{ handedOff: number; ring: string }> => {
     if (handoff === undefined || store === undefined) throw new Error('this node cannot drain: it has no Redis membership (a single node or static cluster.members); remove it from cluster.members and restart the routers instead');
     const handedOff = await leave();
     return { handedOff, ring: handoff.ring().version };
+  };
+  const admin = await startAdminServer({
+    settings: config.config.admin,
+    env: opts.env,
+    port: opts.adminPort ?? config.config.admin.port,
+    log: app.log,
+    what: 'admin API',
+    register: (server) => registerNodeAdmin(app, server, drain),
   });
 
   let closing: Promise<void> | undefined;
@@ -137,27 +144,4 @@ export async function startGateway(opts: StartGatewayOptions): Promise<{ url: st
     process.once('SIGINT', stop);
   }
   return { url, adminUrl: admin === undefined ? undefined : admin.url, close };
-}
-
-/**
- * Starts the node's admin API when the token variable is set (`admin.token_env`); logs why not otherwise.
- * @throws listen errors (admin port in use).
- */
-async function startAdmin(
-  app: FastifyInstance,
-  config: ReloadableConfig,
-  opts: StartGatewayOptions,
-  drain: () => Promise<{ handedOff: number; ring: string }>,
-): Promise<{ url: string; close(): Promise<void> } | undefined> {
-  const settings = config.config.admin;
-  const token = adminToken(settings, opts.env);
-  if (token === undefined) {
-    app.log.info({ tokenEnv: settings.token_env }, 'admin API off: its token variable is not set');
-    return undefined;
-  }
-  const admin = buildAdminServer(token, app.log);
-  registerNodeAdmin(app, admin, drain);
-  const url = await admin.listen({ host: settings.host, port: opts.adminPort ?? settings.port });
-  app.log.info({ url }, 'admin API listening');
-  return { url, close: () => admin.close() };
 }

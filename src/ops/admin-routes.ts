@@ -11,7 +11,9 @@
  */
 import type { FastifyInstance } from 'fastify';
 import { request as httpRequest } from 'undici';
+import type { LoadedConfig } from '../config/load.ts';
 import type { ReloadableConfig } from '../config/reloadable.ts';
+import type { HotSet } from '../coord/hot-set.ts';
 import type { Ring } from '../coord/types.ts';
 import type { LimitState } from '../limiter/types.ts';
 import { adminError } from './admin-server.ts';
@@ -36,11 +38,23 @@ export function withUsage(limits: readonly LimitState[]): LimitUsage[] {
   return limits.map((l) => ({ ...l, used: Math.max(0, l.limit - l.remaining) }));
 }
 
-/** Spread tenants: configured (`spread: k`) and found hot (the hot set). */
-export function hotTenants(config: ReloadableConfig, found: () => readonly { tenant: string; k: number }[]): { tenant: string; k: number; source: 'config' | 'detected' }[] {
-  const out: { tenant: string; k: number; source: 'config' | 'detected' }[] = [];
+/** A tenant spread over `k` nodes now: by its config (`spread: k`) or found hot by its owner (the hot set). */
+export interface SpreadTenant {
+  readonly tenant: string;
+  readonly k: number;
+  readonly source: 'config' | 'detected';
+}
+
+/**
+ * Spread tenants now: configured ones first (config order), then those in the hot set (`hot`,
+ * absent when hot detection is off) with their k, or `cluster.hot.spread` when the entry has none.
+ */
+export function hotTenants(config: LoadedConfig, hot: HotSet | undefined): SpreadTenant[] {
+  const out: SpreadTenant[] = [];
   for (const t of config.config.tenants) if (t.spread !== undefined) out.push({ tenant: t.id, k: t.spread, source: 'config' });
-  for (const h of found()) if (!out.some((o) => o.tenant === h.tenant)) out.push({ ...h, source: 'detected' });
+  for (const tenant of hot?.hot() ?? []) {
+    if (!out.some((o) => o.tenant === tenant)) out.push({ tenant, k: hot?.spreadOf(tenant) ?? config.config.cluster.hot.spread, source: 'detected' });
+  }
   return out;
 }
 
@@ -59,8 +73,8 @@ interface CommonSources {
   readonly config: ReloadableConfig;
   /** The ring this process sees (undefined: a single node, which owns every tenant). */
   ring(): Ring | undefined;
-  /** Found-hot tenants and their k. */
-  found(): readonly { tenant: string; k: number }[];
+  /** The cluster's hot set, when hot detection is on. */
+  readonly hot?: HotSet;
   /** Told after a successful reload (the process logs it). */
   reloaded?(changed: readonly string[]): void;
 }
@@ -72,7 +86,7 @@ function commonRoutes(admin: FastifyInstance, s: CommonSources): void {
     if (ring === undefined) return { self: s.self, version: null, members: [{ id: s.self, url: null }], ...(tenant === undefined ? {} : { tenant, owner: s.self }) };
     return { self: s.self, ...ringView(ring, tenant) };
   });
-  admin.get('/admin/v1/hot', async () => ({ self: s.self, hot: hotTenants(s.config, s.found) }));
+  admin.get('/admin/v1/hot', async () => ({ self: s.self, hot: hotTenants(s.config, s.hot) }));
   admin.post('/admin/v1/config/reload', async (request, reply) => {
     const result = s.config.reload();
     if (!result.ok) {

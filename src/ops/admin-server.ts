@@ -89,3 +89,42 @@ export function buildAdminServer(token: string, log: FastifyBaseLogger): Fastify
   });
   return app;
 }
+
+/** Options of {@link startAdminServer}. */
+export interface StartAdminOptions {
+  readonly settings: AdminSettings;
+  /** Where the token variable is read. @default process.env */
+  readonly env?: NodeJS.ProcessEnv | undefined;
+  /** Port to listen on (0: any free port). */
+  readonly port: number;
+  readonly log: FastifyBaseLogger;
+  /** What the listener serves, for the log lines (e.g. `admin API`). */
+  readonly what: string;
+  /** Registers the routes on the admin server (before it listens), with the token. */
+  register(admin: FastifyInstance, token: string): void;
+}
+
+/**
+ * Builds, registers and starts the admin listener when the token variable (`settings.token_env`)
+ * is set; logs why not otherwise and resolves undefined.
+ * @returns its URL and `close()`.
+ * @throws listen errors (the admin port in use), after closing the admin server.
+ */
+export async function startAdminServer(o: StartAdminOptions): Promise<{ url: string; close(): Promise<void> } | undefined> {
+  const token = adminToken(o.settings, o.env);
+  if (token === undefined) {
+    o.log.info({ tokenEnv: o.settings.token_env }, `${o.what} off: its token variable is not set`);
+    return undefined;
+  }
+  const admin = buildAdminServer(token, o.log);
+  o.register(admin, token);
+  let url: string;
+  try {
+    url = await admin.listen({ host: o.settings.host, port: o.port });
+  } catch (err) {
+    await admin.close();
+    throw err;
+  }
+  o.log.info({ url }, `${o.what} listening`);
+  return { url, close: () => admin.close() };
+}

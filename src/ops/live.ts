@@ -19,6 +19,7 @@ import type { LoadedConfig } from '../config/load.ts';
 import type { HotSet } from '../coord/hot-set.ts';
 import type { Member, Membership, Ring } from '../coord/types.ts';
 import { adminError, presentedToken, tokenMatches, UNAUTHORIZED_BODY } from './admin-server.ts';
+import { hotTenants } from './admin-routes.ts';
 import { DASHBOARD_HTML } from './dashboard-page.ts';
 import type { LiveEvent, LiveNode, LiveSnapshot, NodeLevels, TenantLevels } from './levels.ts';
 
@@ -265,18 +266,6 @@ export class LiveHub {
     }
   }
 
-  /** Spread tenants now: configured (`spread: k`), then found hot (the hot set). */
-  #hotNow(): Map<string, { k: number; source: string }> {
-    const out = new Map<string, { k: number; source: string }>();
-    const config = this.#opts.config.config;
-    for (const t of config.tenants) if (t.spread !== undefined) out.set(t.id, { k: t.spread, source: 'config' });
-    const hot = this.#opts.hot;
-    if (hot !== undefined) {
-      for (const t of hot.hot()) if (!out.has(t)) out.set(t, { k: hot.spreadOf(t) ?? config.cluster.hot.spread, source: 'found hot' });
-    }
-    return out;
-  }
-
   /**
    * One round: polls every member at once, records the events, builds the snapshot and sends it
    * to every open client. Exposed for tests; the timer calls it once per interval.
@@ -307,9 +296,9 @@ export class LiveHub {
     });
     tenants.sort((a, b) => busyness(b) - busyness(a) || b.queued - a.queued || a.tenant.localeCompare(b.tenant) || a.node.localeCompare(b.node));
 
-    const hotNow = this.#hotNow();
+    const hotNow = new Map(hotTenants(this.#opts.config, this.#opts.hot).map((h) => [h.tenant, h]));
     for (const [tenant, h] of hotNow) {
-      if (!this.#hot.has(tenant)) this.#event('tenant_hot', tenant, `${tenant} is spread over ${h.k} nodes (${h.source})`);
+      if (!this.#hot.has(tenant)) this.#event('tenant_hot', tenant, `${tenant} is spread over ${h.k} nodes (${h.source === 'config' ? 'config' : 'found hot'})`);
     }
     if (this.#hotSeen) {
       for (const tenant of this.#hot.keys()) if (!hotNow.has(tenant)) this.#event('tenant_cooled', tenant, `${tenant} cooled: back on its owner alone`);

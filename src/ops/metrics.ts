@@ -105,9 +105,10 @@ export function countRedisCommands(redis: { sendCommand: (...args: never[]) => u
   target.sendCommand = (command, ...rest) => {
     const out = send(command, ...rest);
     const name = command.name.toLowerCase();
+    const count = (key: string): void => void redisCommandCounts.set(key, (redisCommandCounts.get(key) ?? 0) + 1);
     command.promise.then(
-      () => redisCommandCounts.set(`${name}|ok`, (redisCommandCounts.get(`${name}|ok`) ?? 0) + 1),
-      () => redisCommandCounts.set(`${name}|error`, (redisCommandCounts.get(`${name}|error`) ?? 0) + 1),
+      () => count(`${name}|ok`),
+      () => count(`${name}|error`),
     );
     return out;
   };
@@ -150,10 +151,9 @@ export class NodeMetrics {
   readonly #fallbackTransitions: Counter<'state'>;
   #src: NodeGaugeSources | undefined;
 
-  /** @param sources read at every scrape; may be set later with {@link setSources} (the gateway builds its parts after its metrics). */
-  constructor(sources?: NodeGaugeSources) {
+  /** Gauges read nothing (0) until {@link setSources}: the gateway builds its parts after its metrics. */
+  constructor() {
     const r = this.registry;
-    this.#src = sources;
     const src = (): NodeGaugeSources | undefined => this.#src;
     collectDefaultMetrics({ register: r });
     this.#decisions = new PathCounter(r, 'quotaring_decisions_total', 'Admission decisions, by result, the kind of limit that refused (none when admitted) and priority tier.');

@@ -5,6 +5,7 @@
  */
 import type { FastifyBaseLogger } from 'fastify';
 import type { DecisionResult, LimitKind, NodeMetrics } from './metrics.ts';
+import { levelEnabled } from './logging.ts';
 
 /** One request's account, filled by the exchange; logged and counted once when it ends. */
 export interface RequestTrail {
@@ -53,14 +54,6 @@ function roll(c: Counts, seconds: number): void {
   c.refusedPerSec = (c.refused - c.lastRefused) / seconds;
   c.lastAdmitted = c.admitted;
   c.lastRefused = c.refused;
-}
-
-/** pino's numeric levels. */
-const LEVELS: Readonly<Record<string, number>> = { trace: 10, debug: 20, info: 30, warn: 40, error: 50, fatal: 60, silent: Infinity };
-
-/** Whether `log` writes lines of `level` (so that a line is not built for nothing). */
-export function levelEnabled(log: FastifyBaseLogger, level: 'debug' | 'info'): boolean {
-  return (LEVELS[log.level] ?? 30) <= (LEVELS[level] as number);
 }
 
 /** Results that count as a refusal in the 429 rates of the live view. */

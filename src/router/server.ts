@@ -3,7 +3,7 @@
  * the API key, finds the tenant's owner on the ring and streams request and response through.
  */
 import Fastify, { LogController } from 'fastify';
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyInstance } from 'fastify';
 import type { Clock } from '../clock.ts';
 import { systemClock } from '../clock.ts';
 import type { LoadedConfig } from '../config/load.ts';
@@ -18,18 +18,11 @@ import { MAX_REPLAY_BYTES } from './request-body.ts';
 import { Suspects } from './suspects.ts';
 import type { HotSet } from '../coord/hot-set.ts';
 import { RouterMetrics } from '../ops/metrics.ts';
-import { loggerOptions } from '../ops/logging.ts';
-import { levelEnabled } from '../ops/node-activity.ts';
+import { levelEnabled, loggerOptions } from '../ops/logging.ts';
 import { ReloadableConfig } from '../config/reloadable.ts';
-import { adminToken, buildAdminServer } from '../ops/admin-server.ts';
+import { startAdminServer } from '../ops/admin-server.ts';
 import { routerAdminRoutes } from '../ops/admin-routes.ts';
 import { LiveHub } from '../ops/live.ts';
-
-/** The tenant of a request's API key, if any (for its log line). */
-function tenantOf(request: FastifyRequest, config?: LoadedConfig): string | undefined {
-  const key = apiKeyOf(request);
-  return key === undefined ? undefined : config?.tenantByKey.get(key)?.id;
-}
 
 /** Options of {@link buildRouter}. */
 export interface RouterOptions {
@@ -98,6 +91,8 @@ export function buildRouter(opts: RouterOptions): FastifyInstance {
   const ctx: ForwardContext = { membership, pools, suspects, departures, suspectMs: healthCheckMs, maxReplayBytes: MAX_REPLAY_BYTES, onRetry: (reason) => metrics.retry(reason) };
   controls.set(app, { checkHealth: () => health.checkOnce(), suspects: () => suspects.list(), pooledUrls: () => pools.urls() });
 
+  // The request's tenant, once its key is resolved (for its log line).
+  app.decorateRequest('tenant', null);
   // Bodies are never parsed: the raw stream is handed to undici as it arrives.
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', (_request, _payload, done) => done(null));
@@ -120,7 +115,7 @@ export function buildRouter(opts: RouterOptions): FastifyInstance {
       const raw = reply.raw;
       const status = raw.destroyed && !raw.writableFinished ? 499 : reply.statusCode;
       metrics.request(status, reply.elapsedTime);
-      if (levelEnabled(request.log, 'info')) request.log.info({ tenant: tenantOf(request, config) ?? null, status, ms: Math.round(reply.elapsedTime * 10) / 10 }, 'request');
+      if (levelEnabled(request.log, 'info')) request.log.info({ tenant: request.tenant?.id ?? null, status, ms: Math.round(reply.elapsedTime * 10) / 10 }, 'request');
       done();
     });
     v1.route({
@@ -132,6 +127,7 @@ export function buildRouter(opts: RouterOptions): FastifyInstance {
         if (tenant === undefined) {
           return sendError(request, reply, 'invalid_api_key', key === undefined ? undefined : 'Incorrect API key provided. Use a key configured for a tenant of this gateway.');
         }
+        request.tenant = tenant;
         // Central mode: any node decides for any tenant (every limit is in Redis): round-robin over all.
         const spread = config.config.mode === 'central' ? Number.POSITIVE_INFINITY : (tenant.spread ?? opts.hot?.spreadOf(tenant.id));
         return forward(ctx, request, reply, tenant.id, spread);
@@ -183,30 +179,26 @@ export async function startRouter(opts: StartRouterOptions): Promise<{ url: stri
   const app = buildRouter({ ...opts, config, liveClients: () => live?.clients() ?? 0 });
   const settings = config.config.router;
   let url: string;
-  let admin: FastifyInstance | undefined;
-  let adminUrl: string | undefined;
+  let admin: { url: string; close(): Promise<void> } | undefined;
   try {
     url = await app.listen({ host: opts.host ?? settings.host, port: opts.port ?? settings.port });
     const self = `router-${new URL(url).port}`;
-    const token = adminToken(config.config.admin, opts.env);
-    if (token === undefined) app.log.info({ tokenEnv: config.config.admin.token_env }, 'admin API, dashboard and live stream off: the token variable is not set');
-    else {
-      admin = buildAdminServer(token, app.log);
-      live = new LiveHub({ router: self, membership: opts.membership, config, ...(opts.hot === undefined ? {} : { hot: opts.hot }), log: app.log });
-      live.attach(admin, token);
-      routerAdminRoutes(admin, {
-        self,
-        config,
-        ring: () => opts.membership.ring(),
-        found: () => opts.hot?.hot().map((tenant) => ({ tenant, k: opts.hot?.spreadOf(tenant) ?? config.config.cluster.hot.spread })) ?? [],
-      });
-      adminUrl = await admin.listen({ host: config.config.admin.host, port: opts.adminPort ?? config.config.admin.router_port });
-      live.start();
-      app.log.info({ url: adminUrl, dashboard: `${adminUrl}/dashboard` }, 'admin API listening');
-    }
+    admin = await startAdminServer({
+      settings: config.config.admin,
+      env: opts.env,
+      port: opts.adminPort ?? config.config.admin.router_port,
+      log: app.log,
+      what: 'admin API, dashboard and live stream',
+      register: (server, token) => {
+        live = new LiveHub({ router: self, membership: opts.membership, config, ...(opts.hot === undefined ? {} : { hot: opts.hot }), log: app.log });
+        live.attach(server, token);
+        routerAdminRoutes(server, { self, config, ring: () => opts.membership.ring(), ...(opts.hot === undefined ? {} : { hot: opts.hot }) });
+      },
+    });
+    if (admin !== undefined) app.log.info({ dashboard: `${admin.url}/dashboard` }, 'dashboard');
+    live?.start();
   } catch (err) {
     await live?.stop();
-    await admin?.close();
     await app.close();
     await opts.membership.stop();
     throw err;
@@ -235,5 +227,5 @@ export async function startRouter(opts: StartRouterOptions): Promise<{ url: stri
     process.once('SIGTERM', stop);
     process.once('SIGINT', stop);
   }
-  return { url, adminUrl, close };
+  return { url, adminUrl: admin?.url, close };
 }
