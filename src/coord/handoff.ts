@@ -22,6 +22,14 @@
  * - Settlements, releases and renewals of requests admitted here for a tenant that has since moved
  *   are forwarded to its owner, which applies them to the reservation it received in the handoff.
  * - A graceful leave hands every tenant over to the ring without this node before it deregisters.
+ * - A tenant claimed in place of a suspect owner (`fallback`) is held as a *stand-in*: not
+ *   checkpointed (Redis keeps the owner's state), and given back once no request stood in for the
+ *   owner for `standInIdleMs` and every request admitted here has ended: the usage admitted here
+ *   since the claim (`windowUsageSince`, `Limiter.takeBucketUsage`) is sent to the owner, which adds it to its own state
+ *   (`absorb`), and the claim is dropped. Without this the owner, healthy again, would decide on a
+ *   state that lacks the stand-in's admissions, and the stand-in, routed to again later, on one
+ *   that lacks the owner's. If the owner leaves the ring instead, the ring change hands the
+ *   stand-in's state on like any claimed tenant's.
  *
  * Without a store (static members, no Redis) nothing is handed over: a tenant moves only when a
  * router routes around a dead owner, and then starts fresh on the next member.
@@ -29,15 +37,25 @@
 import type { Clock } from '../clock.ts';
 import type { Limiter } from '../limiter/limiter.ts';
 import { parseTenantSnapshot } from '../limiter/snapshot.ts';
+import type { TenantSnapshot } from '../limiter/snapshot.ts';
+import { isEmptyUsage, windowUsageSince } from '../limiter/usage-delta.ts';
+import type { UsageDelta } from '../limiter/usage-delta.ts';
 import { createRing } from './ring.ts';
 import type { RingOptions } from './ring.ts';
 import type { HandoffDone, StoredState, TenantStateStore } from './state-store.ts';
 import type { Member, Membership, Ring } from './types.ts';
 
-/** A settlement or renewal of a reservation, sent to the tenant's owner. */
+/**
+ * A settlement or renewal of a reservation, sent to the tenant's owner; or (`absorb`) the usage a
+ * stand-in admitted for the owner's tenant, sent when it gives the tenant back.
+ */
 export type ForwardedSettlement =
   | { readonly op: 'finish'; readonly tenant: string; readonly id: string; /** Actual tokens used. */ readonly tokens: number }
-  | { readonly op: 'renew'; readonly tenant: string; readonly id: string };
+  | { readonly op: 'renew'; readonly tenant: string; readonly id: string }
+  | { readonly op: 'absorb'; readonly tenant: string; readonly usage: UsageDelta };
+
+/** A forwarded settlement or renewal of one reservation. */
+type ReservationOp = Extract<ForwardedSettlement, { readonly id: string }>;
 
 /**
  * Sends a settlement from node `from` to node `to`; `hops` counts the nodes it went through.
@@ -69,15 +87,20 @@ export interface HandoffOptions {
   readonly ringOptions?: RingOptions;
   /** Longest wait for a previous owner's handoff, ms. @default 250 */
   readonly waitMs?: number;
-  /** Checkpoint period, ms. @default 1000 */
+  /** Checkpoint period, ms; stand-in claims are looked at as often. @default 1000 */
   readonly checkpointMs?: number;
+  /** A stand-in claim no request stood in for during this long is given back to its owner, ms. @default checkpointMs */
+  readonly standInIdleMs?: number;
   /** Redis expiry of a tenant's stored state, ms (its longest window plus a margin). */
   readonly stateTtlMs: (tenant: string) => number;
   /** Sends forwarded settlements. */
   readonly send: SettlementSender;
   readonly log: HandoffLog;
-  /** Told after each handoff (`out`: states written for new owners) and prefetch (`prefetch`: states read), with its duration (ms) and tenants moved. */
-  readonly onMoved?: (kind: 'out' | 'prefetch', ms: number, tenants: number) => void;
+  /**
+   * Told after each handoff (`out`: states written for new owners), prefetch (`prefetch`: states
+   * read) and stand-in return (`return`: usage sent to owners), with its duration (ms) and tenants moved.
+   */
+  readonly onMoved?: (kind: 'out' | 'prefetch' | 'return', ms: number, tenants: number) => void;
 }
 
 /** Counters of a node's handoffs, for tests and operators. */
@@ -104,6 +127,24 @@ export interface HandoffStats {
   slotsFreed: number;
   /** Duration of the last handoff (export, write, announce), ms. */
   lastHandoffMs: number;
+  /** Tenants claimed in place of a suspect owner (stand-in claims). */
+  stoodIn: number;
+  /** Stand-in claims given back to their owner (their usage sent, or none to send). */
+  returned: number;
+  /** Stand-in usage received from other nodes and added here. */
+  absorbed: number;
+}
+
+/** A tenant this node holds in place of its suspect owner. */
+interface StandIn {
+  /** The owner it stands in for. */
+  readonly owner: string;
+  /** The state as loaded when standing in began (undefined: fresh), or as last sent to the owner. */
+  base: TenantSnapshot | undefined;
+  /** Clock ms of the last request that stood in for the owner. */
+  lastMs: number;
+  /** A return is being sent. */
+  returning: boolean;
 }
 
 const SEEN_ANNOUNCEMENTS = 256;
@@ -122,6 +163,7 @@ export class Handoff {
   readonly #ringOptions: RingOptions;
   readonly #waitMs: number;
   readonly #checkpointMs: number;
+  readonly #standInIdleMs: number;
   readonly #ttlMs: (tenant: string) => number;
   readonly #send: SettlementSender;
   readonly #log: HandoffLog;
@@ -131,6 +173,8 @@ export class Handoff {
   #previous: Ring;
   #leaving = false;
   readonly #claimed = new Set<string>();
+  /** Claimed tenants held in place of their suspect owner (see the module comment). */
+  readonly #standIns = new Map<string, StandIn>();
   readonly #loading = new Map<string, Promise<void>>();
   readonly #dirty = new Set<string>();
   /** Claimed tenants whose state Redis may hold (checkpointed here, or loaded from a handoff or checkpoint). */
@@ -144,7 +188,22 @@ export class Handoff {
   /** Forwarded settlements not yet answered. */
   readonly #sending = new Set<Promise<void>>();
   #unsubscribe: (() => void) | undefined;
-  readonly stats: HandoffStats = { loaded: 0, prefetched: 0, lastPrefetchMs: 0, waited: 0, timedOut: 0, handedOff: 0, checkpointed: 0, forwarded: 0, lost: 0, slotsFreed: 0, lastHandoffMs: 0 };
+  readonly stats: HandoffStats = {
+    loaded: 0,
+    prefetched: 0,
+    lastPrefetchMs: 0,
+    waited: 0,
+    timedOut: 0,
+    handedOff: 0,
+    checkpointed: 0,
+    forwarded: 0,
+    lost: 0,
+    slotsFreed: 0,
+    lastHandoffMs: 0,
+    stoodIn: 0,
+    returned: 0,
+    absorbed: 0,
+  };
 
   /** Builds (does not start) a node's handoff; see {@link HandoffOptions} for units and defaults. */
   constructor(opts: HandoffOptions) {
@@ -156,6 +215,7 @@ export class Handoff {
     this.#ringOptions = opts.ringOptions ?? {};
     this.#waitMs = opts.waitMs ?? 250;
     this.#checkpointMs = opts.checkpointMs ?? 1_000;
+    this.#standInIdleMs = opts.standInIdleMs ?? this.#checkpointMs;
     this.#ttlMs = opts.stateTtlMs;
     this.#send = opts.send;
     this.#log = opts.log;
@@ -176,7 +236,10 @@ export class Handoff {
     );
     this.#unsubscribe = this.#membership.onChange((ring) => this.#ringChanged(ring));
     if (this.#store !== undefined) {
-      this.#timer = setInterval(() => void this.checkpoint(), this.#checkpointMs);
+      this.#timer = setInterval(() => {
+        void this.checkpoint();
+        void this.returnStandIns();
+      }, this.#checkpointMs);
       this.#timer.unref();
     }
   }
@@ -221,6 +284,10 @@ export class Handoff {
    *   handoff is stored already: no wait). @default owner
    */
   ready(tenant: string, how: ClaimHow = 'owner'): Promise<void> | undefined {
+    if (how === 'fallback') {
+      const standIn = this.#standIns.get(tenant);
+      if (standIn !== undefined) standIn.lastMs = this.#clock.now();
+    }
     return this.#ready(tenant, how, true);
   }
 
@@ -278,6 +345,9 @@ export class Handoff {
    * deregisters, so the new owners find the states before they see the new ring.
    */
   async leave(): Promise<void> {
+    // Stand-in claims go back to their owners with their usage first (requests still running here
+    // are counted as reserved); any left (owner unreachable) are handed over with the rest.
+    await Promise.all([...this.#standIns].map(([tenant, standIn]) => this.#giveBack(tenant, standIn, true)));
     this.#leaving = true;
     this.#ring = this.#without(this.#membership.ring());
     await this.#handOver(this.#ring);
@@ -289,7 +359,8 @@ export class Handoff {
     if (store === undefined || this.#dirty.size === 0) return;
     const states: StoredState[] = [];
     for (const tenant of this.#dirty) {
-      if (!this.#claimed.has(tenant)) continue;
+      // A stand-in's state is not the owner's: Redis keeps the owner's checkpoint.
+      if (!this.#claimed.has(tenant) || this.#standIns.has(tenant)) continue;
       const state = this.#state(tenant);
       if (state !== undefined) states.push(state);
     }
@@ -313,7 +384,7 @@ export class Handoff {
    */
   async forgetIdle(): Promise<void> {
     if (this.#store === undefined) return;
-    const idle = [...this.#stored].filter((tenant) => !this.#limiter.hasTenant(tenant));
+    const idle = [...this.#stored].filter((tenant) => !this.#limiter.hasTenant(tenant) && !this.#standIns.has(tenant));
     if (idle.length === 0) return;
     try {
       await this.#store.remove(idle);
@@ -322,6 +393,92 @@ export class Handoff {
       return;
     }
     for (const tenant of idle) if (!this.#limiter.hasTenant(tenant)) this.#stored.delete(tenant);
+  }
+
+  /**
+   * Gives back the stand-in claims no request stood in for during `standInIdleMs` and whose
+   * requests admitted here have all ended: sends each owner the usage admitted here since the claim
+   * (one `absorb` per tenant, skipped when there is none), then drops the claim. A claim that a
+   * request stood in for while its usage travelled is kept, with what was sent as its new base. An
+   * owner that cannot be reached, or no longer owns the tenant under its ring, is tried again at the
+   * next period. Never rejects.
+   */
+  async returnStandIns(): Promise<void> {
+    const now = this.#clock.now();
+    const due: [string, StandIn][] = [];
+    for (const [tenant, standIn] of this.#standIns) if (!standIn.returning && now - standIn.lastMs >= this.#standInIdleMs) due.push([tenant, standIn]);
+    await Promise.all(due.map(([tenant, standIn]) => this.#giveBack(tenant, standIn, false)));
+  }
+
+  /** Gives one stand-in claim back (see {@link returnStandIns}); `force`: also while requests admitted here run. */
+  async #giveBack(tenant: string, standIn: StandIn, force: boolean): Promise<void> {
+    const owner = this.#ring.owner(tenant);
+    // The ring moved the tenant since (the ring change handed it on, or made it ours): not a stand-in any more.
+    if (owner === undefined || owner.id !== standIn.owner) return;
+    const current = this.#limiter.exportTenant(tenant);
+    const baseIds = new Set(standIn.base?.reservations.map((r) => r.id));
+    // A request admitted here still runs: its settlement is applied here, so the claim stays until it ends.
+    if (!force && current?.reservations.some((r) => !baseIds.has(r.id)) === true) return;
+    const usage: UsageDelta = { windows: windowUsageSince(standIn.base, current), buckets: this.#limiter.bucketUsage(tenant) };
+    const lastMs = standIn.lastMs;
+    const started = this.#clock.now();
+    if (!isEmptyUsage(usage)) {
+      standIn.returning = true;
+      try {
+        await this.#send(this.#self, owner, { op: 'absorb', tenant, usage }, 1);
+      } catch (err) {
+        this.#log.warn({ tenant, owner: owner.id, err: (err as Error).message }, 'giving a stand-in tenant back failed: tried again at the next checkpoint');
+        return;
+      } finally {
+        standIn.returning = false;
+      }
+    }
+    if (this.#standIns.get(tenant) !== standIn) return;
+    if (standIn.lastMs !== lastMs) {
+      // A request stood in for the owner meanwhile: keep standing in; what was sent is counted there.
+      standIn.base = current;
+      this.#limiter.untally(tenant, usage.buckets);
+      return;
+    }
+    this.#endStandIn(tenant);
+    this.#claimed.delete(tenant);
+    this.#dirty.delete(tenant);
+    this.#stored.delete(tenant);
+    this.#limiter.dropTenant(tenant);
+    this.stats.returned++;
+    this.#log.info({ tenant, owner: owner.id, windows: usage.windows.length, buckets: usage.buckets.length }, 'stand-in tenant given back to its owner');
+    this.#onMoved?.('return', this.#clock.now() - started, 1);
+  }
+
+  /**
+   * Adds the usage a stand-in admitted for `tenant` to this node's state of it (see `withUsage`),
+   * loading the tenant first if this node had not claimed it.
+   * @returns false when this node does not own the tenant under its ring (nothing changes).
+   */
+  async absorb(tenant: string, usage: UsageDelta): Promise<boolean> {
+    if (this.#store === undefined || !this.place(tenant).here || this.#standIns.has(tenant)) return false;
+    await this.ready(tenant);
+    if (!this.#claimed.has(tenant) || !this.place(tenant).here) return false;
+    this.#limiter.absorbUsage(tenant, usage);
+    this.touched(tenant);
+    this.stats.absorbed++;
+    return true;
+  }
+
+  /** Ends standing in for `tenant`'s owner (the claim itself is the caller's). @returns whether it stood in. */
+  #endStandIn(tenant: string): boolean {
+    this.#limiter.stopTally(tenant);
+    return this.#standIns.delete(tenant);
+  }
+
+  /** Tenants held here in place of their suspect owner. */
+  standIns(): ReadonlySet<string> {
+    return new Set(this.#standIns.keys());
+  }
+
+  /** True when this node holds `tenant` in place of its suspect owner. */
+  isStandIn(tenant: string): boolean {
+    return this.#standIns.has(tenant);
   }
 
   /** Stops checkpoints and announcements (writes nothing; call `leave()` first for a graceful exit). */
@@ -354,7 +511,7 @@ export class Handoff {
   }
 
   /** True when the tenant is held here (after loading it if this node owns it); false after forwarding. */
-  async #holdsOrForwards(tenant: string, settlement: ForwardedSettlement, hops: number, from: string | undefined): Promise<boolean> {
+  async #holdsOrForwards(tenant: string, settlement: ReservationOp, hops: number, from: string | undefined): Promise<boolean> {
     if (this.#store === undefined || this.#claimed.has(tenant)) return true;
     const placed = this.place(tenant);
     if (placed.here) {
@@ -386,7 +543,7 @@ export class Handoff {
   }
 
   /** Sends a settlement, once more after 100 ms on failure (to the owner then), else logs it as lost. */
-  async #deliver(owner: Member, tenant: string, settlement: ForwardedSettlement, hops: number): Promise<void> {
+  async #deliver(owner: Member, tenant: string, settlement: ReservationOp, hops: number): Promise<void> {
     try {
       await this.#send(this.#self, owner, settlement, hops);
     } catch {
@@ -425,7 +582,14 @@ export class Handoff {
     } catch (err) {
       this.#log.warn({ tenant, err: (err as Error).message }, 'tenant state unreadable: starting fresh');
     }
-    this.#adopt(tenant, json, crashed, ring);
+    if (this.#adopt(tenant, json, crashed, ring) && fallback && !this.place(tenant).here) {
+      const owner = this.#ring.owner(tenant);
+      if (owner !== undefined) {
+        this.#standIns.set(tenant, { owner: owner.id, base: this.#limiter.exportTenant(tenant), lastMs: this.#clock.now(), returning: false });
+        this.#limiter.startTally(tenant);
+        this.stats.stoodIn++;
+      }
+    }
   }
 
   /**
@@ -538,7 +702,15 @@ export class Handoff {
     const byOwner: Record<string, string[]> = {};
     for (const tenant of this.#claimed) {
       const owner = ring.owner(tenant)?.id;
-      if (!this.#leaving && owner === this.#self.id) continue;
+      if (!this.#leaving && owner === this.#self.id) {
+        // Held in place of an owner the ring has now replaced with this node: ours from here on.
+        if (this.#endStandIn(tenant)) this.#dirty.add(tenant);
+        continue;
+      }
+      const standIn = this.#standIns.get(tenant);
+      // Still standing in for the same owner: given back to it with its usage, not handed over.
+      if (!this.#leaving && standIn !== undefined && standIn.owner === owner) continue;
+      this.#endStandIn(tenant);
       const state = this.#state(tenant);
       if (state !== undefined) {
         states.push(state);

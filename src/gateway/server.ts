@@ -383,7 +383,11 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     if (!config.policies.has(tenant)) return undefined;
     const placed = handoff?.place(tenant) ?? { here: true as const };
     const self = nodeId();
-    if (!placed.here) return { tenant, node: self, here: false, owner: placed.owner?.id ?? null, limits: [], queued: queues.depth(tenant) };
+    if (!placed.here) {
+      const owner = placed.owner?.id ?? null;
+      if (handoff?.isStandIn(tenant) === true) return { tenant, node: self, here: false, owner, standIn: true, limits: withUsage(limiter.peek(tenant)), queued: queues.depth(tenant) };
+      return { tenant, node: self, here: false, owner, limits: [], queued: queues.depth(tenant) };
+    }
     await handoff?.ready(tenant);
     return { tenant, node: self, here: true, owner: self, limits: withUsage(limiter.peek(tenant)), queued: queues.depth(tenant) };
   };

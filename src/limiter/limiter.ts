@@ -17,6 +17,8 @@ import {
 } from './tenant-limits.ts';
 import { restoreLimits, snapshotLimits } from './snapshot-limits.ts';
 import type { ReservationSnapshot, TenantSnapshot } from './snapshot.ts';
+import { withUsage } from './usage-delta.ts';
+import type { BucketUsage, UsageDelta } from './usage-delta.ts';
 import { checkAcquireRequest } from './types.ts';
 import type { AcquireRequest, AcquireResult, LimitSpec, LimitState, Policy, SettleResult } from './types.ts';
 
@@ -79,6 +81,8 @@ export class Limiter {
   readonly #onFreed: ((tenant: string) => void) | undefined;
   readonly #tenants = new Map<string, TenantState>();
   readonly #compiled = new WeakMap<Policy, CompiledPolicy>();
+  /** Units taken from each token bucket (by limit name, net of settlements) of the tenants being tallied. */
+  readonly #tallies = new Map<string, Map<string, number>>();
 
   /** @throws RangeError when `concurrencyRetryHintMs` is negative. */
   constructor(opts: LimiterOptions) {
@@ -157,10 +161,13 @@ export class Limiter {
     }
 
     let seqs: number[] | null = null;
+    const tally = this.#tallies.size === 0 ? undefined : this.#tallies.get(tenant);
     for (let k = 0; k < applied.length; k++) {
       const i = applied[k] as number;
-      const seq = takeLimit(c, st, i, costOf(specs[i] as LimitSpec, tokens, requests), now, id);
+      const cost = costOf(specs[i] as LimitSpec, tokens, requests);
+      const seq = takeLimit(c, st, i, cost, now, id);
       if (seq >= 0) (seqs ??= new Array<number>(applied.length).fill(-1))[k] = seq;
+      else if (tally !== undefined && st.objs[i] === null) tallyAdd(tally, (specs[i] as LimitSpec).name, cost);
     }
     const res = new Reservation(tokens, requests, c, st.objs, applied, seqs, now);
     st.set(id, res);
@@ -204,12 +211,14 @@ export class Limiter {
           if (obj.algorithm === 'sliding_window' && seqs !== null) obj.adjust(seqs[k] as number, id, delta);
         } else if (compiled === cur) {
           adjustBucket(cur, st, i, delta, now);
+          if (this.#tallies.size !== 0) tallyAdd(this.#tallies.get(tenant), spec.name, delta);
         } else {
           // Reloaded since admission: settle on the bucket that kept this limit's name, if any.
           const j = cur.indexByName.get(spec.name);
           const kept = cur.limits[j ?? -1];
           if (j !== undefined && kept !== undefined && kept.kind === 'tokens' && st.objs[j] === null) {
             adjustBucket(cur, st, j, delta, now);
+            if (this.#tallies.size !== 0) tallyAdd(this.#tallies.get(tenant), spec.name, delta);
           }
         }
       }
@@ -426,6 +435,55 @@ export class Limiter {
     this.#tenants.set(tenant, st);
   }
 
+  /**
+   * Adds usage another node admitted for `tenant` (a stand-in's, see `usage-delta.ts`) to its state
+   * here: window entries at their own times, bucket units taken now. Open reservations, leases and
+   * the rest of the state are kept. No-op when the tenant has no policy.
+   * @throws RangeError when the tenant's policy is invalid (see `compilePolicy`).
+   */
+  absorbUsage(tenant: string, usage: UsageDelta): void {
+    if (this.#policyFor(tenant) === undefined) return;
+    this.importTenant(tenant, withUsage(this.exportTenant(tenant), usage, this.#clock.now()));
+  }
+
+  /**
+   * Starts counting the units taken from `tenant`'s token buckets (admissions, and settlement debits
+   * and refunds of them), for {@link takeBucketUsage}; a running count is reset. Costs nothing for
+   * tenants not tallied. A stand-in node tallies the tenants it holds for a suspect owner.
+   */
+  startTally(tenant: string): void {
+    this.#tallies.set(tenant, new Map());
+  }
+
+  /** Stops counting for `tenant` (see {@link startTally}). */
+  stopTally(tenant: string): void {
+    this.#tallies.delete(tenant);
+  }
+
+  /**
+   * The units taken from each token bucket of `tenant` since the tally started (net of settlements,
+   * less what {@link untally} took off; > 0 only), with each bucket's spec under the tenant's
+   * current policy. Empty when not tallied or when no bucket was taken from.
+   */
+  bucketUsage(tenant: string): BucketUsage[] {
+    const tally = this.#tallies.get(tenant);
+    const policy = this.#policyFor(tenant);
+    if (tally === undefined || policy === undefined) return [];
+    const out: BucketUsage[] = [];
+    for (const spec of policy.limits) {
+      const taken = tally.get(spec.name) ?? 0;
+      if (spec.kind === 'concurrent' || spec.algorithm !== 'token_bucket' || !(taken > 0)) continue;
+      out.push({ name: spec.name, kind: spec.kind, limit: spec.limit, windowMs: spec.windowMs, taken });
+    }
+    return out;
+  }
+
+  /** Takes `sent` (an earlier {@link bucketUsage}, counted elsewhere now) off `tenant`'s tally; the tally goes on. */
+  untally(tenant: string, sent: readonly BucketUsage[]): void {
+    const tally = this.#tallies.get(tenant);
+    for (const b of sent) tallyAdd(tally, b.name, -b.taken);
+  }
+
   /** Forgets the state of `tenant` (it now reads as fresh). @returns true when there was some. */
   dropTenant(tenant: string): boolean {
     return this.#tenants.delete(tenant);
@@ -500,4 +558,9 @@ export class Limiter {
     }
     return { ok: false, reason, limit: spec.name, kind: spec.kind, retryAfterMs, limits };
   }
+}
+
+/** Adds `units` to the count of limit `name` in `tally` (no tally: nothing). */
+function tallyAdd(tally: Map<string, number> | undefined, name: string, units: number): void {
+  if (tally !== undefined) tally.set(name, (tally.get(name) ?? 0) + units);
 }

@@ -29,6 +29,8 @@ export interface TenantUsage {
   readonly node: string;
   readonly here: boolean;
   readonly owner: string | null;
+  /** Present (true) on a node that is not the owner but holds the tenant in its place (a router routes around the owner); `limits` are then this node's. */
+  readonly standIn?: true;
   readonly limits: readonly LimitUsage[];
   readonly queued: number;
 }

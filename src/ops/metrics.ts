@@ -235,8 +235,11 @@ export class NodeMetrics {
     if (status === 429) this.#upstream429.add(deployment, () => ({ deployment }));
   }
 
-  /** A finished handoff (`out`: states written for new owners) or prefetch (`prefetch`: states read): its duration and tenants moved. */
-  handoff(kind: 'out' | 'prefetch', ms: number, tenants: number): void {
+  /**
+   * A finished handoff (`out`: states written for new owners), prefetch (`prefetch`: states read)
+   * or stand-in return (`return`: a tenant held in place of a suspect owner given back): its duration and tenants moved.
+   */
+  handoff(kind: 'out' | 'prefetch' | 'return', ms: number, tenants: number): void {
     this.#handoffs.inc({ kind });
     this.#handoffSeconds.observe({ kind }, ms / 1_000);
     this.#handoffTenants.inc({ kind }, tenants);

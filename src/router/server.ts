@@ -81,7 +81,7 @@ export function buildRouter(opts: RouterOptions): FastifyInstance {
   });
   const pools = new MemberPools();
   const suspects = new Suspects(clock);
-  const health = new HealthCheck({ ring: () => membership.ring(), pools, suspects, intervalMs: healthCheckMs });
+  const health = new HealthCheck({ ring: () => membership.ring(), pools, suspects, intervalMs: healthCheckMs, log: app.log });
   const departures = new Departures(clock);
   const metrics = new RouterMetrics({
     ring: () => ({ members: membership.ring().members.length, version: membership.ring().version }),

@@ -82,6 +82,7 @@ describe('cluster under membership changes: join, graceful leave, SIGKILL with 5
   const procs: Running[] = [];
   const nodes = new Map<string, { proc: Running; url: string }>();
   const routers: string[] = [];
+  const routerProcs: Running[] = [];
   let config = '';
   const env = { QUOTARING_SIM_KEY: SIM_KEY };
 
@@ -101,7 +102,9 @@ describe('cluster under membership changes: join, graceful leave, SIGKILL with 5
     for (const id of ['node-1', 'node-2', 'node-3']) await startNode(id);
     for (let i = 0; i < 2; i++) {
       const port = await freePort();
-      procs.push(await runCli(['router', '--config', config, '--port', String(port)], `http://127.0.0.1:${port}/readyz`, env));
+      const router = await runCli(['router', '--config', config, '--port', String(port)], `http://127.0.0.1:${port}/readyz`, env);
+      procs.push(router);
+      routerProcs.push(router);
       routers.push(`http://127.0.0.1:${port}`);
     }
   });
@@ -210,6 +213,13 @@ describe('cluster under membership changes: join, graceful leave, SIGKILL with 5
       if (w.excess > worst.excess) worst = { tenant, ...w };
     }
     process.stderr.write(`# worst window: c${worst.tenant} at +${worst.at - t0} ms: ${worst.tokens} tokens, allowed ${worst.allowed}\n`);
+    // Routing around a live node splits its tenants over two: say when and why it happened.
+    for (const [r, router] of routerProcs.entries()) {
+      for (const line of router.output().split('\n').filter((l) => l.startsWith('{') && /suspect|healthy again|unreachable/.test(l))) {
+        const entry = JSON.parse(line) as { time: number; msg: string; member?: string; reason?: string; retry?: string };
+        process.stderr.write(`# router ${r} +${entry.time - t0} ms: ${entry.msg} ${entry.member ?? ''} ${entry.reason ?? entry.retry ?? ''}\n`);
+      }
+    }
     assert.ok(worst.excess <= 0, `c${worst.tenant} admitted ${worst.tokens} tokens in the window from +${worst.at - t0} ms (allowed ${worst.allowed})`);
 
     const stats = await Promise.all(

@@ -210,6 +210,7 @@ describe('static members (--members): a SIGKILLed owner is routed around', () =>
 describe('cluster with Redis membership', () => {
   let redis: Awaited<ReturnType<typeof startRedis>>;
   let group: LaunchedGroup | undefined;
+  let nodes: string[] = [];
   before(async () => {
     redis = await startRedis();
   });
@@ -233,5 +234,49 @@ describe('cluster with Redis membership', () => {
     assert.equal(new Set(versions).size, 1, versions.join(','));
     const client = new OpenAI({ baseURL: `${started.routers[0]}/v1`, apiKey: 'key-t1-0000', maxRetries: 0 });
     for (let i = 0; i < 5; i++) await client.chat.completions.create(chat(20, 5));
+    nodes = started.nodes;
+  });
+
+  test('a node that stood in for a live owner gives the tenant back with its usage: the owner counts both', async () => {
+    assert.equal(nodes.length, 3, 'needs the cluster of the test before');
+    type State = { here: boolean; owner: string; standIn?: boolean; limits: { name: string; used: number }[] };
+    const state = async (node: string): Promise<State> => (await (await request(`${node}/_quotaring/v1/tenants/tpm`)).body.json()) as State;
+    const owner = (await state(nodes[0] as string)).owner;
+    const ownerUrl = (await Promise.all(nodes.map(async (n) => ((await state(n)).here ? n : undefined)))).find((n) => n !== undefined) as string;
+    const standIn = nodes.find((n) => n !== ownerUrl) as string;
+    const used = (s: State): number[] => ['requests/1m', 'tokens/1m'].map((name) => s.limits.find((l) => l.name === name)?.used ?? -1);
+    const before = used(await state(ownerUrl));
+    // A router that found the owner suspect sends the tenant's requests to another node, naming the owner.
+    const send = async (node: string, headers: Record<string, string>): Promise<number> => {
+      const res = await request(`${node}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: 'Bearer key-tpm-0000', 'content-type': 'application/json', ...headers },
+        body: JSON.stringify(chat(300, 20)),
+      });
+      assert.equal(res.statusCode, 200);
+      const { usage } = (await res.body.json()) as { usage: { total_tokens: number } };
+      return usage.total_tokens;
+    };
+    const stoodIn = (await send(standIn, { 'x-quotaring-fallback-for': owner })) + (await send(standIn, { 'x-quotaring-fallback-for': owner }));
+    const held = await state(standIn);
+    assert.deepEqual([held.here, held.standIn, used(held)[0]], [false, true, before[0]! + 2]);
+    // The owner is alive: another router's request still reaches it.
+    const direct = await send(ownerUrl, {});
+    // Within two checkpoint periods (1 s) of its last request the stand-in gives the tenant back.
+    const deadline = Date.now() + 5_000;
+    while ((await state(standIn)).standIn === true && Date.now() < deadline) await sleep(100);
+    assert.equal((await state(standIn)).standIn, undefined);
+    assert.deepEqual(used(await state(ownerUrl)), [before[0]! + 3, before[1]! + stoodIn + direct]);
+
+    // The node-to-node route: usage that is not usage is 400, usage sent to a node that does not own the tenant 409; neither changes anything.
+    const absorb = async (node: string, usage: unknown): Promise<[number, string | undefined]> => {
+      const res = await request(`${node}/_quotaring/v1/settlements`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ op: 'absorb', tenant: 'tpm', usage }) });
+      await res.body.dump();
+      return [res.statusCode, res.headers['x-quotaring-error'] as string | undefined];
+    };
+    const usage = { windows: [{ name: 'tokens/1m', kind: 'tokens', entries: [[Date.now(), 500, 'x1']] }], buckets: [] };
+    assert.deepEqual(await absorb(ownerUrl, { windows: [{ name: 'tokens/1m', entries: [[Date.now(), -5, 'x1']] }], buckets: [] }), [400, 'invalid_request']);
+    assert.deepEqual(await absorb(standIn, usage), [409, 'not_owner']);
+    assert.deepEqual(used(await state(ownerUrl)), [before[0]! + 3, before[1]! + stoodIn + direct]);
   });
 });

@@ -52,7 +52,11 @@ describe('handoff through a real Redis', () => {
   });
 
   /** A node: its limiter, membership and handoff, started with the members given. */
-  async function node(self: Member, members: Member[], opts: { waitMs?: number; send?: (from: Member, to: Member, s: ForwardedSettlement, hops: number) => Promise<void> } = {}) {
+  async function node(
+    self: Member,
+    members: Member[],
+    opts: { waitMs?: number; standInIdleMs?: number; send?: (from: Member, to: Member, s: ForwardedSettlement, hops: number) => Promise<void> } = {},
+  ) {
     const connection = new Redis(redis.url);
     connections.push(connection);
     const limiter = new Limiter({ clock, policyFor: () => POLICY });
@@ -65,6 +69,7 @@ describe('handoff through a real Redis', () => {
       clock,
       waitMs: opts.waitMs ?? 250,
       checkpointMs: 60_000,
+      ...(opts.standInIdleMs === undefined ? {} : { standInIdleMs: opts.standInIdleMs }),
       stateTtlMs: () => 120_000,
       send: opts.send ?? (async () => {}),
       log: quiet,
@@ -200,6 +205,107 @@ describe('handoff through a real Redis', () => {
     );
     assert.equal(b.handoff.stats.slotsFreed, 1);
     b.handoff.stop();
+  });
+
+  test('a live owner routed around: the stand-in gives the tenant back with its usage; the owner counts both nodes\' admissions', async () => {
+    const nodes: { a?: Awaited<ReturnType<typeof node>> } = {};
+    const sent: string[] = [];
+    let deliver = true;
+    const b = await node(B, [A, B], {
+      standInIdleMs: 1_000,
+      send: async (from, to, s) => {
+        sent.push(`${from.id}->${to.id}:${s.op}`);
+        if (!deliver) throw new Error('connect ECONNREFUSED');
+        if (s.op === 'absorb' && !(await nodes.a?.handoff.absorb(s.tenant, s.usage))) throw new Error('409 not_owner');
+      },
+    });
+    const a = await node(A, [A, B]);
+    nodes.a = a;
+    const U = Array.from({ length: 100 }, (_, i) => `u-${i}`).find((t) => ringAB.owner(t)?.id === A.id) as string;
+    await a.handoff.ready(U);
+    assert.equal(a.limiter.acquire(U, { id: 'o1', tokens: 4_000 }).ok, true);
+    a.limiter.settle(U, 'o1', 3_000);
+    a.limiter.release(U, 'o1');
+    a.handoff.touched(U);
+    await a.handoff.checkpoint(); // Redis: 3,000 tokens, 1 request
+    assert.equal(a.limiter.acquire(U, { id: 'o2', tokens: 500 }).ok, true); // after the checkpoint: B cannot know it
+
+    // A router finds A slow and sends U's requests to B, naming A.
+    await b.handoff.ready(U, 'fallback');
+    assert.deepEqual([...b.handoff.standIns()], [U]);
+    assert.equal(b.limiter.acquire(U, { id: 's1', tokens: 2_000 }).ok, true);
+    b.limiter.settle(U, 's1', 1_500);
+    b.limiter.release(U, 's1');
+    assert.equal(b.limiter.acquire(U, { id: 's2', tokens: 1_000 }).ok, true); // still running on B
+    // A is alive: the other router's requests still reach it.
+    assert.equal(a.limiter.acquire(U, { id: 'o3', tokens: 200 }).ok, true);
+    a.limiter.settle(U, 'o3', 200);
+    a.limiter.release(U, 'o3');
+
+    // Not yet idle: nothing is sent.
+    await b.handoff.returnStandIns();
+    assert.deepEqual(sent, []);
+    clock.advance(1_000);
+    // Idle, but s2 still runs on B: the claim stays.
+    await b.handoff.returnStandIns();
+    assert.deepEqual(sent, []);
+    b.limiter.settle(U, 's2', 600);
+    b.limiter.release(U, 's2');
+    // A cannot be reached: tried again later, B keeps holding U.
+    deliver = false;
+    await b.handoff.returnStandIns();
+    assert.deepEqual(sent, ['node-b->node-a:absorb']);
+    assert.equal(b.handoff.claimed().has(U), true);
+    deliver = true;
+    await b.handoff.returnStandIns();
+    assert.deepEqual(sent, ['node-b->node-a:absorb', 'node-b->node-a:absorb']);
+    assert.equal(b.handoff.claimed().has(U), false);
+    assert.equal(b.limiter.hasTenant(U), false);
+    assert.deepEqual([b.handoff.stats.stoodIn, b.handoff.stats.returned, a.handoff.stats.absorbed], [1, 1, 1]);
+    // A: its own 3,000 + 500 (open) + 200 and B's 1,500 + 600; 5 requests; o2's slot still held.
+    assert.deepEqual(
+      a.limiter.peek(U).map((l) => l.remaining),
+      [10_000 - 3_000 - 500 - 200 - 1_500 - 600, 100 - 5 + 1, 1],
+    );
+    // B's stand-in state was never checkpointed over A's.
+    const stored = JSON.parse((await new TenantStateStore(connections[0]!, `t${cluster}`).read(U)) ?? '{}') as { limits: { name: string; entries?: unknown[] }[] };
+    assert.deepEqual(stored.limits.find((l) => l.name === 'tokens/1m')?.entries?.length, 1);
+    // A router routing around A again: B starts over from A's checkpoint, standing in afresh.
+    await b.handoff.ready(U, 'fallback');
+    assert.deepEqual([b.handoff.stats.stoodIn, b.handoff.standIns().has(U)], [2, true]);
+    a.handoff.stop();
+    b.handoff.stop();
+  });
+
+  test('a stand-in whose owner left the ring hands its state on with the ring change; one the ring gives it keeps the tenant as its own', async () => {
+    const C: Member = { id: 'node-c', url: 'http://127.0.0.1:3' };
+    const ringABC = createRing([A, B, C]);
+    const ringBC = createRing([B, C]);
+    const pick = (owner: string, next: string): string =>
+      Array.from({ length: 500 }, (_, i) => `v-${i}`).find((t) => ringABC.owner(t)?.id === owner && ringBC.owner(t)?.id === next) as string;
+    const toC = pick(A.id, C.id);
+    const toB = pick(A.id, B.id);
+    const b = await node(B, [A, B, C]);
+    for (const t of [toC, toB]) {
+      await b.handoff.ready(t, 'fallback');
+      assert.equal(b.limiter.acquire(t, { id: `s-${t}`, tokens: 700 }).ok, true);
+      b.limiter.settle(t, `s-${t}`, 700);
+      b.limiter.release(t, `s-${t}`);
+    }
+    assert.equal(b.handoff.standIns().size, 2);
+    // A crashed: the ring drops it.
+    b.membership.set(ringBC);
+    await b.handoff.settledDown();
+    assert.deepEqual([...b.handoff.standIns()], []);
+    assert.deepEqual([b.handoff.claimed().has(toC), b.handoff.claimed().has(toB)], [false, true]);
+    // C's tenant went through Redis with B's usage; B's own is checkpointed from now on.
+    const c = await node(C, [B, C]);
+    await c.handoff.ready(toC, 'handed');
+    assert.equal(c.limiter.peek(toC)[0]?.remaining, 10_000 - 700);
+    await b.handoff.checkpoint();
+    assert.equal(b.handoff.stats.checkpointed, 1);
+    b.handoff.stop();
+    c.handoff.stop();
   });
 
   test('graceful leave: every tenant is handed over before the node deregisters; the next owner needs no wait', async () => {

@@ -11,6 +11,7 @@ import type { ForwardedSettlement, Handoff } from '../../coord/handoff.ts';
 import { MAX_FORWARD_HOPS } from '../../coord/handoff.ts';
 import type { Member } from '../../coord/types.ts';
 import type { LoadedConfig } from '../../config/load.ts';
+import type { UsageDelta } from '../../limiter/usage-delta.ts';
 import { errorBody } from '../../errors.ts';
 
 /** Path of the settlement route on every node. */
@@ -20,15 +21,38 @@ export const HOPS_HEADER = 'x-quotaring-hops';
 /** Request header: the id of the node that sent the settlement. */
 export const FROM_HEADER = 'x-quotaring-from';
 
+const rateKind = z.enum(['requests', 'tokens']);
+const UsageSchema = z.strictObject({
+  windows: z.array(
+    z.strictObject({
+      name: z.string(),
+      kind: rateKind.optional(),
+      entries: z.array(z.tuple([z.number(), z.number().nonnegative(), z.string()])),
+    }),
+  ),
+  buckets: z.array(
+    z.strictObject({
+      name: z.string(),
+      kind: rateKind,
+      limit: z.number().int().positive(),
+      windowMs: z.number().positive(),
+      taken: z.number().nonnegative(),
+    }),
+  ),
+});
+
 const SettlementSchema = z.discriminatedUnion('op', [
   z.strictObject({ op: z.literal('finish'), tenant: z.string().min(1), id: z.string().min(1), tokens: z.number().int().nonnegative() }),
   z.strictObject({ op: z.literal('renew'), tenant: z.string().min(1), id: z.string().min(1) }),
+  z.strictObject({ op: z.literal('absorb'), tenant: z.string().min(1), usage: UsageSchema }),
 ]);
 
 /**
  * Registers `POST /_quotaring/v1/settlements` (JSON {@link ForwardedSettlement}). Answers 200
- * `{settled, released}` (finish) or `{renewed}` (renew) once applied here or forwarded on; 400 for a
- * body that is not a settlement; 404 for a tenant not in the config; 508 past {@link MAX_FORWARD_HOPS}.
+ * `{settled, released}` (finish) or `{renewed}` (renew) once applied here or forwarded on, 200
+ * `{absorbed: true}` once a stand-in's usage is added here; 400 for a body that is not a
+ * settlement; 404 for a tenant not in the config; 409 `not_owner` for usage of a tenant this node
+ * does not own under its ring (nothing changes; the stand-in tries again); 508 past {@link MAX_FORWARD_HOPS}.
  */
 export function settlementRoutes(app: FastifyInstance, config: LoadedConfig, handoff: Handoff): void {
   app.post(SETTLEMENTS_PATH, async (request, reply) => {
@@ -46,6 +70,10 @@ export function settlementRoutes(app: FastifyInstance, config: LoadedConfig, han
     }
     const from = request.headers[FROM_HEADER];
     const sender = typeof from === 'string' ? from : undefined;
+    if (s.op === 'absorb') {
+      if (await handoff.absorb(s.tenant, s.usage as UsageDelta)) return { absorbed: true };
+      return reply.code(409).header('x-quotaring-error', 'not_owner').send(errorBody('openai', 'invalid_request', `This node does not own tenant ${s.tenant}.`));
+    }
     if (s.op === 'finish') return handoff.finish(s.tenant, s.id, s.tokens, hops, sender);
     return { renewed: await handoff.renew(s.tenant, s.id, hops, sender) };
   });

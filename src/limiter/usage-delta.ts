@@ -1,0 +1,106 @@
+/**
+ * Usage one node recorded for a tenant while it stood in for the tenant's owner (a router routed
+ * around the owner as suspect): what it admitted since it loaded the owner's checkpoint. When the
+ * stand-in gives the tenant back, the owner adds this usage to its own state, so the admissions of
+ * both nodes count against the tenant's limits from then on.
+ *
+ * - Sliding windows: the entries the stand-in added (by request id), each at its own admission time
+ *   and with its settled cost ({@link windowUsageSince}); exact.
+ * - Token buckets: the units the stand-in took from each bucket, net of settlements (counted by
+ *   the stand-in's limiter, `Limiter.takeBucketUsage`), taken from the owner's bucket when it
+ *   absorbs them: exact unless the combined bucket would have refilled to capacity meanwhile.
+ * - Concurrency leases and open reservations are never carried: a stand-in gives a tenant back only
+ *   once every request it admitted has ended.
+ */
+import type { TenantSnapshot, TokenBucketSnapshot } from './snapshot.ts';
+
+/** Window entries a stand-in admitted for one sliding-window limit. */
+export interface WindowUsage {
+  /** The limit's name. */
+  readonly name: string;
+  readonly kind?: 'requests' | 'tokens';
+  /** `[admission time ms, cost in units, request id]`, oldest first. */
+  readonly entries: readonly (readonly [ts: number, cost: number, id: string])[];
+}
+
+/** Units a stand-in took from one token-bucket limit (with the bucket's spec, for an owner that holds no state). */
+export interface BucketUsage {
+  /** The limit's name. */
+  readonly name: string;
+  readonly kind: 'requests' | 'tokens';
+  /** Capacity, units. */
+  readonly limit: number;
+  /** Window, ms. */
+  readonly windowMs: number;
+  /** Units taken, net of settlements, > 0. */
+  readonly taken: number;
+}
+
+/** What a stand-in admitted for a tenant since it loaded the owner's state. */
+export interface UsageDelta {
+  readonly windows: readonly WindowUsage[];
+  readonly buckets: readonly BucketUsage[];
+}
+
+/** True when a delta carries no usage. */
+export function isEmptyUsage(delta: UsageDelta): boolean {
+  return delta.windows.length === 0 && delta.buckets.length === 0;
+}
+
+/** A bucket's level (unit·ms) refilled from its `refilledAt` to `atMs`, capped at capacity. */
+function levelAt(b: Pick<TokenBucketSnapshot, 'level' | 'refilledAt' | 'limit' | 'windowMs'>, atMs: number): number {
+  const full = b.limit * b.windowMs;
+  if (b.level >= full) return full;
+  const next = b.level + Math.max(0, atMs - b.refilledAt) * b.limit;
+  return next > full ? full : next;
+}
+
+/**
+ * The sliding-window entries in `current` that are not in `base`, by request id (ids `''`, usage
+ * carried over by a reload, are never counted), with their settled costs.
+ * @param base the state as loaded when standing in began; undefined: fresh.
+ * @param current the state now; undefined: fresh (nothing admitted still counts).
+ */
+export function windowUsageSince(base: TenantSnapshot | undefined, current: TenantSnapshot | undefined): WindowUsage[] {
+  const windows: WindowUsage[] = [];
+  for (const limit of current?.limits ?? []) {
+    if (limit.algorithm !== 'sliding_window') continue;
+    const before = base?.limits.find((l) => l.name === limit.name);
+    const known = new Set(before?.algorithm === 'sliding_window' ? before.entries.map((e) => e[2]) : []);
+    const entries = limit.entries.filter(([, , id]) => id !== '' && !known.has(id));
+    if (entries.length > 0) windows.push({ name: limit.name, ...(limit.kind === undefined ? {} : { kind: limit.kind }), entries });
+  }
+  return windows;
+}
+
+/**
+ * `snap` (the owner's state; undefined: fresh) with `delta` added at `nowMs`: window entries merged
+ * in time order (an entry whose id the window holds already is skipped), each bucket refilled to
+ * `nowMs` and then lowered by the units taken (below zero when both nodes took more than its
+ * capacity). A limit `snap` lacks is added from the delta. Reservations and leases are `snap`'s.
+ * Import the result with `Limiter.importTenant`, which maps it onto the tenant's policy by name.
+ */
+export function withUsage(snap: TenantSnapshot | undefined, delta: UsageDelta, nowMs: number): TenantSnapshot {
+  const limits = [...(snap?.limits ?? [])];
+  for (const w of delta.windows) {
+    const k = limits.findIndex((l) => l.name === w.name);
+    const held = limits[k];
+    if (held === undefined) {
+      limits.push({ name: w.name, algorithm: 'sliding_window', ...(w.kind === undefined ? {} : { kind: w.kind }), entries: [...w.entries].sort((a, b) => a[0] - b[0]) });
+    } else if (held.algorithm === 'sliding_window') {
+      const known = new Set(held.entries.map((e) => e[2]));
+      const entries = [...held.entries, ...w.entries.filter((e) => !known.has(e[2]))].sort((a, b) => a[0] - b[0]);
+      limits[k] = { ...held, entries };
+    }
+  }
+  for (const b of delta.buckets) {
+    const k = limits.findIndex((l) => l.name === b.name);
+    const held = limits[k];
+    if (held === undefined) {
+      limits.push({ name: b.name, algorithm: 'token_bucket', kind: b.kind, limit: b.limit, windowMs: b.windowMs, level: (b.limit - b.taken) * b.windowMs, refilledAt: nowMs });
+    } else if (held.algorithm === 'token_bucket') {
+      limits[k] = { ...held, level: levelAt(held, nowMs) - b.taken * held.windowMs, refilledAt: Math.max(nowMs, held.refilledAt) };
+    }
+  }
+  return { v: 1, at: nowMs, limits, reservations: snap?.reservations ?? [] };
+}
