@@ -25,7 +25,7 @@
  * - A tenant claimed in place of a suspect owner (`fallback`) is held as a *stand-in*: not
  *   checkpointed (Redis keeps the owner's state), and given back once no request stood in for the
  *   owner for `standInIdleMs` and every request admitted here has ended: the usage admitted here
- *   since the claim (`windowUsageSince`, `Limiter.takeBucketUsage`) is sent to the owner, which adds it to its own state
+ *   since the claim (`windowUsageSince`, `Limiter.bucketUsage`) is sent to the owner, which adds it to its own state
  *   (`absorb`), and the claim is dropped. Without this the owner, healthy again, would decide on a
  *   state that lacks the stand-in's admissions, and the stand-in, routed to again later, on one
  *   that lacks the owner's. If the owner leaves the ring instead, the ring change hands the

@@ -448,7 +448,7 @@ export class Limiter {
 
   /**
    * Starts counting the units taken from `tenant`'s token buckets (admissions, and settlement debits
-   * and refunds of them), for {@link takeBucketUsage}; a running count is reset. Costs nothing for
+   * and refunds of them), for {@link bucketUsage}; a running count is reset. Costs nothing for
    * tenants not tallied. A stand-in node tallies the tenants it holds for a suspect owner.
    */
   startTally(tenant: string): void {

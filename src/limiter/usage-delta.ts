@@ -7,7 +7,7 @@
  * - Sliding windows: the entries the stand-in added (by request id), each at its own admission time
  *   and with its settled cost ({@link windowUsageSince}); exact.
  * - Token buckets: the units the stand-in took from each bucket, net of settlements (counted by
- *   the stand-in's limiter, `Limiter.takeBucketUsage`), taken from the owner's bucket when it
+ *   the stand-in's limiter, `Limiter.bucketUsage`), taken from the owner's bucket when it
  *   absorbs them: exact unless the combined bucket would have refilled to capacity meanwhile.
  * - Concurrency leases and open reservations are never carried: a stand-in gives a tenant back only
  *   once every request it admitted has ended.
