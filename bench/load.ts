@@ -30,11 +30,13 @@ export interface AutocannonLoad {
   readonly connections: number;
   /** Seconds. */
   readonly durationS: number;
+  /** Index of the key the first request uses (a run that goes on where another stopped). @default 0 */
+  readonly firstKey?: number;
 }
 
-/** POSTs the bodies (round-robin) with fixed connections for `durationS` s, keys round-robin; autocannon's result. */
+/** POSTs the bodies (round-robin) with fixed connections for `durationS` s, keys round-robin from `firstKey`; autocannon's result. */
 export async function runAutocannon(load: AutocannonLoad): Promise<autocannon.Result> {
-  let i = 0;
+  let i = load.firstKey ?? 0;
   return autocannon({
     url: `${load.url}/v1/chat/completions`,
     connections: load.connections,
