@@ -29,7 +29,9 @@
  *   (`absorb`), and the claim is dropped. Without this the owner, healthy again, would decide on a
  *   state that lacks the stand-in's admissions, and the stand-in, routed to again later, on one
  *   that lacks the owner's. If the owner leaves the ring instead, the ring change hands the
- *   stand-in's state on like any claimed tenant's.
+ *   stand-in's state on like any claimed tenant's; if it gives the tenant to the stand-in itself,
+ *   the stand-in loads the owner's state (its handoff, or its last checkpoint) like any moved
+ *   tenant's and adds its own usage to it.
  *
  * Without a store (static members, no Redis) nothing is handed over: a tenant moves only when a
  * router routes around a dead owner, and then starts fresh on the next member.
@@ -175,6 +177,8 @@ export class Handoff {
   readonly #claimed = new Set<string>();
   /** Claimed tenants held in place of their suspect owner (see the module comment). */
   readonly #standIns = new Map<string, StandIn>();
+  /** Usage admitted here as a stand-in for tenants a ring change then gave this node: added once their state is loaded. */
+  readonly #carried = new Map<string, UsageDelta>();
   readonly #loading = new Map<string, Promise<void>>();
   readonly #dirty = new Set<string>();
   /** Claimed tenants whose state Redis may hold (checkpointed here, or loaded from a handoff or checkpoint). */
@@ -419,7 +423,7 @@ export class Handoff {
     const baseIds = new Set(standIn.base?.reservations.map((r) => r.id));
     // A request admitted here still runs: its settlement is applied here, so the claim stays until it ends.
     if (!force && current?.reservations.some((r) => !baseIds.has(r.id)) === true) return;
-    const usage: UsageDelta = { windows: windowUsageSince(standIn.base, current), buckets: this.#limiter.bucketUsage(tenant) };
+    const usage = this.#usageSince(tenant, standIn.base, current);
     const lastMs = standIn.lastMs;
     const started = this.#clock.now();
     if (!isEmptyUsage(usage)) {
@@ -463,6 +467,11 @@ export class Handoff {
     this.touched(tenant);
     this.stats.absorbed++;
     return true;
+  }
+
+  /** The usage admitted here for `tenant` since `base` (its state now: `current`, exported when not given). */
+  #usageSince(tenant: string, base: TenantSnapshot | undefined, current = this.#limiter.exportTenant(tenant)): UsageDelta {
+    return { windows: windowUsageSince(base, current), buckets: this.#limiter.bucketUsage(tenant) };
   }
 
   /** Ends standing in for `tenant`'s owner (the claim itself is the caller's). @returns whether it stood in. */
@@ -614,6 +623,14 @@ export class Handoff {
       this.#limiter.dropTenant(tenant);
       this.#log.warn({ tenant, err: (err as Error).message }, 'tenant state unreadable: starting fresh');
     }
+    const carried = this.#carried.get(tenant);
+    if (carried !== undefined) {
+      this.#carried.delete(tenant);
+      if (!isEmptyUsage(carried)) {
+        this.#limiter.absorbUsage(tenant, carried);
+        this.#dirty.add(tenant);
+      }
+    }
     this.#claimed.add(tenant);
     return true;
   }
@@ -703,8 +720,18 @@ export class Handoff {
     for (const tenant of this.#claimed) {
       const owner = ring.owner(tenant)?.id;
       if (!this.#leaving && owner === this.#self.id) {
-        // Held in place of an owner the ring has now replaced with this node: ours from here on.
-        if (this.#endStandIn(tenant)) this.#dirty.add(tenant);
+        const standIn = this.#standIns.get(tenant);
+        if (standIn !== undefined) {
+          // Held in place of an owner the ring has now replaced with this node: the owner's state
+          // (its handoff, or its last checkpoint if it died) is loaded like any moved tenant's,
+          // and what was admitted here as its stand-in is added to it then.
+          this.#carried.set(tenant, this.#usageSince(tenant, standIn.base));
+          this.#endStandIn(tenant);
+          this.#limiter.dropTenant(tenant);
+          this.#claimed.delete(tenant);
+          this.#dirty.delete(tenant);
+          this.#stored.delete(tenant);
+        }
         continue;
       }
       const standIn = this.#standIns.get(tenant);
@@ -722,6 +749,7 @@ export class Handoff {
       // Its state in Redis (handed over now, or an older checkpoint) is the new owner's to delete.
       this.#stored.delete(tenant);
     }
+    for (const tenant of this.#carried.keys()) if (this.#leaving || ring.owner(tenant)?.id !== this.#self.id) this.#carried.delete(tenant);
     if (store === undefined) return this.#chain;
     const run = async (): Promise<void> => {
       try {

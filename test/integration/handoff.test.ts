@@ -297,15 +297,49 @@ describe('handoff through a real Redis', () => {
     b.membership.set(ringBC);
     await b.handoff.settledDown();
     assert.deepEqual([...b.handoff.standIns()], []);
-    assert.deepEqual([b.handoff.claimed().has(toC), b.handoff.claimed().has(toB)], [false, true]);
-    // C's tenant went through Redis with B's usage; B's own is checkpointed from now on.
+    assert.deepEqual([b.handoff.claimed().has(toC), b.handoff.claimed().has(toB)], [false, false]);
+    // C's tenant went through Redis with B's usage.
     const c = await node(C, [B, C]);
     await c.handoff.ready(toC, 'handed');
     assert.equal(c.limiter.peek(toC)[0]?.remaining, 10_000 - 700);
+    // B's own loads the dead owner's state (none was stored: fresh) and adds what B admitted for it.
+    await b.handoff.ready(toB);
+    assert.deepEqual(
+      b.limiter.peek(toB).map((l) => l.remaining),
+      [10_000 - 700, 99, 2],
+    );
     await b.handoff.checkpoint();
     assert.equal(b.handoff.stats.checkpointed, 1);
     b.handoff.stop();
     c.handoff.stop();
+  });
+
+  test('an owner leaves gracefully while a stand-in holds its tenant, which the ring gives the stand-in: the owner\'s handoff plus the stand-in\'s usage', async () => {
+    const U = Array.from({ length: 100 }, (_, i) => `u-${i}`).find((t) => ringAB.owner(t)?.id === A.id) as string;
+    const a = await node(A, [A, B]);
+    const b = await node(B, [A, B]);
+    await a.handoff.ready(U);
+    assert.equal(a.limiter.acquire(U, { id: 'o1', tokens: 1_000 }).ok, true);
+    a.limiter.settle(U, 'o1', 1_000);
+    a.limiter.release(U, 'o1');
+    await b.handoff.ready(U, 'fallback');
+    assert.equal(b.limiter.acquire(U, { id: 's1', tokens: 2_000 }).ok, true);
+    b.limiter.settle(U, 's1', 1_800);
+    b.limiter.release(U, 's1');
+    assert.equal(a.limiter.acquire(U, { id: 'o2', tokens: 300 }).ok, true); // after B's claim: B's copy lacks it
+    a.limiter.settle(U, 'o2', 300);
+    a.limiter.release(U, 'o2');
+    await a.handoff.leave();
+    b.membership.set(createRing([B]));
+    await b.handoff.settledDown();
+    await b.handoff.ready(U);
+    assert.deepEqual(
+      b.limiter.peek(U).map((l) => l.remaining),
+      [10_000 - 1_000 - 300 - 1_800, 97, 2],
+    );
+    assert.equal(b.handoff.standIns().size, 0);
+    a.handoff.stop();
+    b.handoff.stop();
   });
 
   test('graceful leave: every tenant is handed over before the node deregisters; the next owner needs no wait', async () => {
