@@ -40,7 +40,7 @@ import type { Clock } from '../clock.ts';
 import type { Limiter } from '../limiter/limiter.ts';
 import { parseTenantSnapshot } from '../limiter/snapshot.ts';
 import type { TenantSnapshot } from '../limiter/snapshot.ts';
-import { isEmptyUsage, windowUsageSince } from '../limiter/usage-delta.ts';
+import { isEmptyUsage, windowUsageSince, withOpenRequests, withUsage } from '../limiter/usage-delta.ts';
 import type { UsageDelta } from '../limiter/usage-delta.ts';
 import { createRing } from './ring.ts';
 import type { RingOptions } from './ring.ts';
@@ -177,8 +177,11 @@ export class Handoff {
   readonly #claimed = new Set<string>();
   /** Claimed tenants held in place of their suspect owner (see the module comment). */
   readonly #standIns = new Map<string, StandIn>();
-  /** Usage admitted here as a stand-in for tenants a ring change then gave this node: added once their state is loaded. */
-  readonly #carried = new Map<string, UsageDelta>();
+  /**
+   * What was admitted here as a stand-in for tenants a ring change then gave this node, added once
+   * their state is loaded: the usage, and the requests still running (`current`'s reservations not in `base`).
+   */
+  readonly #carried = new Map<string, { readonly usage: UsageDelta; readonly current: TenantSnapshot | undefined; readonly base: ReadonlySet<string> }>();
   readonly #loading = new Map<string, Promise<void>>();
   readonly #dirty = new Set<string>();
   /** Claimed tenants whose state Redis may hold (checkpointed here, or loaded from a handoff or checkpoint). */
@@ -626,10 +629,9 @@ export class Handoff {
     const carried = this.#carried.get(tenant);
     if (carried !== undefined) {
       this.#carried.delete(tenant);
-      if (!isEmptyUsage(carried)) {
-        this.#limiter.absorbUsage(tenant, carried);
-        this.#dirty.add(tenant);
-      }
+      const loaded = this.#limiter.exportTenant(tenant);
+      this.#limiter.importTenant(tenant, withOpenRequests(withUsage(loaded, carried.usage, this.#clock.now()), carried.current, carried.base));
+      this.#dirty.add(tenant);
     }
     this.#claimed.add(tenant);
     return true;
@@ -725,7 +727,12 @@ export class Handoff {
           // Held in place of an owner the ring has now replaced with this node: the owner's state
           // (its handoff, or its last checkpoint if it died) is loaded like any moved tenant's,
           // and what was admitted here as its stand-in is added to it then.
-          this.#carried.set(tenant, this.#usageSince(tenant, standIn.base));
+          const current = this.#limiter.exportTenant(tenant);
+          this.#carried.set(tenant, {
+            usage: this.#usageSince(tenant, standIn.base, current),
+            current,
+            base: new Set(standIn.base?.reservations.map((r) => r.id)),
+          });
           this.#endStandIn(tenant);
           this.#limiter.dropTenant(tenant);
           this.#claimed.delete(tenant);

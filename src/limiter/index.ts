@@ -25,7 +25,7 @@ export {
   type SemaphoreSnapshot,
   type ReservationSnapshot,
 } from './snapshot.ts';
-export { windowUsageSince, withUsage, isEmptyUsage, type UsageDelta, type WindowUsage, type BucketUsage } from './usage-delta.ts';
+export { windowUsageSince, withUsage, withOpenRequests, isEmptyUsage, type UsageDelta, type WindowUsage, type BucketUsage } from './usage-delta.ts';
 export type {
   Algorithm,
   RateLimitSpec,

@@ -104,3 +104,31 @@ export function withUsage(snap: TenantSnapshot | undefined, delta: UsageDelta, n
   }
   return { v: 1, at: nowMs, limits, reservations: snap?.reservations ?? [] };
 }
+
+/**
+ * `snap` with the open reservations of `from` whose id `except` lacks, and their concurrency
+ * leases (by limit name; a semaphore `snap` lacks is added), so that their settlements and releases
+ * apply after an import: the requests a stand-in still runs when a ring change makes it the
+ * tenant's owner and it reloads the tenant. Use on the result of {@link withUsage}, whose window
+ * entries carry the same request ids.
+ */
+export function withOpenRequests(snap: TenantSnapshot, from: TenantSnapshot | undefined, except: ReadonlySet<string>): TenantSnapshot {
+  const open = (from?.reservations ?? []).filter((r) => !except.has(r.id));
+  if (open.length === 0) return snap;
+  const ids = new Set(open.map((r) => r.id));
+  const limits = [...snap.limits];
+  for (const l of from?.limits ?? []) {
+    if (l.algorithm !== 'semaphore') continue;
+    const leases = l.leases.filter(([id]) => ids.has(id));
+    if (leases.length === 0) continue;
+    const k = limits.findIndex((x) => x.name === l.name);
+    const held = limits[k];
+    if (held === undefined) limits.push({ name: l.name, algorithm: 'semaphore', leases });
+    else if (held.algorithm === 'semaphore') {
+      const known = new Set(held.leases.map(([id]) => id));
+      limits[k] = { ...held, leases: [...held.leases, ...leases.filter(([id]) => !known.has(id))] };
+    }
+  }
+  const known = new Set(snap.reservations.map((r) => r.id));
+  return { ...snap, limits, reservations: [...snap.reservations, ...open.filter((r) => !known.has(r.id))] };
+}

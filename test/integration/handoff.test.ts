@@ -314,7 +314,7 @@ describe('handoff through a real Redis', () => {
     c.handoff.stop();
   });
 
-  test('an owner leaves gracefully while a stand-in holds its tenant, which the ring gives the stand-in: the owner\'s handoff plus the stand-in\'s usage', async () => {
+  test('an owner leaves gracefully while a stand-in holds its tenant, which the ring gives the stand-in: the owner\'s handoff plus the stand-in\'s usage and running requests', async () => {
     const U = Array.from({ length: 100 }, (_, i) => `u-${i}`).find((t) => ringAB.owner(t)?.id === A.id) as string;
     const a = await node(A, [A, B]);
     const b = await node(B, [A, B]);
@@ -329,15 +329,22 @@ describe('handoff through a real Redis', () => {
     assert.equal(a.limiter.acquire(U, { id: 'o2', tokens: 300 }).ok, true); // after B's claim: B's copy lacks it
     a.limiter.settle(U, 'o2', 300);
     a.limiter.release(U, 'o2');
+    assert.equal(b.limiter.acquire(U, { id: 's2', tokens: 500 }).ok, true); // still running on B at the ring change
     await a.handoff.leave();
     b.membership.set(createRing([B]));
     await b.handoff.settledDown();
     await b.handoff.ready(U);
     assert.deepEqual(
       b.limiter.peek(U).map((l) => l.remaining),
-      [10_000 - 1_000 - 300 - 1_800, 97, 2],
+      [10_000 - 1_000 - 300 - 1_800 - 500, 96, 1],
     );
     assert.equal(b.handoff.standIns().size, 0);
+    // The running request settles and frees its slot on the reloaded state.
+    assert.deepEqual(await b.handoff.finish(U, 's2', 200), { settled: true, released: true });
+    assert.deepEqual(
+      b.limiter.peek(U).map((l) => l.remaining),
+      [10_000 - 1_000 - 300 - 1_800 - 200, 96, 2],
+    );
     a.handoff.stop();
     b.handoff.stop();
   });

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import fc from 'fast-check';
 import { ManualClock } from '../../src/clock.ts';
-import { Limiter, parseTenantSnapshot, windowUsageSince, withUsage } from '../../src/limiter/index.ts';
+import { Limiter, parseTenantSnapshot, windowUsageSince, withOpenRequests, withUsage } from '../../src/limiter/index.ts';
 import type { Policy, TenantSnapshot, UsageDelta } from '../../src/limiter/index.ts';
 
 const T0 = 1_700_000_000_000;
@@ -99,6 +99,31 @@ describe('stand-in usage', () => {
     assert.deepEqual(withUsage(undefined, { windows: [], buckets: [{ name: 'b', kind: 'tokens', limit: 1_000, windowMs: 1_000, taken: 1_200 }] }, T0).limits, [
       { name: 'b', algorithm: 'token_bucket', kind: 'tokens', limit: 1_000, windowMs: 1_000, level: -200 * 1_000, refilledAt: T0 },
     ]);
+  });
+
+  test('withOpenRequests: the running requests of the stand-in (not those it loaded) and their leases join the reloaded state', () => {
+    const res = (id: string) => ({ id, tokens: 10, requests: 1, expiresAt: T0 + 60_000, settled: false, released: false, limits: ['w', 'c'] });
+    const loaded: TenantSnapshot = { v: 1, at: T0, limits: [{ name: 'c', algorithm: 'semaphore', leases: [['o1', T0 + 60_000]] }], reservations: [res('o1')] };
+    const standIn: TenantSnapshot = {
+      v: 1,
+      at: T0,
+      limits: [
+        { name: 'c', algorithm: 'semaphore', leases: [['old', T0 + 60_000], ['s1', T0 + 60_000]] },
+        { name: 'c2', algorithm: 'semaphore', leases: [['s1', T0 + 30_000]] },
+      ],
+      reservations: [res('old'), res('s1')],
+    };
+    assert.deepEqual(withOpenRequests(loaded, standIn, new Set(['old'])), {
+      v: 1,
+      at: T0,
+      limits: [
+        { name: 'c', algorithm: 'semaphore', leases: [['o1', T0 + 60_000], ['s1', T0 + 60_000]] },
+        { name: 'c2', algorithm: 'semaphore', leases: [['s1', T0 + 30_000]] },
+      ],
+      reservations: [res('o1'), res('s1')],
+    });
+    assert.equal(withOpenRequests(loaded, standIn, new Set(['old', 's1'])), loaded);
+    assert.equal(withOpenRequests(loaded, undefined, new Set()), loaded);
   });
 
   test('the bucket tally counts admissions and their settlements for a tallied tenant only; untally takes off what was sent', () => {
