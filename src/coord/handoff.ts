@@ -447,11 +447,7 @@ export class Handoff {
       this.#limiter.untally(tenant, usage.buckets);
       return;
     }
-    this.#endStandIn(tenant);
-    this.#claimed.delete(tenant);
-    this.#dirty.delete(tenant);
-    this.#stored.delete(tenant);
-    this.#limiter.dropTenant(tenant);
+    this.#unclaim(tenant);
     this.stats.returned++;
     this.#log.info({ tenant, owner: owner.id, windows: usage.windows.length, buckets: usage.buckets.length }, 'stand-in tenant given back to its owner');
     this.#onMoved?.('return', this.#clock.now() - started, 1);
@@ -472,15 +468,19 @@ export class Handoff {
     return true;
   }
 
-  /** The usage admitted here for `tenant` since `base` (its state now: `current`, exported when not given). */
-  #usageSince(tenant: string, base: TenantSnapshot | undefined, current = this.#limiter.exportTenant(tenant)): UsageDelta {
+  /** The usage admitted here for `tenant` since `base`, its state then; `current` is its state now. */
+  #usageSince(tenant: string, base: TenantSnapshot | undefined, current: TenantSnapshot | undefined): UsageDelta {
     return { windows: windowUsageSince(base, current), buckets: this.#limiter.bucketUsage(tenant) };
   }
 
-  /** Ends standing in for `tenant`'s owner (the claim itself is the caller's). @returns whether it stood in. */
-  #endStandIn(tenant: string): boolean {
+  /** Forgets a claimed tenant here: its stand-in role (and tally), limiter state, claim, pending checkpoint and stored-state note. */
+  #unclaim(tenant: string): void {
+    this.#standIns.delete(tenant);
     this.#limiter.stopTally(tenant);
-    return this.#standIns.delete(tenant);
+    this.#limiter.dropTenant(tenant);
+    this.#claimed.delete(tenant);
+    this.#dirty.delete(tenant);
+    this.#stored.delete(tenant);
   }
 
   /** Tenants held here in place of their suspect owner. */
@@ -733,28 +733,20 @@ export class Handoff {
             current,
             base: new Set(standIn.base?.reservations.map((r) => r.id)),
           });
-          this.#endStandIn(tenant);
-          this.#limiter.dropTenant(tenant);
-          this.#claimed.delete(tenant);
-          this.#dirty.delete(tenant);
-          this.#stored.delete(tenant);
+          this.#unclaim(tenant);
         }
         continue;
       }
       const standIn = this.#standIns.get(tenant);
       // Still standing in for the same owner: given back to it with its usage, not handed over.
       if (!this.#leaving && standIn !== undefined && standIn.owner === owner) continue;
-      this.#endStandIn(tenant);
       const state = this.#state(tenant);
       if (state !== undefined) {
         states.push(state);
         if (owner !== undefined) (byOwner[owner] ??= []).push(tenant);
       }
-      this.#limiter.dropTenant(tenant);
-      this.#claimed.delete(tenant);
-      this.#dirty.delete(tenant);
       // Its state in Redis (handed over now, or an older checkpoint) is the new owner's to delete.
-      this.#stored.delete(tenant);
+      this.#unclaim(tenant);
     }
     for (const tenant of this.#carried.keys()) if (this.#leaving || ring.owner(tenant)?.id !== this.#self.id) this.#carried.delete(tenant);
     if (store === undefined) return this.#chain;

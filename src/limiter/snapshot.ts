@@ -81,6 +81,8 @@ export interface TenantSnapshot {
 const time = z.number();
 const units = z.number().min(0);
 const rateKind = z.enum(['requests', 'tokens']);
+/** A token bucket's spec: capacity (units) and window (ms). */
+const bucketSpec = { limit: z.number().int().positive(), windowMs: z.number().positive() };
 
 const tenantSnapshotSchema = z.strictObject({
   v: z.literal(1),
@@ -91,8 +93,7 @@ const tenantSnapshotSchema = z.strictObject({
         name: z.string(),
         algorithm: z.literal('token_bucket'),
         kind: rateKind,
-        limit: z.number().int().positive(),
-        windowMs: z.number().positive(),
+        ...bucketSpec,
         level: z.number(),
         refilledAt: time,
       }),
@@ -120,6 +121,15 @@ const tenantSnapshotSchema = z.strictObject({
       limits: z.array(z.string()),
     }),
   ),
+});
+
+/**
+ * Zod schema of a stand-in's usage (`UsageDelta`, see `usage-delta.ts`) on the node-to-node wire:
+ * finite times, costs and units taken ≥ 0, a bucket's `limit` a positive integer and `windowMs` > 0.
+ */
+export const usageDeltaSchema = z.strictObject({
+  windows: z.array(z.strictObject({ name: z.string(), kind: rateKind.optional(), entries: z.array(z.tuple([time, units, z.string()])) })),
+  buckets: z.array(z.strictObject({ name: z.string(), kind: rateKind, ...bucketSpec, taken: units })),
 });
 
 /** `limits[0].entries[2][1]` from a zod issue path. */

@@ -75,7 +75,8 @@ export class HealthCheck {
   async #runRound(): Promise<void> {
     const { pools, suspects, log } = this.#opts;
     const members = this.#opts.ring().members;
-    for (const id of this.#failures.keys()) if (!members.some((m) => m.id === id)) this.#failures.delete(id);
+    const ids = new Set(members.map((m) => m.id));
+    for (const id of this.#failures.keys()) if (!ids.has(id)) this.#failures.delete(id);
     await Promise.all(
       members.map(async (member) => {
         const probe = await this.#probe(pools.get(member));

@@ -11,6 +11,7 @@ import type { ForwardedSettlement, Handoff } from '../../coord/handoff.ts';
 import { MAX_FORWARD_HOPS } from '../../coord/handoff.ts';
 import type { Member } from '../../coord/types.ts';
 import type { LoadedConfig } from '../../config/load.ts';
+import { usageDeltaSchema } from '../../limiter/snapshot.ts';
 import type { UsageDelta } from '../../limiter/usage-delta.ts';
 import { errorBody } from '../../errors.ts';
 
@@ -21,30 +22,10 @@ export const HOPS_HEADER = 'x-quotaring-hops';
 /** Request header: the id of the node that sent the settlement. */
 export const FROM_HEADER = 'x-quotaring-from';
 
-const rateKind = z.enum(['requests', 'tokens']);
-const UsageSchema = z.strictObject({
-  windows: z.array(
-    z.strictObject({
-      name: z.string(),
-      kind: rateKind.optional(),
-      entries: z.array(z.tuple([z.number(), z.number().nonnegative(), z.string()])),
-    }),
-  ),
-  buckets: z.array(
-    z.strictObject({
-      name: z.string(),
-      kind: rateKind,
-      limit: z.number().int().positive(),
-      windowMs: z.number().positive(),
-      taken: z.number().nonnegative(),
-    }),
-  ),
-});
-
 const SettlementSchema = z.discriminatedUnion('op', [
   z.strictObject({ op: z.literal('finish'), tenant: z.string().min(1), id: z.string().min(1), tokens: z.number().int().nonnegative() }),
   z.strictObject({ op: z.literal('renew'), tenant: z.string().min(1), id: z.string().min(1) }),
-  z.strictObject({ op: z.literal('absorb'), tenant: z.string().min(1), usage: UsageSchema }),
+  z.strictObject({ op: z.literal('absorb'), tenant: z.string().min(1), usage: usageDeltaSchema }),
 ]);
 
 /**
