@@ -24,6 +24,7 @@ import { sendMisdirected } from './ownership.ts';
 import { providerRetryWaitMs } from '../providers/retry-wait.ts';
 import type { CapLeases, CapTakeResult } from '../globalcap/cap-leases.ts';
 import { anthropicRateLimitHeaders, openAIRateLimitHeaders, retryAfterHeaders } from '../providers/rate-limit-headers.ts';
+import { SecretScrubber } from '../security/scrub.ts';
 
 /** A stream of the other wire format, re-written in the client's: see `src/providers/translate`. */
 export interface StreamTranslator {
@@ -77,11 +78,32 @@ function limitHeaders(ctx: GatewayContext, dialect: ErrorDialect, limits: readon
   return dialect === 'anthropic' ? { ...headers, ...anthropicRateLimitHeaders(limits, ctx.clock.now()) } : headers;
 }
 
-function passHeaders(upstream: Record<string, string | string[] | undefined>, into: Record<string, string>, isError: boolean): void {
+/** One scrubber per deployment set (deployments never change on a reload; a new set gets a new one). */
+const scrubbers = new WeakMap<object, SecretScrubber>();
+
+/**
+ * The scrubber of everything relayed from upstreams: it knows every deployment's provider key (a
+ * failover or a shared proxy may echo another deployment's key than the one it was sent).
+ */
+function scrubberOf(ctx: GatewayContext): SecretScrubber {
+  const deployments = ctx.config.deployments;
+  let scrubber = scrubbers.get(deployments);
+  if (scrubber === undefined) {
+    scrubber = new SecretScrubber([...deployments.values()].map((d) => d.apiKey));
+    scrubbers.set(deployments, scrubber);
+  }
+  return scrubber;
+}
+
+/** Copies the upstream's headers the client may see into `into`, scrubbed of credentials (see `SecretScrubber.headers`). */
+function passHeaders(scrubber: SecretScrubber, upstream: Record<string, string | string[] | undefined>, into: Record<string, string>, isError: boolean): void {
+  const passed: Record<string, string> = {};
   for (const [name, value] of Object.entries(upstream)) {
     if (value === undefined || DROPPED_UPSTREAM_HEADER.test(name) || (!isError && RETRY_HEADER.test(name))) continue;
-    into[name] = Array.isArray(value) ? value.join(', ') : value;
+    passed[name] = Array.isArray(value) ? value.join(', ') : value;
   }
+  scrubber.headers(passed);
+  Object.assign(into, passed);
 }
 
 /** Why a refused request did not wait, or how its wait ended (see `AdmissionQueues`). */
@@ -402,7 +424,8 @@ async function exchange(ctx: GatewayContext, request: FastifyRequest, reply: Fas
         return attempt.send(reply, headers, later);
       }
       const res = attempt.res;
-      passHeaders(res.headers, headers, res.statusCode >= 400);
+      const scrubber = scrubberOf(ctx);
+      passHeaders(scrubber, res.headers, headers, res.statusCode >= 400);
       Object.assign(headers, attempt.relayedHeaders);
       // Which deployment served, when it is not the model's first (a headroom choice or a failover).
       if (deployment.name !== ex.model.deployments[0]) headers['x-quotaring-deployment'] = deployment.name;
@@ -432,14 +455,15 @@ async function exchange(ctx: GatewayContext, request: FastifyRequest, reply: Fas
             try {
               translated = call.translate.json(text);
             } catch (err) {
-              const error = new GatewayError('upstream_unavailable', `Deployment ${deployment.name} sent a reply that could not be translated (${(err as Error).message}).`);
+              const error = new GatewayError('upstream_unavailable', `Deployment ${deployment.name} sent a reply that could not be translated (${scrubber.text((err as Error).message)}).`);
               return reply.code(error.statusCode).headers({ ...headers, 'x-quotaring-error': error.code }).send(errorBody(ex.dialect, error.code, error.message));
             }
             return reply.code(res.statusCode).headers(headers).send(translated);
           }
-          return reply.code(res.statusCode).headers(headers).send(errorBody(ex.dialect, res.statusCode === 429 ? 'rate_limit_exceeded' : 'invalid_request', upstreamMessage(text, deployment.name)));
+          return reply.code(res.statusCode).headers(headers).send(errorBody(ex.dialect, res.statusCode === 429 ? 'rate_limit_exceeded' : 'invalid_request', upstreamMessage(scrubber.body(text), deployment.name)));
         }
-        return reply.code(res.statusCode).headers(headers).send(text);
+        // An upstream error body may echo what it was sent (the provider key): scrubbed. Replies are not (model output).
+        return reply.code(res.statusCode).headers(headers).send(res.statusCode < 300 ? text : scrubber.body(text));
       }
       if (call.translate !== undefined) headers['content-type'] = 'text/event-stream';
       actual = await pipeStream(ctx, reply, ex, call, res, headers, client, id);
@@ -536,7 +560,7 @@ async function callDeployment(
       if (client.gone) return { kind: 'gone', delivered: true };
       ctx.activity.upstream(deployment.name, 0);
       const error = upstreamError(err);
-      request.log.warn({ deployment: deployment.name, err: (err as Error).message }, 'upstream request failed');
+      request.log.warn({ deployment: deployment.name, err: scrubberOf(ctx).text((err as Error).message) }, 'upstream request failed');
       return { kind: 'failed', hard: true, status: 0, reason: error.message, send: (reply, headers) => reply.code(error.statusCode).headers({ ...headers, 'x-quotaring-error': error.code }).send(errorBody(ex.dialect, error.code, error.message)) };
     }
     if (res.statusCode !== 429 && res.statusCode < 500) return { kind: 'response', res, text: undefined, relayedHeaders: {} };
@@ -558,10 +582,11 @@ async function callDeployment(
         status,
         reason: `HTTP ${status}`,
         send: (reply, headers) => {
-          passHeaders(upstreamHeaders, headers, true);
-          if (call.translate === undefined) return reply.code(status).headers(headers).send(body);
+          const scrubber = scrubberOf(ctx);
+          passHeaders(scrubber, upstreamHeaders, headers, true);
+          if (call.translate === undefined) return reply.code(status).headers(headers).send(scrubber.body(body));
           headers['content-type'] = 'application/json';
-          return reply.code(status).headers(headers).send(errorBody(ex.dialect, 'upstream_unavailable', upstreamMessage(body, deployment.name)));
+          return reply.code(status).headers(headers).send(errorBody(ex.dialect, 'upstream_unavailable', upstreamMessage(scrubber.body(body), deployment.name)));
         },
       };
     }
@@ -584,11 +609,12 @@ async function callDeployment(
         reason: 'rate limited after its retries',
         ...(wait === undefined ? {} : { waitMs: wait }),
         send: (reply, headers, later) => {
-          passHeaders(response.headers, headers, true);
+          const scrubber = scrubberOf(ctx);
+          passHeaders(scrubber, response.headers, headers, true);
           Object.assign(headers, relayedHeaders, later);
-          if (call.translate === undefined) return reply.code(429).headers(headers).send(text);
+          if (call.translate === undefined) return reply.code(429).headers(headers).send(scrubber.body(text));
           headers['content-type'] = 'application/json';
-          return reply.code(429).headers(headers).send(errorBody(ex.dialect, 'rate_limit_exceeded', upstreamMessage(text, deployment.name)));
+          return reply.code(429).headers(headers).send(errorBody(ex.dialect, 'rate_limit_exceeded', upstreamMessage(scrubber.body(text), deployment.name)));
         },
       };
     }
@@ -672,12 +698,15 @@ async function pipeStream(
   const splitter = new SseSplitter();
   const observer = call.observer();
   const translator = call.translate?.stream();
+  const scrubber = scrubberOf(ctx);
   const renewEvery = 5_000;
   let lastRenew = ctx.clock.now();
   try {
     for await (const chunk of res.body) {
       let out = '';
-      for (const event of splitter.push(chunk)) {
+      for (const upstreamEvent of splitter.push(chunk)) {
+        // An error event may echo what the upstream was sent (the provider key): scrubbed; other events are passed exactly.
+        const event = scrubber.event(upstreamEvent);
         const pass = observer.onEvent(event);
         if (translator !== undefined) out += translator.push(event);
         else if (pass) out += event.raw;
@@ -699,7 +728,7 @@ async function pipeStream(
       }
       if (out.length > 0 && !raw.write(out)) await drained(raw);
     }
-    raw.end(translator === undefined ? splitter.rest() : translator.end());
+    raw.end(translator === undefined ? scrubber.text(splitter.rest()) : translator.end());
   } catch {
     res.body.destroy();
     // Client gone, or the upstream dropped the stream: mirror the drop so the client sees it.

@@ -2,8 +2,29 @@
  * Deterministic fault injection: which requests get a 5xx, a dropped stream or a slow first token.
  */
 
-/** Fault of one request. `none`: served normally. */
-export type Fault = 'none' | 'error' | 'drop' | 'slow';
+/**
+ * Fault of one request. `none`: served normally. The `echo-key` faults are only asked for by
+ * header (never drawn): an upstream that echoes the credentials it received (see {@link EchoFault}).
+ */
+export type Fault = 'none' | 'error' | 'drop' | 'slow' | EchoFault;
+
+/**
+ * A provider that echoes the `authorization` / `x-api-key` it received, in its error body and in
+ * `x-sim-echo-*` response headers (what a careless proxy or a verbose error page does):
+ * - `echo-key`: 401 authentication error;
+ * - `echo-key-429`: 429 rate-limit error with `x-should-retry: false` (relayed, not retried);
+ * - `echo-key-500`: 500 server error;
+ * - `echo-key-stream`: a stream request gets 200 and its first events, then a mid-stream error
+ *   event (OpenAI `data: {"error":…}`, Anthropic `event: error`); a JSON request gets the 401.
+ */
+export type EchoFault = 'echo-key' | 'echo-key-429' | 'echo-key-500' | 'echo-key-stream';
+
+const ECHO_FAULTS: ReadonlySet<string> = new Set<EchoFault>(['echo-key', 'echo-key-429', 'echo-key-500', 'echo-key-stream']);
+
+/** Whether `fault` is one of the {@link EchoFault}s. */
+export function isEchoFault(fault: Fault): fault is EchoFault {
+  return ECHO_FAULTS.has(fault);
+}
 
 /** Fault rates in [0, 1]. */
 export interface FaultRates {
@@ -50,7 +71,8 @@ export class FaultPicker {
   /**
    * The fault of the next request.
    * @param stream whether the request is a stream (only streams can be dropped).
-   * @param forced the `x-sim-fault` header value: `error|drop|slow|none` overrides the draw (which still happens).
+   * @param forced the `x-sim-fault` header value: `error|drop|slow|none` or an {@link EchoFault}
+   *   overrides the draw (which still happens).
    */
   pick(stream: boolean, forced: string | undefined): Fault {
     const r = this.#rng;
@@ -58,6 +80,7 @@ export class FaultPicker {
     const d = r.next();
     const s = r.next();
     if (forced === 'error' || forced === 'slow' || forced === 'none') return forced;
+    if (forced !== undefined && ECHO_FAULTS.has(forced)) return forced as EchoFault;
     if (forced === 'drop') return stream ? 'drop' : 'none';
     const rates = this.#rates;
     if (e < rates.errorRate) return 'error';

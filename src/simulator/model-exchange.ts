@@ -7,7 +7,8 @@ import type { IncomingHttpHeaders } from 'node:http';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { LimitState } from '../limiter/index.ts';
 import type { PreparedRequest, Prepare, ReplyIdentity } from './prepared-request.ts';
-import { anthropicError, badRequest, openAIError, serverFault, type ProviderError, type Wire } from './provider-errors.ts';
+import { anthropicError, badRequest, echoedKeyError, echoedKeyEvent, openAIError, serverFault, type ProviderError, type Wire } from './provider-errors.ts';
+import { isEchoFault } from './faults.ts';
 import {
   anthropicRateLimitHeaders,
   formatGoDuration,
@@ -101,6 +102,21 @@ export function serveModelRequest(state: SimulatorState, route: ModelRoute, req:
 
   const out: HeaderMap = {};
   out[wire === 'openai' ? 'x-request-id' : 'request-id'] = state.nextId('req_sim');
+  if (isEchoFault(fault)) {
+    // Refused before the quota, as a provider refuses a bad key: nothing is charged.
+    stats.errors++;
+    const received = { authorization: headerValue(headers.authorization) ?? '', 'x-api-key': headerValue(headers['x-api-key']) ?? '' };
+    out['x-sim-echo-authorization'] = received.authorization;
+    out['x-sim-echo-x-api-key'] = received['x-api-key'];
+    if (fault === 'echo-key-stream' && prepared.stream) {
+      out['content-type'] = 'text/event-stream; charset=utf-8';
+      reply.code(200).headers(out).send(prepared.plan({ id: state.nextId(route.idPrefix), created: Math.floor(opts.clock.now() / 1000) }).head + echoedKeyEvent(wire, received));
+      return;
+    }
+    const status = fault === 'echo-key-429' ? 429 : fault === 'echo-key-500' ? 500 : 401;
+    if (status === 429) out['x-should-retry'] = 'false';
+    return sendError(reply, echoedKeyError(wire, status, received), out);
+  }
   const decision = quota.admit(key, prepared.reserveTokens);
   Object.assign(out, wire === 'openai' ? openAIRateLimitHeaders(decision.limits) : anthropicRateLimitHeaders(decision.limits, opts.clock.now()));
   if (!decision.ok) {

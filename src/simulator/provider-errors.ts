@@ -56,3 +56,36 @@ export function notFound(wire: Wire, method: string, url: string): ProviderError
     ? openAIError(404, `Unknown request URL: ${method} ${url}. Please check the URL for typos.`, 'invalid_request_error', 'unknown_url')
     : anthropicError(404, 'not_found_error', `Not found: ${method} ${url}`);
 }
+
+/** The credentials a request carried, as the `echo-key` faults echo them. */
+export interface ReceivedCredentials {
+  readonly authorization: string;
+  readonly 'x-api-key': string;
+}
+
+function echoMessage(received: ReceivedCredentials): string {
+  return `Incorrect API key provided. Received authorization: "${received.authorization}", x-api-key: "${received['x-api-key']}".`;
+}
+
+/**
+ * The error of an `echo-key` fault (a provider that echoes the credentials it received), in
+ * `wire`'s shape: 401 authentication, 429 rate limit or 500 server error; the body also carries
+ * the raw headers under `received`.
+ */
+export function echoedKeyError(wire: Wire, status: 401 | 429 | 500, received: ReceivedCredentials): ProviderError {
+  const message = echoMessage(received);
+  if (wire === 'openai') {
+    const type = status === 401 ? 'invalid_request_error' : status === 429 ? 'requests' : 'server_error';
+    return { status, body: JSON.stringify({ error: { message, type, param: null, code: status === 401 ? 'invalid_api_key' : null }, received }) };
+  }
+  const type = status === 401 ? 'authentication_error' : status === 429 ? 'rate_limit_error' : 'api_error';
+  return { status, body: JSON.stringify({ type: 'error', error: { type, message }, received }) };
+}
+
+/** The mid-stream error event of the `echo-key-stream` fault, in `wire`'s SSE format. */
+export function echoedKeyEvent(wire: Wire, received: ReceivedCredentials): string {
+  const message = echoMessage(received);
+  return wire === 'openai'
+    ? `data: ${JSON.stringify({ error: { message, type: 'server_error', param: null, code: null } })}\n\n`
+    : `event: error\ndata: ${JSON.stringify({ type: 'error', error: { type: 'api_error', message } })}\n\n`;
+}

@@ -434,6 +434,35 @@ describe('faults', () => {
     assert.equal(s.promptTokens, HELLO_PROMPT);
   });
 
+  test('x-sim-fault echo-key*: the received credentials echoed in the body and x-sim-echo-* headers; 401/429/500; a mid-stream error event; nothing charged', async () => {
+    const app = buildSimulator({ quota: { rpm: 10 } });
+    const o = await chat(app, {}, { 'x-sim-fault': 'echo-key' });
+    assert.equal(o.statusCode, 401);
+    assert.equal(o.headers['x-sim-echo-authorization'], 'Bearer k1');
+    assert.deepEqual(o.json(), {
+      error: { message: 'Incorrect API key provided. Received authorization: "Bearer k1", x-api-key: "".', type: 'invalid_request_error', param: null, code: 'invalid_api_key' },
+      received: { authorization: 'Bearer k1', 'x-api-key': '' },
+    });
+    const limited = await messages(app, {}, { 'x-sim-fault': 'echo-key-429' });
+    assert.equal(limited.statusCode, 429);
+    assert.equal(limited.headers['x-should-retry'], 'false');
+    assert.equal(limited.headers['x-sim-echo-x-api-key'], 'k1');
+    assert.equal(limited.json().error.type, 'rate_limit_error');
+    assert.equal((await chat(app, {}, { 'x-sim-fault': 'echo-key-500' })).statusCode, 500);
+    assert.equal((await chat(app, {}, { 'x-sim-fault': 'echo-key-stream' })).statusCode, 401, 'a JSON request gets the 401');
+    const stream = await chat(app, { stream: true }, { 'x-sim-fault': 'echo-key-stream' });
+    assert.equal(stream.statusCode, 200);
+    const events = parseSse(stream.body);
+    assert.deepEqual(JSON.parse(events.at(-1)?.data ?? ''), { error: { message: 'Incorrect API key provided. Received authorization: "Bearer k1", x-api-key: "".', type: 'server_error', param: null, code: null } });
+    const anthropicStream = parseSse((await messages(app, { stream: true }, { 'x-sim-fault': 'echo-key-stream' })).body);
+    assert.equal(anthropicStream[0]?.event, 'message_start');
+    assert.equal(anthropicStream.at(-1)?.event, 'error');
+    assert.equal(JSON.parse(anthropicStream.at(-1)?.data ?? '').error.type, 'api_error');
+    // Refused before the quota: the next request still has 10 − 1 requests left after it.
+    assert.equal((await chat(app, {})).headers['x-ratelimit-remaining-requests'], '9');
+    assert.equal((await stats(app)).errors, 6);
+  });
+
   test('random faults follow the seed exactly', async () => {
     const run = async (seed: number) => {
       const app = buildSimulator({ seed, faults: { errorRate: 0.25 } });
