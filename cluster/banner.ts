@@ -3,7 +3,7 @@
  * how the ring is formed, the demo keys, and one curl example per wire format.
  */
 import type { DemoTenant } from './demo.ts';
-import { redactUrl } from './up-options.ts';
+import { redactUrl } from '../src/config/redis-url.ts';
 
 /** What the banner describes. */
 export interface BannerInfo {

@@ -3,6 +3,7 @@
  * ports that exist and do not collide (routers and nodes take consecutive ports).
  */
 import type { UpOptions } from './up.ts';
+import { redactUrl } from '../src/config/redis-url.ts';
 
 /** Bounds of `quotaring up`. A local cluster bigger than this is a mistake, not a test. */
 export const UP_LIMITS = { nodes: { min: 1, max: 16 }, routers: { min: 1, max: 8 } } as const;
@@ -60,16 +61,4 @@ function checkRedisUrl(url: string): void {
 
 function span(first: number, n: number): string {
   return n === 1 ? `port ${first}` : `ports ${first}-${first + n - 1}`;
-}
-
-/** `url` with any password replaced by `***`, for logs and the banner; unparseable input is returned as is. */
-export function redactUrl(url: string): string {
-  try {
-    const parsed = new URL(url);
-    if (parsed.password === '') return url;
-    parsed.password = '***';
-    return parsed.toString();
-  } catch {
-    return url;
-  }
 }

@@ -165,7 +165,8 @@ program
   .option('--no-env', 'do not require the environment variables the config names')
   .action((file: string, opts: { env: boolean }) => {
     try {
-      const env = opts.env ? process.env : new Proxy({}, { get: () => 'unchecked' });
+      // --no-env: every variable "set", to a distinct value that is also a valid Redis URL (cluster.redis.url_env).
+      const env = opts.env ? process.env : new Proxy({}, { get: (_target, name) => `redis://unchecked/${String(name)}` });
       const loaded = loadConfig(file, env);
       const c = loaded.config;
       process.stdout.write(`${file}: ok (tenants: ${c.tenants.length}, keys: ${loaded.tenantByKey.size}, models: ${c.models.length}, deployments: ${c.deployments.length})\n`);

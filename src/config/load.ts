@@ -8,7 +8,8 @@ import type { z } from 'zod';
 import type { Policy } from '../limiter/types.ts';
 import { policyFromLimits } from './policy.ts';
 import { ConfigSchema } from './schema.ts';
-import type { Config, DeploymentConfig, ModelConfig, TenantConfig } from './schema.ts';
+import type { Config, DeploymentConfig, ModelConfig, RedisConfig, TenantConfig } from './schema.ts';
+import { resolveRedisUrl } from './redis-url.ts';
 
 /** A config that cannot be used; the message names the file and the key path of every problem. */
 export class ConfigError extends Error {
@@ -84,14 +85,21 @@ function zodProblems(file: string, error: z.ZodError): string[] {
 /**
  * Validates a parsed config object and builds the runtime view.
  * @param file name used in error messages.
- * @param env where `{env: NAME}` keys and `api_key_env` are read. @default process.env
+ * @param env where `{env: NAME}` keys, `api_key_env` and `cluster.redis.url_env`/`password_env` are read. @default process.env
  * @throws ConfigError naming the file and the key path of every problem; values are never echoed.
  */
 export function buildConfig(raw: unknown, file: string, env: NodeJS.ProcessEnv = process.env): LoadedConfig {
   const parsed = ConfigSchema.safeParse(raw);
   if (!parsed.success) throw new ConfigError(zodProblems(file, parsed.error));
-  const config = parsed.data;
   const problems: string[] = [];
+  const { redis: redisSource, ...clusterRest } = parsed.data.cluster;
+  let redis: RedisConfig | undefined;
+  if (redisSource !== undefined) {
+    const resolved = resolveRedisUrl(redisSource, env);
+    if ('url' in resolved) redis = { ...redisSource, url: resolved.url };
+    else problems.push(...resolved.problems.map((p) => `${file}: ${p}`));
+  }
+  const config: Config = { ...parsed.data, cluster: { ...clusterRest, ...(redis === undefined ? {} : { redis }) } };
 
   const tiers = new Map<string, Tier>(config.priorities.map((p, rank) => [p.name, Object.freeze({ name: p.name, rank, floor: p.floor, maxWaitMs: p.max_wait })]));
   const tiersOf = (names: readonly string[]): ReadonlyMap<string, Tier> => new Map(names.map((n) => [n, tiers.get(n) as Tier]));

@@ -4,6 +4,7 @@
  */
 import { z } from 'zod';
 import { parseDuration } from './duration.ts';
+import { hasPassword } from './redis-url.ts';
 
 /** A duration: ms as a number, or a string like `1m`, `500ms`, `1h30m`. Output: ms. */
 const duration = z.union([z.number().nonnegative(), z.string()]).transform((value, ctx) => {
@@ -228,6 +229,32 @@ export const MemberSchema = z.strictObject({
   weight: z.number().int({ error: 'member weight: a positive integer' }).positive({ error: 'member weight: a positive integer' }).optional(),
 });
 
+/** The name of an environment variable. */
+const envName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'an environment variable name');
+
+/**
+ * Where Redis is: exactly one of `url` (in the file: no password there, the file is not a secret
+ * store) and `url_env` (an environment variable holding the whole URL, password included), plus
+ * optionally `password_env` (an environment variable holding the password, put into the URL).
+ * Resolved at load (`src/config/redis-url.ts`); the resolved URL is never logged unredacted.
+ */
+export const RedisSchema = z
+  .strictObject({
+    /** `redis://[user@]host:port[/db]` or `rediss://...`, without a password. */
+    url: z
+      .string()
+      .regex(/^rediss?:\/\//, 'a redis:// or rediss:// URL')
+      .refine((url) => !hasPassword(url), 'a password in the config file: put the whole URL in an environment variable named by url_env, or the password in one named by password_env')
+      .optional(),
+    /** Environment variable holding the URL (it may carry the password). */
+    url_env: envName.optional(),
+    /** Environment variable holding the password (ACL user: put it in the URL, `redis://user@host`). */
+    password_env: envName.optional(),
+  })
+  .superRefine((redis, ctx) => {
+    if ((redis.url === undefined) === (redis.url_env === undefined)) ctx.addIssue({ code: 'custom', message: 'set exactly one of url and url_env' });
+  });
+
 /**
  * Cluster settings. Without `redis`, membership is the static `members` list (routers health-check
  * them); with `redis.url`, nodes heartbeat into Redis and everyone builds the ring from the live set.
@@ -238,7 +265,7 @@ export const ClusterSchema = z.strictObject({
   /** Static members (the embedded default, no Redis). */
   members: z.array(MemberSchema).default([]),
   /** Redis for membership (and, later, handoff and the global cap). */
-  redis: z.strictObject({ url: z.string().regex(/^rediss?:\/\//, 'a redis:// or rediss:// URL') }).optional(),
+  redis: RedisSchema.optional(),
   /** Node heartbeat period. @default 1s */
   heartbeat: duration.default(1_000),
   /** A member silent this long is out of the ring. @default 3s */
@@ -410,8 +437,12 @@ export const ConfigSchema = z
     });
   });
 
-/** The validated config, as the YAML says it with defaults filled in and durations in ms. */
-export type Config = z.output<typeof ConfigSchema>;
+/** The config as the schema validates it, before secrets are resolved. */
+export type ParsedConfig = z.output<typeof ConfigSchema>;
+/** `cluster.redis` once loaded: `url` resolved (from the file, or `url_env`, with `password_env`'s password in it). A secret: never log it unredacted. */
+export type RedisConfig = Omit<NonNullable<ParsedConfig['cluster']['redis']>, 'url'> & { readonly url: string };
+/** The validated config, as the YAML says it with defaults filled in, durations in ms and the Redis URL resolved. */
+export type Config = Omit<ParsedConfig, 'cluster'> & { cluster: Omit<ParsedConfig['cluster'], 'redis'> & { redis?: RedisConfig } };
 /** One validated tenant. */
 export type TenantConfig = Config['tenants'][number];
 /** One validated limit of a tenant (durations in ms). */

@@ -70,6 +70,33 @@ describe('config', () => {
     assert.deepEqual(problems(keyed), ['q.yaml: tenants[0].keys[0].env: environment variable ACME_KEY is not set']);
   });
 
+  test('cluster.redis: the URL from the file (no password), from url_env, with password_env; problems never echo a value', () => {
+    const redis = (r: unknown, e: NodeJS.ProcessEnv = env) => buildConfig({ ...base(), cluster: { redis: r } }, 'q.yaml', e).config.cluster.redis?.url;
+    assert.equal(redis({ url: 'redis://10.0.0.5:6379/2' }), 'redis://10.0.0.5:6379/2');
+    assert.equal(redis({ url_env: 'QR_REDIS' }, { ...env, QR_REDIS: 'rediss://app:pw%40x@cache:6380' }), 'rediss://app:pw%40x@cache:6380');
+    // The password goes into the URL percent-encoded (ioredis decodes it): any character survives.
+    const withPassword = redis({ url: 'redis://app@cache:6379/1', password_env: 'QR_PW' }, { ...env, QR_PW: 'p@ss:w/rd%41 é' });
+    assert.equal(withPassword, `redis://app:${encodeURIComponent('p@ss:w/rd%41 é')}@cache:6379/1`);
+    assert.equal(decodeURIComponent(new URL(withPassword ?? '').password), 'p@ss:w/rd%41 é');
+    assert.equal(redis({ url_env: 'QR_REDIS', password_env: 'QR_PW' }, { ...env, QR_REDIS: 'redis://cache:6379', QR_PW: 'hunter22' }), 'redis://:hunter22@cache:6379');
+
+    const bad = (r: unknown, e: NodeJS.ProcessEnv = env) => problems({ ...base(), cluster: { redis: r } }, e);
+    assert.deepEqual(bad({ url: 'redis://:hunter22@cache:6379' }), [
+      'q.yaml: cluster.redis.url: a password in the config file: put the whole URL in an environment variable named by url_env, or the password in one named by password_env',
+    ]);
+    assert.deepEqual(bad({ url: 'redis://u:hunter22@cache:6379' }).length, 1);
+    assert.deepEqual(bad({ url: 'redis://cache:6379', url_env: 'QR_REDIS' }), ['q.yaml: cluster.redis: set exactly one of url and url_env']);
+    assert.deepEqual(bad({ password_env: 'QR_PW' }), ['q.yaml: cluster.redis: set exactly one of url and url_env']);
+    assert.deepEqual(bad({ url_env: 'qr redis' }), ['q.yaml: cluster.redis.url_env: an environment variable name']);
+    assert.deepEqual(bad({ url_env: 'QR_REDIS' }), ['q.yaml: cluster.redis.url_env: environment variable QR_REDIS is not set']);
+    assert.deepEqual(bad({ url_env: 'QR_REDIS' }, { ...env, QR_REDIS: 'http://:hunter22@cache' }), ['q.yaml: cluster.redis.url_env: environment variable QR_REDIS does not hold a redis:// or rediss:// URL']);
+    assert.deepEqual(bad({ url: 'redis://cache:6379', password_env: 'QR_PW' }), ['q.yaml: cluster.redis.password_env: environment variable QR_PW is not set']);
+    assert.deepEqual(bad({ url_env: 'QR_REDIS', password_env: 'QR_PW' }, { ...env, QR_REDIS: 'redis://:one@cache', QR_PW: 'two' }), [
+      'q.yaml: cluster.redis.password_env: the URL already carries a password; keep it in one place',
+    ]);
+    for (const p of [...bad({ url_env: 'QR_REDIS' }, { ...env, QR_REDIS: 'http://:hunter22@cache' }), ...bad({ url: 'redis://:hunter22@cache:6379' })]) assert.ok(!p.includes('hunter22'), p);
+  });
+
   test('unknown keys are refused with the file and key path', () => {
     const raw = base();
     (raw.tenants[0] as Record<string, unknown>).rate = 5;
