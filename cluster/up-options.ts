@@ -3,7 +3,7 @@
  * ports that exist and do not collide (routers and nodes take consecutive ports).
  */
 import type { UpOptions } from './up.ts';
-import { redactUrl } from '../src/config/redis-url.ts';
+import { hasPassword, redactUrl } from '../src/config/redis-url.ts';
 
 /** Bounds of `quotaring up`. A local cluster bigger than this is a mistake, not a test. */
 export const UP_LIMITS = { nodes: { min: 1, max: 16 }, routers: { min: 1, max: 8 } } as const;
@@ -52,11 +52,33 @@ function checkRedisUrl(url: string): void {
   try {
     parsed = new URL(url);
   } catch {
-    throw new Error(`--redis must be a redis:// or rediss:// URL such as redis://127.0.0.1:6379 (got "${url}")`);
+    throw new Error(`--redis must be a redis:// or rediss:// URL such as redis://127.0.0.1:6379 (got "${redactUrl(url)}")`);
   }
   if ((parsed.protocol !== 'redis:' && parsed.protocol !== 'rediss:') || parsed.hostname === '') {
     throw new Error(`--redis must be a redis:// or rediss:// URL such as redis://127.0.0.1:6379 (got "${redactUrl(url)}")`);
   }
+}
+
+/**
+ * The Redis URL of `up --redis <url>` / `up --redis-env <NAME>`. A command line is readable by every
+ * user of the machine (`ps`, `/proc/<pid>/cmdline`): `--redis` must not carry a password; a URL with
+ * one is read from the variable `--redis-env` names.
+ * @param env where `--redis-env`'s variable is read.
+ * @returns the URL, or undefined when neither flag is given.
+ * @throws Error for both flags, a password in `--redis`, or an unset variable (never echoing a password).
+ */
+export function redisUrlFromFlags(flags: { readonly redis?: string | undefined; readonly redisEnv?: string | undefined }, env: NodeJS.ProcessEnv): string | undefined {
+  if (flags.redis !== undefined && flags.redisEnv !== undefined) throw new Error('--redis and --redis-env: give one of them');
+  if (flags.redis !== undefined) {
+    if (hasPassword(flags.redis)) {
+      throw new Error(`--redis: the URL carries a password, and a command line is readable by every user of this machine (ps); put the URL in an environment variable and pass its name: --redis-env NAME (got "${redactUrl(flags.redis)}")`);
+    }
+    return flags.redis;
+  }
+  if (flags.redisEnv === undefined) return undefined;
+  const url = env[flags.redisEnv];
+  if (url === undefined || url === '') throw new Error(`--redis-env: environment variable ${flags.redisEnv} is not set`);
+  return url;
 }
 
 function span(first: number, n: number): string {

@@ -28,7 +28,11 @@ export interface UpOptions {
   readonly nodes?: number;
   /** Routers. @default 1 */
   readonly routers?: number;
-  /** Redis URL for membership; absent = static members. */
+  /**
+   * Redis URL for membership; absent = static members. It may carry a password: children get it
+   * in their environment ({@link REDIS_URL_ENV}, named by `cluster.redis.url_env` in the generated
+   * config), never on a command line or in the config file.
+   */
   readonly redis?: string;
   /** First router port; routers take consecutive ports. @default 8080 */
   readonly routerPort?: number;
@@ -70,26 +74,74 @@ export interface StartedCluster {
 /** Simulator key the launched deployments use (`QUOTARING_SIM_KEY`); the simulator accepts any key. */
 const SIM_KEY = 'sim-demo-key';
 
-/**
- * The config the cluster runs with: the given one plus the members (or Redis) of this launch; for
- * the demo config, deployments pointed at `simulatorUrl`. Written to a temp file; @returns its path.
- */
-function clusterConfig(source: string, isDemo: boolean, nodes: readonly { id: string; url: string }[], simulatorUrl: string, redis: string | undefined): string {
-  const raw = launchedConfig(source, isDemo, nodes, simulatorUrl, redis);
-  const file = join(mkdtempSync(join(tmpdir(), 'quotaring-up-')), 'cluster.yaml');
-  writeFileSync(file, stringify(raw));
-  return file;
-}
+/** The environment variable that carries `--redis`'s URL to the children (`cluster.redis.url_env` of the generated config). */
+export const REDIS_URL_ENV = 'QUOTARING_REDIS_URL';
 
 /** The config file's content with the members (or Redis) of this launch and, for the demo, the simulator's URL. */
 function launchedConfig(source: string, isDemo: boolean, nodes: readonly { id: string; url: string }[], simulatorUrl: string, redis: string | undefined): Record<string, unknown> {
   const raw = (parse(readFileSync(source, 'utf8')) ?? {}) as Record<string, unknown>;
   const cluster = (raw.cluster ?? {}) as Record<string, unknown>;
-  raw.cluster = redis === undefined ? { ...cluster, members: nodes } : { ...cluster, members: [], redis: { url: redis } };
+  // The URL itself (it may carry a password) goes to the children in their environment.
+  raw.cluster = redis === undefined ? { ...cluster, members: nodes } : { ...cluster, members: [], redis: { url_env: REDIS_URL_ENV } };
   if (isDemo && Array.isArray(raw.deployments)) {
     raw.deployments = (raw.deployments as Record<string, unknown>[]).map((d) => ({ ...d, base_url: simulatorUrl }));
   }
   return raw;
+}
+
+/** What {@link startCluster} launches, before anything runs. */
+export interface ClusterPlan {
+  /** The children in start order: their arguments carry no secret (keys, tokens, passwords are in `env`). */
+  readonly specs: readonly ChildSpec[];
+  /** The generated config file's content (YAML): no secret either, only the names of the variables holding them. */
+  readonly configText: string;
+  readonly routers: string[];
+  readonly nodes: string[];
+  readonly simulator: string;
+  readonly admin?: StartedCluster['admin'];
+}
+
+/**
+ * The children of a launch and the config they load from `configFile`. Every secret (the Redis
+ * URL with its password, the admin token, the simulator key) is passed in the children's
+ * environment — readable only by their user (`/proc/<pid>/environ` is mode 0400), while a command
+ * line is readable by every user of the machine (`ps`, `/proc/<pid>/cmdline`).
+ * @throws Error for invalid options (see {@link checkUpOptions}); ConfigError for a config that does not load.
+ */
+export function planCluster(opts: UpOptions, configFile: string): ClusterPlan {
+  checkUpOptions(opts);
+  const nodeCount = opts.nodes ?? 3;
+  const routerCount = opts.routers ?? 1;
+  const nodePort = opts.nodePort ?? 8101;
+  const routerPort = opts.routerPort ?? 8080;
+  const simPort = opts.simulatorPort ?? 9090;
+  const simulator = `http://127.0.0.1:${simPort}`;
+  const members = Array.from({ length: nodeCount }, (_, i) => ({ id: `node-${i + 1}`, url: `http://127.0.0.1:${nodePort + i}` }));
+  const raw = launchedConfig(opts.config ?? demoConfigPath(), opts.config === undefined, members, simulator, opts.redis);
+  const redisEnv: Record<string, string> = opts.redis === undefined ? {} : { [REDIS_URL_ENV]: opts.redis };
+  const adminPort = opts.adminPort;
+  const tokenEnv = adminPort === undefined ? undefined : buildConfig(raw, configFile, { ...process.env, QUOTARING_SIM_KEY: SIM_KEY, ...opts.env, ...redisEnv }).config.admin.token_env;
+  const token = opts.adminToken ?? randomBytes(16).toString('hex');
+  const env: Record<string, string> = { QUOTARING_SIM_KEY: SIM_KEY, ...opts.env, ...redisEnv, ...(tokenEnv === undefined ? {} : { [tokenEnv]: token }) };
+  const nodeAdmin = (i: number): string[] => (adminPort === undefined ? [] : ['--admin-port', String(adminPort + routerCount + i)]);
+  const routerAdmin = (i: number): string[] => (adminPort === undefined ? [] : ['--admin-port', String(adminPort + i)]);
+  const specs: ChildSpec[] = [
+    { name: 'simulator', args: ['simulate', '--port', String(simPort), ...(opts.simulatorArgs ?? ['--tps', '200', '--ttft-ms', '150'])], env, healthUrl: `${simulator}/sim/stats`, stopLast: true },
+  ];
+  for (const [i, m] of members.entries()) {
+    specs.push({ name: m.id, args: ['node', '--config', configFile, '--id', m.id, '--port', String(nodePort + i), ...nodeAdmin(i)], env, healthUrl: `${m.url}/healthz`, replaceable: true });
+  }
+  const routers: string[] = [];
+  for (let i = 0; i < routerCount; i++) {
+    const port = routerPort + i;
+    routers.push(`http://127.0.0.1:${port}`);
+    specs.push({ name: `router-${i + 1}`, args: ['router', '--config', configFile, '--port', String(port), ...routerAdmin(i)], env, healthUrl: `http://127.0.0.1:${port}/readyz` });
+  }
+  const admin =
+    adminPort === undefined || tokenEnv === undefined
+      ? undefined
+      : { token, tokenEnv, routers: Array.from({ length: routerCount }, (_, i) => `http://127.0.0.1:${adminPort + i}`), nodes: members.map((_, i) => `http://127.0.0.1:${adminPort + routerCount + i}`) };
+  return { specs, configText: stringify(raw), routers, nodes: members.map((m) => m.url), simulator, ...(admin === undefined ? {} : { admin }) };
 }
 
 /**
@@ -100,33 +152,17 @@ function launchedConfig(source: string, isDemo: boolean, nodes: readonly { id: s
  */
 export async function startCluster(opts: UpOptions = {}): Promise<StartedCluster> {
   checkUpOptions(opts);
-  const nodeCount = opts.nodes ?? 3;
-  const routerCount = opts.routers ?? 1;
-  const nodePort = opts.nodePort ?? 8101;
-  const routerPort = opts.routerPort ?? 8080;
-  const simPort = opts.simulatorPort ?? 9090;
-  const simulator = `http://127.0.0.1:${simPort}`;
-  const members = Array.from({ length: nodeCount }, (_, i) => ({ id: `node-${i + 1}`, url: `http://127.0.0.1:${nodePort + i}` }));
-  const config = clusterConfig(opts.config ?? demoConfigPath(), opts.config === undefined, members, simulator, opts.redis);
-  const adminPort = opts.adminPort;
-  const tokenEnv = adminPort === undefined ? undefined : loadConfig(config, { ...process.env, QUOTARING_SIM_KEY: SIM_KEY, ...opts.env }).config.admin.token_env;
-  const token = opts.adminToken ?? randomBytes(16).toString('hex');
-  const env: Record<string, string> = { QUOTARING_SIM_KEY: SIM_KEY, ...opts.env, ...(tokenEnv === undefined ? {} : { [tokenEnv]: token }) };
-  const nodeAdmin = (i: number): string[] => (adminPort === undefined ? [] : ['--admin-port', String(adminPort + routerCount + i)]);
-  const routerAdmin = (i: number): string[] => (adminPort === undefined ? [] : ['--admin-port', String(adminPort + i)]);
-  const specs: ChildSpec[] = [
-    { name: 'simulator', args: ['simulate', '--port', String(simPort), ...(opts.simulatorArgs ?? ['--tps', '200', '--ttft-ms', '150'])], env, healthUrl: `${simulator}/sim/stats`, stopLast: true },
-  ];
-  for (const [i, m] of members.entries()) {
-    specs.push({ name: m.id, args: ['node', '--config', config, '--id', m.id, '--port', String(nodePort + i), ...nodeAdmin(i)], env, healthUrl: `${m.url}/healthz`, replaceable: true });
-  }
-  const routers: string[] = [];
-  for (let i = 0; i < routerCount; i++) {
-    const port = routerPort + i;
-    routers.push(`http://127.0.0.1:${port}`);
-    specs.push({ name: `router-${i + 1}`, args: ['router', '--config', config, '--port', String(port), ...routerAdmin(i)], env, healthUrl: `http://127.0.0.1:${port}/readyz` });
-  }
+  const config = join(mkdtempSync(join(tmpdir(), 'quotaring-up-')), 'cluster.yaml');
   const removeConfig = (): void => rmSync(dirname(config), { recursive: true, force: true });
+  let plan: ClusterPlan;
+  try {
+    plan = planCluster(opts, config);
+    writeFileSync(config, plan.configText, { mode: 0o600 });
+  } catch (err) {
+    removeConfig();
+    throw err;
+  }
+  const { specs, routers, nodes, simulator, admin } = plan;
   let group: LaunchedGroup;
   try {
     group = await launch(specs, { handleSignals: opts.handleSignals ?? false });
@@ -136,11 +172,7 @@ export async function startCluster(opts: UpOptions = {}): Promise<StartedCluster
   }
   // The derived config lives as long as the children.
   void group.done.then(removeConfig);
-  const admin =
-    adminPort === undefined || tokenEnv === undefined
-      ? undefined
-      : { token, tokenEnv, routers: Array.from({ length: routerCount }, (_, i) => `http://127.0.0.1:${adminPort + i}`), nodes: members.map((_, i) => `http://127.0.0.1:${adminPort + routerCount + i}`) };
-  return { group, routers, nodes: members.map((m) => m.url), simulator, config, ...(admin === undefined ? {} : { admin }) };
+  return { group, routers, nodes, simulator, config, ...(admin === undefined ? {} : { admin }) };
 }
 
 /** The first model served by a deployment of `provider`, for the banner's examples. */
@@ -158,7 +190,7 @@ function modelOf(loaded: LoadedConfig, provider: 'openai' | 'anthropic'): string
 export async function runUp(opts: UpOptions = {}, out: (text: string) => void = (t) => process.stdout.write(t)): Promise<number> {
   checkUpOptions(opts);
   const source = opts.config ?? demoConfigPath();
-  const env = { ...process.env, QUOTARING_SIM_KEY: SIM_KEY, ...opts.env };
+  const env = { ...process.env, QUOTARING_SIM_KEY: SIM_KEY, ...opts.env, ...(opts.redis === undefined ? {} : { [REDIS_URL_ENV]: opts.redis }) };
   // Validated as it will run: with this launch's Redis (or members), e.g. `cluster.hot` needs `--redis`.
   let raw: Record<string, unknown>;
   try {

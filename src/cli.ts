@@ -4,6 +4,7 @@
  */
 import { Command, InvalidArgumentError } from 'commander';
 import { runUp } from '../cluster/up.ts';
+import { redisUrlFromFlags } from '../cluster/up-options.ts';
 import type { UpOptions } from '../cluster/up.ts';
 import { ConfigError, loadConfig } from './config/load.ts';
 import type { ClusterConfig } from './config/schema.ts';
@@ -181,19 +182,24 @@ interface UpFlags {
   nodes?: number;
   routers?: number;
   redis?: string;
+  redisEnv?: string;
   port?: number;
   nodePort?: number;
   simulatorPort?: number;
   adminPort?: number;
 }
 
-/** `up` / `demo` flags as {@link UpOptions} (ranges are checked by runUp before anything starts). */
+/**
+ * `up` / `demo` flags as {@link UpOptions} (ranges are checked by runUp before anything starts).
+ * @throws Error for a password in `--redis` (see {@link redisUrlFromFlags}).
+ */
 function upOptions(flags: UpFlags, nodes = flags.nodes): UpOptions {
+  const redis = redisUrlFromFlags(flags, process.env);
   return {
     ...(flags.config === undefined ? {} : { config: flags.config }),
     ...(nodes === undefined ? {} : { nodes }),
     ...(flags.routers === undefined ? {} : { routers: flags.routers }),
-    ...(flags.redis === undefined ? {} : { redis: flags.redis }),
+    ...(redis === undefined ? {} : { redis }),
     ...(flags.port === undefined ? {} : { routerPort: flags.port }),
     ...(flags.nodePort === undefined ? {} : { nodePort: flags.nodePort }),
     ...(flags.simulatorPort === undefined ? {} : { simulatorPort: flags.simulatorPort }),
@@ -207,7 +213,8 @@ function withClusterFlags(command: Command, nodes: boolean): Command {
   if (nodes) command.option('-n, --nodes <n>', 'gateway nodes, 1 to 16 (default: 3)', int);
   return command
     .option('-r, --routers <n>', 'routers, 1 to 8, on consecutive ports (default: 1)', int)
-    .option('--redis <url>', 'Redis membership (redis://host:port) instead of a static member list')
+    .option('--redis <url>', 'Redis membership (redis://host:port, no password) instead of a static member list')
+    .option('--redis-env <name>', 'Redis membership, the URL (password included) read from this environment variable')
     .option('-p, --port <port>', 'port of the first router (default: 8080)', int)
     .option('--node-port <port>', 'port of the first node; nodes take consecutive ports (default: 8101)', int)
     .option('--simulator-port <port>', 'port of the provider simulator (default: 9090)', int)

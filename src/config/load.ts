@@ -10,6 +10,7 @@ import { policyFromLimits } from './policy.ts';
 import { ConfigSchema } from './schema.ts';
 import type { Config, DeploymentConfig, ModelConfig, RedisConfig, TenantConfig } from './schema.ts';
 import { resolveRedisUrl } from './redis-url.ts';
+import { adminExposureProblem } from '../security/admin-exposure.ts';
 
 /** A config that cannot be used; the message names the file and the key path of every problem. */
 export class ConfigError extends Error {
@@ -85,8 +86,11 @@ function zodProblems(file: string, error: z.ZodError): string[] {
 /**
  * Validates a parsed config object and builds the runtime view.
  * @param file name used in error messages.
- * @param env where `{env: NAME}` keys, `api_key_env` and `cluster.redis.url_env`/`password_env` are read. @default process.env
- * @throws ConfigError naming the file and the key path of every problem; values are never echoed.
+ * @param env where `{env: NAME}` keys, `api_key_env`, `cluster.redis.url_env`/`password_env` and
+ *   `admin.token_env` are read. @default process.env
+ * @throws ConfigError naming the file and the key path of every problem (among them an admin
+ *   listener on a non-loopback `admin.host` whose token is a placeholder or too short); values
+ *   are never echoed.
  */
 export function buildConfig(raw: unknown, file: string, env: NodeJS.ProcessEnv = process.env): LoadedConfig {
   const parsed = ConfigSchema.safeParse(raw);
@@ -135,6 +139,9 @@ export function buildConfig(raw: unknown, file: string, env: NodeJS.ProcessEnv =
     }
     deployments.set(d.name, Object.freeze({ ...d, apiKey }));
   });
+  // An admin listener reachable from other machines needs a token the operator chose.
+  const exposure = adminExposureProblem(config.admin.host, config.admin.token_env, env[config.admin.token_env]);
+  if (exposure !== undefined) problems.push(`${file}: admin.host: ${exposure}`);
   if (problems.length > 0) throw new ConfigError(problems);
 
   return Object.freeze({

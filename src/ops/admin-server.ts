@@ -9,6 +9,7 @@ import Fastify, { LogController } from 'fastify';
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import type { AdminSchema } from '../config/schema.ts';
 import type { z } from 'zod';
+import { adminExposureProblem } from '../security/admin-exposure.ts';
 
 /** The `admin` section of the config. */
 export type AdminSettings = z.infer<typeof AdminSchema>;
@@ -108,7 +109,9 @@ export interface StartAdminOptions {
  * Builds, registers and starts the admin listener when the token variable (`settings.token_env`)
  * is set; logs why not otherwise and resolves undefined.
  * @returns its URL and `close()`.
- * @throws listen errors (the admin port in use), after closing the admin server.
+ * @throws Error when `settings.host` is not a loopback address and the token is a placeholder or
+ *   too short (see `adminExposureProblem`; the config loader refuses that config already);
+ *   listen errors (the admin port in use), after closing the admin server.
  */
 export async function startAdminServer(o: StartAdminOptions): Promise<{ url: string; close(): Promise<void> } | undefined> {
   const token = adminToken(o.settings, o.env);
@@ -116,6 +119,8 @@ export async function startAdminServer(o: StartAdminOptions): Promise<{ url: str
     o.log.info({ tokenEnv: o.settings.token_env }, `${o.what} off: its token variable is not set`);
     return undefined;
   }
+  const exposure = adminExposureProblem(o.settings.host, o.settings.token_env, token);
+  if (exposure !== undefined) throw new Error(`${o.what} not started: ${exposure}`);
   const admin = buildAdminServer(token, o.log);
   o.register(admin, token);
   let url: string;

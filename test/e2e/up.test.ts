@@ -7,6 +7,7 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
+import { readFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { describe, test } from 'node:test';
 import Anthropic from '@anthropic-ai/sdk';
@@ -129,6 +130,15 @@ describe('quotaring up', () => {
       assert.equal(ring.status, 200);
       assert.deepEqual(((await ring.json()) as { members: { id: string }[] }).members.map((m) => m.id), ['node-1', 'node-2']);
       assert.equal((await fetch(`http://127.0.0.1:${adminPort + 1}/admin/v1/ring`)).status, 401);
+      // No secret on a child's command line (readable by every user: ps, /proc/<pid>/cmdline); the token is in their environment.
+      // (The simulator logs no pid; its arguments are `simulate --port ... --tps ... --ttft-ms ...`.)
+      for (const name of ['node-1', 'node-2', 'router-1']) {
+        const pid = pidOf(out, name);
+        const cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+        assert.match(cmdline, /\0--config\0/, `${name}: ${cmdline}`);
+        for (const secret of [token, 'sim-demo-key']) assert.ok(!cmdline.includes(secret), `${name}'s command line carries a secret: ${cmdline.split('\0').join(' ')}`);
+        assert.ok(readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0').includes(`QUOTARING_ADMIN_TOKEN=${token}`), `${name} has the token in its environment`);
+      }
       assert.match(out, new RegExp(`${BANNER_HEADLINE}: 1 router, 2 nodes`));
       assert.ok(out.includes(`routers    ${router}`), out);
       assert.ok(out.includes(`node-1   http://127.0.0.1:${nodePort}\n`), out);
@@ -209,6 +219,11 @@ describe('quotaring up', () => {
       [['--nodes', '17'], '--nodes must be an integer from 1 to 16 (got 17)'],
       [['--routers', '9'], '--routers must be an integer from 1 to 8 (got 9)'],
       [['--redis', 'http://127.0.0.1:6379'], '--redis must be a redis:// or rediss:// URL such as redis://127.0.0.1:6379 (got "http://127.0.0.1:6379")'],
+      [
+        ['--redis', 'redis://:hunter22@127.0.0.1:6379'],
+        '--redis: the URL carries a password, and a command line is readable by every user of this machine (ps); put the URL in an environment variable and pass its name: --redis-env NAME (got "redis://:***@127.0.0.1:6379")',
+      ],
+      [['--redis-env', 'QUOTARING_TEST_UNSET_REDIS_URL'], '--redis-env: environment variable QUOTARING_TEST_UNSET_REDIS_URL is not set'],
       [
         ['--port', '8100', '--routers', '2', '--node-port', '8101'],
         '--port 8100 (ports 8100-8101 for the 2 routers) overlaps --node-port 8101 (ports 8101-8103 for the 3 nodes); choose ports that do not collide',

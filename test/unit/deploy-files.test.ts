@@ -7,7 +7,8 @@
  * _bucket/_sum/_count suffix), and each of the 26 quotaring_ metrics documented there is on at least
  * one panel; panels use the datasource uid that Grafana's provisioning defines; cluster/compose.yaml
  * loads with the project's loader, binds the admin listener on 0.0.0.0, and the router's admin port
- * is the one published on the host's 127.0.0.1.
+ * is the one published on the host's 127.0.0.1; the admin token is required from the operator (no
+ * default in compose) and the loader refuses a placeholder or short one on 0.0.0.0 (issue 14).
  */
 import assert from 'node:assert/strict';
 import { existsSync, readFileSync } from 'node:fs';
@@ -97,10 +98,12 @@ describe('docker-compose.yml', () => {
     assert.equal(mounts, 8);
   });
 
-  test('every quotaring container gets QUOTARING_ADMIN_TOKEN; the router publishes 9200 on 127.0.0.1 only', () => {
+  test('every quotaring container gets QUOTARING_ADMIN_TOKEN from the operator, required, with no default; the router publishes 9200 on 127.0.0.1 only', () => {
     for (const name of ['simulator', 'node1', 'node2', 'node3', 'router']) {
-      assert.equal(services[name]?.environment?.QUOTARING_ADMIN_TOKEN, '${QUOTARING_ADMIN_TOKEN:-change-me}', name);
+      // `${VAR:?message}`: compose refuses to start when it is unset or empty; no `:-default` secret.
+      assert.match(services[name]?.environment?.QUOTARING_ADMIN_TOKEN ?? '', /^\$\{QUOTARING_ADMIN_TOKEN:\?[^}]+\}$/, name);
     }
+    assert.doesNotMatch(text('docker-compose.yml'), /change-me|ADMIN_TOKEN:-/);
     assert.deepEqual(services.router?.ports, ['8080:8080', '127.0.0.1:9200:9200']);
     assert.deepEqual(services.prometheus?.ports, ['127.0.0.1:9091:9090']);
     assert.deepEqual(services.grafana?.ports, ['127.0.0.1:3000:3000']);
@@ -218,5 +221,15 @@ describe('cluster/compose.yaml', () => {
     assert.equal(config.admin.token_env, 'QUOTARING_ADMIN_TOKEN');
     assert.ok(services.router?.ports?.includes(`127.0.0.1:${config.admin.router_port}:${config.admin.router_port}`));
     assert.deepEqual(config.tenants.map((t) => [t.id, t.metrics]), [['alice', true], ['bob', true]]);
+  });
+
+  test('its admin listeners (0.0.0.0) refuse the old default token and short ones; a token of the operator\'s loads', () => {
+    const env = { QUOTARING_SIM_KEY: 'sim-demo-key' };
+    const file = resolve(ROOT, 'cluster/compose.yaml');
+    for (const token of ['change-me', 'short-token']) {
+      assert.throws(() => loadConfig(file, { ...env, QUOTARING_ADMIN_TOKEN: token }), (err: Error) => /admin\.host: 0\.0\.0\.0 is not a loopback address/.test(err.message));
+    }
+    assert.equal(loadConfig(file, { ...env, QUOTARING_ADMIN_TOKEN: '3f9a0c1d7e2b4a6f8c0d1e2f3a4b5c6d' }).config.admin.host, '0.0.0.0');
+    assert.equal(loadConfig(file, env).config.admin.host, '0.0.0.0', 'unset: the admin listeners stay off, the config loads');
   });
 });

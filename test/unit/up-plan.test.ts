@@ -1,0 +1,69 @@
+/**
+ * `quotaring up` never puts a secret on a child's command line or in the generated config file
+ * (issue 14, finding 9): the Redis URL with its password, the admin token and the simulator key go
+ * to the children in their environment. And `--redis` refuses a URL with a password (a command
+ * line is readable by every user of the machine); `--redis-env NAME` reads it from a variable.
+ */
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { parse } from 'yaml';
+import { REDIS_URL_ENV, planCluster } from '../../cluster/up.ts';
+import { redisUrlFromFlags } from '../../cluster/up-options.ts';
+import { buildConfig } from '../../src/config/load.ts';
+
+const PASSWORD = 'hunter22-redis-pw';
+const REDIS = `redis://app:${PASSWORD}@10.0.0.7:6379/0`;
+const TOKEN = 'admin-token-0123456789abcdef';
+
+describe('up: secrets travel in the environment', () => {
+  const plan = planCluster({ nodes: 2, routers: 2, redis: REDIS, adminPort: 9200, adminToken: TOKEN }, '/tmp/quotaring-up-x/cluster.yaml');
+
+  test('no argument of any child carries the Redis password, the admin token or the simulator key', () => {
+    assert.deepEqual(plan.specs.map((s) => s.name), ['simulator', 'node-1', 'node-2', 'router-1', 'router-2']);
+    for (const spec of plan.specs) {
+      const argv = spec.args.join(' ');
+      for (const secret of [PASSWORD, TOKEN, 'sim-demo-key']) assert.ok(!argv.includes(secret), `${spec.name}: ${argv}`);
+    }
+  });
+
+  test('the generated config names the variable (url_env), not the URL', () => {
+    for (const secret of [PASSWORD, TOKEN, 'sim-demo-key']) assert.ok(!plan.configText.includes(secret), plan.configText);
+    const raw = parse(plan.configText) as { cluster: { redis: unknown; members: unknown[] } };
+    assert.deepEqual(raw.cluster.redis, { url_env: REDIS_URL_ENV });
+    assert.deepEqual(raw.cluster.members, []);
+  });
+
+  test('every child gets the URL and the token in its environment, and the config resolves to that URL', () => {
+    for (const spec of plan.specs) {
+      assert.equal(spec.env?.[REDIS_URL_ENV], REDIS);
+      assert.equal(spec.env?.['QUOTARING_ADMIN_TOKEN'], TOKEN);
+      assert.equal(spec.env?.['QUOTARING_SIM_KEY'], 'sim-demo-key');
+    }
+    const loaded = buildConfig(parse(plan.configText), 'cluster.yaml', { ...plan.specs[1]?.env });
+    assert.equal(loaded.config.cluster.redis?.url, REDIS);
+  });
+
+  test('static members: no Redis variable at all', () => {
+    const statics = planCluster({ nodes: 1 }, '/tmp/x.yaml');
+    assert.equal(statics.specs[1]?.env?.[REDIS_URL_ENV], undefined);
+    assert.equal((parse(statics.configText) as { cluster: { redis?: unknown } }).cluster.redis, undefined);
+  });
+});
+
+describe('up: --redis and --redis-env', () => {
+  test('--redis without a password is used as given; with one it is refused, the password not echoed', () => {
+    assert.equal(redisUrlFromFlags({ redis: 'redis://127.0.0.1:6379' }, {}), 'redis://127.0.0.1:6379');
+    assert.equal(redisUrlFromFlags({ redis: 'redis://app@127.0.0.1:6379' }, {}), 'redis://app@127.0.0.1:6379');
+    assert.throws(() => redisUrlFromFlags({ redis: REDIS }, {}), (err: Error) => {
+      assert.match(err.message, /^--redis: the URL carries a password, and a command line is readable by every user of this machine \(ps\); put the URL in an environment variable and pass its name: --redis-env NAME \(got "redis:\/\/app:\*\*\*@10\.0\.0\.7:6379\/0"\)$/);
+      return !err.message.includes(PASSWORD);
+    });
+  });
+
+  test('--redis-env reads the URL (password included) from the variable; unset or both flags are refused', () => {
+    assert.equal(redisUrlFromFlags({ redisEnv: 'MY_REDIS' }, { MY_REDIS: REDIS }), REDIS);
+    assert.throws(() => redisUrlFromFlags({ redisEnv: 'MY_REDIS' }, {}), /^Error: --redis-env: environment variable MY_REDIS is not set$/);
+    assert.throws(() => redisUrlFromFlags({ redis: 'redis://h:1', redisEnv: 'MY_REDIS' }, { MY_REDIS: REDIS }), /^Error: --redis and --redis-env: give one of them$/);
+    assert.equal(redisUrlFromFlags({}, { MY_REDIS: REDIS }), undefined);
+  });
+});
