@@ -1,0 +1,155 @@
+/**
+ * Values read back from Redis are not trusted (issue 14, finding 5; docs/security.md, "Values read
+ * from Redis"). Each test writes a hostile value straight into the key the code reads, on a real
+ * redis-server, then shows it cannot grant more than the limit, hold a slot past its lease, or block
+ * a tenant for more than a window; and that a corrupt value starts the tenant conservatively (its
+ * limits used up for one window), counted and logged, never with fresh limits.
+ */
+import assert from 'node:assert/strict';
+import { after, before, beforeEach, describe, test } from 'node:test';
+import { ManualClock } from '../../src/clock.ts';
+import { Handoff } from '../../src/coord/handoff.ts';
+import { createRing } from '../../src/coord/ring.ts';
+import { TenantStateStore, stateKey } from '../../src/coord/state-store.ts';
+import type { Member } from '../../src/coord/types.ts';
+import { Limiter } from '../../src/limiter/limiter.ts';
+import { MAX_CLOCK_SKEW_MS } from '../../src/limiter/snapshot-bounds.ts';
+import type { TenantSnapshot } from '../../src/limiter/snapshot.ts';
+import type { Policy } from '../../src/limiter/types.ts';
+import { TestMembership } from '../helpers/membership.ts';
+import { startRedis } from '../helpers/redis.ts';
+import type { RunningRedis } from '../helpers/redis.ts';
+
+const FAR = 9e15;
+
+let redis: RunningRedis;
+before(async () => {
+  redis = await startRedis();
+});
+after(async () => {
+  await redis.stop();
+});
+
+describe('tenant state (handoff and checkpoints) read back from Redis', () => {
+  const A: Member = { id: 'node-a', url: 'http://127.0.0.1:1' };
+  const T = 'acme';
+  const POLICY: Policy = {
+    limits: [
+      { name: 'tokens/1m', kind: 'tokens', limit: 20_000, windowMs: 60_000, algorithm: 'token_bucket' },
+      { name: 'requests/1m', kind: 'requests', limit: 100, windowMs: 60_000, algorithm: 'sliding_window' },
+      { name: 'concurrent', kind: 'concurrent', limit: 1, leaseTtlMs: 30_000 },
+    ],
+  };
+  let cluster = 0;
+  let clock: ManualClock;
+  beforeEach(() => {
+    cluster++;
+    clock = new ManualClock(Date.now());
+  });
+
+  /** Writes `value` as the stored state of T (`<expiresAtMs> <json>`, the store's own format unless `raw`). */
+  async function store(value: string | TenantSnapshot, raw = false): Promise<void> {
+    const json = typeof value === 'string' ? value : JSON.stringify(value);
+    await redis.client().hset(stateKey(`rv${cluster}`), T, raw ? json : `${clock.now() + 120_000} ${json}`);
+  }
+
+  /** A single node that owns T, loads its stored state, and records its warnings. */
+  async function claim(): Promise<{ limiter: Limiter; handoff: Handoff; warnings: string[] }> {
+    const warnings: string[] = [];
+    const limiter = new Limiter({ clock, policyFor: () => POLICY });
+    const handoff = new Handoff({
+      self: A,
+      membership: new TestMembership(createRing([A])),
+      limiter,
+      store: new TenantStateStore(redis.client(), `rv${cluster}`, () => clock.now()),
+      clock,
+      checkpointMs: 60_000,
+      stateTtlMs: () => 120_000,
+      send: async () => {},
+      log: { info: () => {}, warn: (_obj: object, msg: string) => void warnings.push(msg) },
+    });
+    await handoff.start();
+    handoff.joined();
+    await handoff.ready(T);
+    handoff.stop();
+    return { limiter, handoff, warnings };
+  }
+
+  /** Requests of `tokens` admitted out of `n`, each settled on its reservation and released. */
+  function admitted(limiter: Limiter, n: number, tokens: number, prefix: string): number {
+    let ok = 0;
+    for (let i = 0; i < n; i++) {
+      const id = `${prefix}${i}`;
+      if (limiter.acquire(T, { id, tokens }).ok) {
+        ok++;
+        limiter.settle(T, id, tokens);
+        limiter.release(T, id);
+      }
+    }
+    return ok;
+  }
+
+  test('a bucket level of 1e300: of 100 requests of 5,000 tokens, exactly 4 pass a 20k limit (was 100); counted and logged', async () => {
+    const now = clock.now();
+    await store({
+      v: 1,
+      at: now,
+      limits: [{ name: 'tokens/1m', algorithm: 'token_bucket', kind: 'tokens', limit: 20_000, windowMs: 60_000, level: 1e300, refilledAt: now }],
+      reservations: [],
+    });
+    const { limiter, handoff, warnings } = await claim();
+    assert.equal(admitted(limiter, 100, 5_000, 'a'), 4);
+    assert.equal(handoff.stats.loaded, 1);
+    assert.equal(handoff.stats.clamped, 1);
+    assert.deepEqual(warnings, ['tenant state in Redis out of range: values clamped to the limits']);
+  });
+
+  test('a concurrency slot dated 9e15 frees one lease TTL (30 s) after the load (was never)', async () => {
+    await store({ v: 1, at: clock.now(), limits: [{ name: 'concurrent', algorithm: 'semaphore', leases: [['ghost', FAR]] }], reservations: [] });
+    const { limiter } = await claim();
+    assert.equal(limiter.acquire(T, { id: 'a', tokens: 1 }).ok, false);
+    clock.advance(29_999);
+    assert.equal(limiter.acquire(T, { id: 'b', tokens: 1 }).ok, false);
+    clock.advance(1);
+    assert.equal(limiter.acquire(T, { id: 'c', tokens: 1 }).ok, true);
+  });
+
+  test('a window entry and a bucket refill time in the future are clamped to now + the clock skew: the tenant is back after one window', async () => {
+    const now = clock.now();
+    await store({
+      v: 1,
+      at: now,
+      limits: [
+        { name: 'tokens/1m', algorithm: 'token_bucket', kind: 'tokens', limit: 20_000, windowMs: 60_000, level: 0, refilledAt: FAR },
+        { name: 'requests/1m', algorithm: 'sliding_window', kind: 'requests', entries: [[FAR, 100, 'x']] },
+      ],
+      reservations: [],
+    });
+    const { limiter, handoff } = await claim();
+    assert.equal(handoff.stats.clamped, 1);
+    assert.equal(limiter.acquire(T, { id: 'a', tokens: 1 }).ok, false);
+    clock.advance(60_000 + MAX_CLOCK_SKEW_MS);
+    assert.equal(admitted(limiter, 100, 5_000, 'b'), 4);
+  });
+
+  for (const [what, value, raw] of [
+    ['not JSON', 'garbage', false],
+    ['a snapshot of the wrong shape', '{"v":1,"at":"soon","limits":[],"reservations":[]}', false],
+    ['a value without its expiry', 'garbage', true],
+  ] as const) {
+    test(`a corrupt state (${what}): the tenant is refused for one window, counted and logged, then served in full`, async () => {
+      await store(value, raw);
+      const { limiter, handoff, warnings } = await claim();
+      assert.equal(handoff.stats.corrupt, 1);
+      assert.equal(handoff.stats.loaded, 0);
+      assert.deepEqual(warnings, ['tenant state in Redis is corrupt: its requests and tokens limits start used up for one window']);
+      const refused = limiter.acquire(T, { id: 'a', tokens: 1 });
+      assert.equal(refused.ok, false);
+      assert.equal(refused.ok ? 0 : refused.retryAfterMs, 60_000);
+      clock.advance(59_999);
+      assert.equal(limiter.acquire(T, { id: 'b', tokens: 1 }).ok, false);
+      clock.advance(1);
+      assert.equal(admitted(limiter, 100, 5_000, 'c'), 4);
+    });
+  }
+});
