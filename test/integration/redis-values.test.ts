@@ -7,11 +7,15 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { ManualClock } from '../../src/clock.ts';
 import { Handoff } from '../../src/coord/handoff.ts';
 import { createRing } from '../../src/coord/ring.ts';
 import { TenantStateStore, stateKey } from '../../src/coord/state-store.ts';
 import type { Member } from '../../src/coord/types.ts';
+import { CapLeases } from '../../src/globalcap/cap-leases.ts';
+import { capKey } from '../../src/globalcap/keys.ts';
+import { defineCapScripts } from '../../src/globalcap/scripts.ts';
 import { Limiter } from '../../src/limiter/limiter.ts';
 import { MAX_CLOCK_SKEW_MS } from '../../src/limiter/snapshot-bounds.ts';
 import type { TenantSnapshot } from '../../src/limiter/snapshot.ts';
@@ -152,4 +156,69 @@ describe('tenant state (handoff and checkpoints) read back from Redis', () => {
       assert.equal(admitted(limiter, 100, 5_000, 'c'), 4);
     });
   }
+});
+
+describe('global cap buckets (deployment quotas, spread tenants) read back by the Lua scripts', () => {
+  let n = 0;
+  /** A fresh bucket key, as CapLeases names a deployment's tokens bucket. */
+  const bucket = (): string => capKey(`rv-cap${++n}`, 'deployment:gpt:tpm');
+  /** capacity 10, refilled at 10 units/s: a window of 1 s. */
+  const SMALL = { capacity: 10, ratePerSec: 10, ttlMs: 1_000 } as const;
+
+  test('a deployment quota whose stored level is 1e300: of 100 takes of 5,000 tokens, at most 4 pass its 20k tokens a minute (held before this change too: a regression test)', async () => {
+    const cluster = `rv-cap${++n}`;
+    const c = redis.client();
+    const [sec] = (await c.time()) as unknown as [string, string];
+    await c.hset(capKey(cluster, 'deployment:gpt:tpm'), 'l', '1e300', 't', String(Number(sec) * 1000));
+    const leases = new CapLeases({ cluster, deployments: { gpt: { tpm: 20_000, headroom: 1 } }, scripts: defineCapScripts(c) });
+    let ok = 0;
+    for (let i = 0; i < 100; i++) {
+      const first = leases.take('gpt', { tokens: 5_000 });
+      if ((first.ok ? first : await leases.takeAfterRenewals('gpt', { tokens: 5_000 }, first)).ok) ok++;
+    }
+    // Refill during the test adds 333 tokens a second: not another 5,000 within 15 s.
+    assert.equal(ok, 4);
+    await leases.close();
+  });
+
+  test('a corrupt stored level is an empty bucket (was a full one), written back so it refills from then', async () => {
+    const c = redis.client();
+    const scripts = defineCapScripts(c);
+    const key = bucket();
+    await c.hset(key, 'l', 'garbage', 't', 'garbage');
+    const first = await scripts.tokenBucket(key, { ...SMALL, cost: 1 });
+    assert.equal(first.allowed, false);
+    assert.ok(first.waitMs > 0 && first.waitMs <= 100, `wait ${first.waitMs} ms`);
+    assert.equal(Number.isFinite(Number(await c.hget(key, 'l'))), true, 'repaired');
+    await sleep(150);
+    assert.equal((await scripts.tokenBucket(key, { ...SMALL, cost: 1 })).allowed, true);
+    // A lease from a corrupt bucket: nothing granted at first either.
+    const other = bucket();
+    await c.hset(other, 'l', 'nan', 't', '1');
+    assert.equal((await scripts.lease(other, { ...SMALL, want: 5, min: 1 })).granted, 0);
+  });
+
+  test('a stored level of -1e300 is a debt of one window at most: the bucket is full again within two (was never)', async () => {
+    const c = redis.client();
+    const scripts = defineCapScripts(c);
+    const key = bucket();
+    const [sec] = (await c.time()) as unknown as [string, string];
+    await c.hset(key, 'l', '-1e300', 't', String(Number(sec) * 1000));
+    const r = await scripts.lease(key, { ...SMALL, want: 10, min: 10 });
+    assert.equal(r.granted, 0);
+    assert.ok(r.waitMs > 0 && r.waitMs <= 2_000, `wait ${r.waitMs} ms`);
+    await sleep(r.waitMs + 50);
+    assert.equal((await scripts.lease(key, { ...SMALL, want: 10, min: 10 })).granted, 10);
+  });
+
+  test('a stored time in the future (9e15) is clamped to Redis TIME: the bucket refills from now (was never)', async () => {
+    const c = redis.client();
+    const scripts = defineCapScripts(c);
+    const key = bucket();
+    await c.hset(key, 'l', '0', 't', String(FAR));
+    assert.equal((await scripts.tokenBucket(key, { ...SMALL, cost: 1 })).allowed, false);
+    assert.ok(Number(await c.hget(key, 't')) < FAR, 'the clamped time is written back');
+    await sleep(250);
+    assert.equal((await scripts.tokenBucket(key, { ...SMALL, cost: 1 })).allowed, true);
+  });
 });
