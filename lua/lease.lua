@@ -43,7 +43,8 @@ if not state[1] and not state[2] then
   level = capacity
   last = now
 elseif level == nil or last == nil or level ~= level or last ~= last then
-  -- Not a number (corrupt): an empty bucket now, never a full one.
+  -- Not a number (corrupt): an empty bucket now, never a full one; noted in the Redis log.
+  redis.log(redis.LOG_WARNING, 'lease.lua: corrupt bucket ' .. KEYS[1] .. ', read as empty')
   level, last, repaired = 0, now, true
 else
   -- The level within [-capacity, capacity] (at most one window of debt); the time at most now (a

@@ -58,8 +58,9 @@ export function boundBucket(level: number, refilledAt: number, limit: number, wi
 /**
  * Clamps a sliding window's stored entries: a timestamp no later than `nowMs` +
  * {@link MAX_CLOCK_SKEW_MS} (a later one is moved there; it would otherwise stay in the window
- * until its time plus a window), a cost no more than `limit` (an entry of `limit` already fills the window: a larger
- * one refuses nothing more, it only reads wrong). Order is kept (timestamps never decrease).
+ * until its time plus a window), a cost no more than `2 × limit` (a settlement may debit an entry
+ * above the limit; at most one window of debt is kept, as for a bucket, and an entry of `limit`
+ * already fills the window). Order is kept (timestamps never decrease).
  * Entries that already left the window are left to the caller (the limiter drops them).
  * @returns the entries and how many values were moved into range.
  */
@@ -78,8 +79,8 @@ export function boundWindowEntries(
       t = latest;
       clamped++;
     }
-    if (c > limit) {
-      c = limit;
+    if (c > 2 * limit) {
+      c = 2 * limit;
       clamped++;
     }
     out.push([t, c, id]);

@@ -13,6 +13,7 @@ import { Handoff } from '../../src/coord/handoff.ts';
 import { createRing } from '../../src/coord/ring.ts';
 import { TenantStateStore, stateKey } from '../../src/coord/state-store.ts';
 import type { Member } from '../../src/coord/types.ts';
+import { CentralLimiter, centralKey } from '../../src/central/central-limiter.ts';
 import { CapLeases } from '../../src/globalcap/cap-leases.ts';
 import { capKey } from '../../src/globalcap/keys.ts';
 import { defineCapScripts } from '../../src/globalcap/scripts.ts';
@@ -220,5 +221,75 @@ describe('global cap buckets (deployment quotas, spread tenants) read back by th
     assert.ok(Number(await c.hget(key, 't')) < FAR, 'the clamped time is written back');
     await sleep(250);
     assert.equal((await scripts.tokenBucket(key, { ...SMALL, cost: 1 })).allowed, true);
+  });
+});
+
+describe('central-store mode: tenant limits held in Redis, read back by its Lua scripts', () => {
+  let n = 0;
+  const tokens = (windowMs: number): Policy['limits'][number] => ({ name: 'tokens', kind: 'tokens', limit: 20_000, windowMs, algorithm: 'token_bucket' });
+  /** A central limiter for tenant T of a fresh cluster, and the key of each of its limits. */
+  function central(policy: Policy) {
+    const cluster = `rv-central${++n}`;
+    const limiter = new CentralLimiter({ redis: redis.client(), cluster, policyFor: () => policy });
+    return { limiter, key: (suffix: string) => centralKey(cluster, T, suffix) };
+  }
+  const T = 'acme';
+  async function admitted(limiter: CentralLimiter, count: number, cost: number, prefix: string): Promise<number> {
+    let ok = 0;
+    for (let i = 0; i < count; i++) {
+      const id = `${prefix}${i}`;
+      if ((await limiter.acquire(T, { id, tokens: cost })).ok) {
+        ok++;
+        await limiter.settle(T, id, cost);
+        await limiter.release(T, id);
+      }
+    }
+    return ok;
+  }
+
+  test('a bucket whose units used are -1e300: of 100 requests of 5,000 tokens, exactly 4 pass a 20k limit (was 100)', async () => {
+    const { limiter, key } = central({ limits: [tokens(60_000)] });
+    const [sec] = (await redis.client().time()) as unknown as [string, string];
+    await redis.client().hset(key('b:tokens'), 'u', '-1e300', 't', String(Number(sec) * 1000));
+    assert.equal(await admitted(limiter, 100, 5_000, 'a'), 4);
+  });
+
+  test('a bucket whose stored value is garbage is used up (was fresh): refused, then served as it refills', async () => {
+    const { limiter, key } = central({ limits: [tokens(1_000)] });
+    await redis.client().hset(key('b:tokens'), 'u', 'garbage', 't', 'garbage');
+    const r = await limiter.acquire(T, { id: 'a', tokens: 20_000 });
+    assert.equal(r.ok, false);
+    assert.ok(!r.ok && r.retryAfterMs > 900 && r.retryAfterMs <= 1_000, `retry after ${r.ok ? 0 : r.retryAfterMs} ms`);
+    await sleep(1_050);
+    assert.equal((await limiter.acquire(T, { id: 'b', tokens: 20_000 })).ok, true);
+  });
+
+  test('a concurrency slot dated 9e15 frees within one lease TTL (was never)', async () => {
+    const { limiter, key } = central({ limits: [{ name: 'slots', kind: 'concurrent', limit: 1, leaseTtlMs: 300 }] });
+    await redis.client().zadd(key('c:slots'), String(FAR), 'ghost');
+    const r = await limiter.acquire(T, { id: 'a', tokens: 0 });
+    assert.equal(r.ok, false);
+    assert.ok(!r.ok && r.retryAfterMs <= 300, `retry after ${r.ok ? 0 : r.retryAfterMs} ms`);
+    await sleep(350);
+    assert.equal((await limiter.acquire(T, { id: 'b', tokens: 0 })).ok, true);
+  });
+
+  test('a window entry dated 9e15 and a running sum of -1e300 are clamped: the window is full for one window, then serves its limit (was never, or without limit)', async () => {
+    const windowMs = 500;
+    const { limiter, key } = central({ limits: [{ name: 'req', kind: 'requests', limit: 3, windowMs, algorithm: 'sliding_window' }] });
+    await redis.client().zadd(key('w:req'), String(FAR), '3:0:ghost');
+    await redis.client().set(key('s:req'), '-1e300');
+    assert.equal(await admitted(limiter, 5, 0, 'a'), 0);
+    await sleep(windowMs + 50);
+    assert.equal(await admitted(limiter, 5, 0, 'b'), 3);
+  });
+
+  test('a corrupt reservation record is no reservation: acquire, settle and release answer instead of failing', async () => {
+    const { limiter, key } = central({ limits: [tokens(60_000), { name: 'slots', kind: 'concurrent', limit: 2, leaseTtlMs: 60_000 }] });
+    await redis.client().hset(key('r'), 'x', 'garbage');
+    assert.equal((await limiter.acquire(T, { id: 'x', tokens: 10 })).ok, true);
+    await redis.client().hset(key('r'), 'x', 'garbage');
+    assert.deepEqual(await limiter.settle(T, 'x', 0), { settled: false, deltaTokens: 0 });
+    assert.equal(await redis.client().hexists(key('r'), 'x'), 0, 'deleted');
   });
 });

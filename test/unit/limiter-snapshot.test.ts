@@ -88,7 +88,7 @@ describe('limiter snapshots', () => {
           for (const op of ops.slice(0, split)) apply(a, clock, op);
           const snap = a.exportTenant('t');
           assert.equal(snap === undefined, !a.hasTenant('t'));
-          // A state beyond the import bounds (debt over one capacity, a window entry over its limit,
+          // A state beyond the import bounds (debt over one capacity, a window entry over twice its limit,
           // from settlements far above their reservations) is clamped on import: tested on its own below.
           if (snap !== undefined) fc.pre(b.importTenant('t', roundTrip(snap)) === 0);
           for (const [k, op] of ops.slice(split).entries()) {
