@@ -10,6 +10,7 @@ import { after, before, beforeEach, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ManualClock } from '../../src/clock.ts';
 import { Handoff } from '../../src/coord/handoff.ts';
+import { HotSet, hotKey } from '../../src/coord/hot-set.ts';
 import { createRing } from '../../src/coord/ring.ts';
 import { TenantStateStore, stateKey } from '../../src/coord/state-store.ts';
 import type { Member } from '../../src/coord/types.ts';
@@ -291,5 +292,23 @@ describe('central-store mode: tenant limits held in Redis, read back by its Lua 
     await redis.client().hset(key('r'), 'x', 'garbage');
     assert.deepEqual(await limiter.settle(T, 'x', 0), { settled: false, deltaTokens: 0 });
     assert.equal(await redis.client().hexists(key('r'), 'x'), 0, 'deleted');
+  });
+});
+
+describe('the hot set read back from Redis', () => {
+  test('an entry with k = 1000 and until = 9e15: spread over the ring\'s 3 members, clamped to one cooldown and written back, then it lapses (was hot forever over 1000)', async () => {
+    const clock = new ManualClock(Date.now());
+    const problems: string[] = [];
+    await redis.client().hset(hotKey('rv-hot'), 'acme', JSON.stringify({ k: 1_000, until: FAR }), 'junk', '{"k":0,"until":1}');
+    const set = new HotSet({ redis: redis.client(), cluster: 'rv-hot', clock, maxSpread: () => 3, maxTtlMs: 60_000, onInvalid: (t, p) => problems.push(`${t}: ${p}`) });
+    await set.refresh();
+    assert.equal(set.spreadOf('acme'), 3);
+    assert.deepEqual(problems, ['acme: until 9000000000000000 beyond now + 60000 ms: clamped', 'junk: not a hot-set entry: deleted']);
+    await sleep(50);
+    assert.deepEqual(JSON.parse((await redis.client().hget(hotKey('rv-hot'), 'acme')) as string), { k: 1_000, until: clock.now() + 60_000 });
+    clock.advance(60_000);
+    await set.refresh();
+    assert.equal(set.spreadOf('acme'), undefined);
+    assert.equal(problems.length, 2, 'the written-back entry is in range');
   });
 });
