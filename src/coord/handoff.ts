@@ -14,8 +14,11 @@
  *   the announcement up to `waitMs`. After that wait, or when the previous owner is gone (a crash),
  *   it starts from whatever Redis holds: the last checkpoint, at most one checkpoint period old
  *   (the conservative start: usage that old is still counted, only the last period can be missing),
- *   or fresh limits when Redis holds nothing. When the previous owner crashed, the concurrency slots
- *   of its in-flight requests are freed (those requests died with it; their tokens stay charged).
+ *   or fresh limits when Redis holds nothing. What Redis holds is not trusted: its values are
+ *   clamped to the tenant's limits, and a value that does not parse starts the tenant with its
+ *   requests and tokens limits used up for one window (docs/security.md, "Values read from Redis").
+ *   When the previous owner crashed, the concurrency slots of its in-flight requests are freed
+ *   (those requests died with it; their tokens stay charged).
  * - Every `checkpointMs` the tenants touched since the last checkpoint are written (one `HSET` per
  *   1,000 tenants). A tenant swept idle (its state fresh) has its stored state deleted and stays
  *   claimed, so a light tenant costs no Redis command per request nor per idle sweep.
