@@ -35,6 +35,12 @@ Reply: {code, index, retryAfterMs, remaining_1, resetMs_1, ..., remaining_n, res
 
 Clock: Redis TIME (effects replication: Redis >= 5). Entries, slots and reservations expire at
 exactly the instants of the RAM limiter (entry ts <= now - window; lease/reservation expiry <= now).
+
+Stored values are not trusted (docs/security.md): a bucket's u is clamped to [0, 2 × limit] and its
+t to at most now (written back); u or t not a number is a bucket used up now. A window entry dated
+after now is moved to now; an entry's cost is read within [0, 2 × limit] (not a number: limit); a
+running sum not a number or out of [0, entries × 2 × limit] is recounted. A slot expiring after now + period is
+moved to now + period. A reservation whose expiry is not a number is no reservation (swept).
 ]]
 local op = ARGV[1]
 local id = ARGV[2]
@@ -51,7 +57,14 @@ local time = redis.call('TIME')
 local nowUs = time[1] .. string.format('%06d', tonumber(time[2]))
 local now = tonumber(time[1]) * 1000 + tonumber(time[2]) / 1000
 local function fmt(x) return string.format('%.17g', x) end
-local function costOf(member) return tonumber(string.match(member, '^([^:]*)')) end
+-- A window entry's cost, clamped to [0, 2 × limit] (a debit may take an entry above the limit, by
+-- at most one window of debt, as a bucket's); not a number (corrupt): `limit`, the window full until
+-- the entry leaves it.
+local function costOf(member, limit)
+  local c = tonumber(string.match(member, '^([^:]*)'))
+  if c == nil or c ~= c then return limit end
+  return math.max(0, math.min(2 * limit, c))
+end
 -- Durations are whole µs (TIME's resolution) plus float residue (~2e-4 ms at epoch scale): snap to
 -- the µs before rounding up, so an exact 60000 ms never reads 60001.
 local function ceilMs(x) return math.ceil(math.floor(x * 1000 + 0.5) / 1000) end
@@ -78,27 +91,48 @@ for i = 1, n do
   if t == 'b' then
     local st = redis.call('HMGET', key, 'u', 't')
     local u, at = tonumber(st[1]), tonumber(st[2])
-    if u == nil or at == nil then
+    local repaired = false
+    if not st[1] and not st[2] then
       u, at = 0, now
-    elseif now > at then
-      -- Continuous refill at limit / period units per ms; a clock that went back refills nothing.
+    elseif u == nil or at == nil or u ~= u or at ~= at then
+      -- Not a number (corrupt): the bucket used up now (never a full one); noted in the Redis log.
+      redis.log(redis.LOG_WARNING, 'central-acquire.lua: corrupt bucket ' .. key .. ', read as used up')
+      u, at, repaired = limit, now, true
+    elseif u < 0 or u > 2 * limit or at > now then
+      -- Out of range: units used within [0, 2 × limit] (at most one window of debt), the time at
+      -- most now (a forged time, or a clock that went back, never holds the refill back).
+      u, at, repaired = math.max(0, math.min(2 * limit, u)), math.min(at, now), true
+    end
+    if now > at then
+      -- Continuous refill at limit / period units per ms.
       if u > 0 then u = math.max(0, u - (now - at) * limit / period) end
       at = now
+    end
+    if repaired then
+      -- Written back, so the bucket refills from here even if nothing is admitted.
+      redis.call('HSET', key, 'u', fmt(u), 't', fmt(at))
+      redis.call('PEXPIRE', key, math.max(1, math.ceil(u * period / limit)))
     end
     used[i], last[i] = u, at
   elseif t == 'w' then
     local aux = KEYS[2 * i + 1]
     local edge = fmt(now - period)
-    local s = tonumber(redis.call('GET', aux))
     local dirty = false
-    if s == nil then
+    -- An entry dated after now (forged, or a clock that went back) is moved to now: it leaves the
+    -- window one period from now, not from its date.
+    local future = redis.call('ZRANGEBYSCORE', key, '(' .. fmt(now), '+inf')
+    for _, m in ipairs(future) do redis.call('ZADD', key, 'XX', fmt(now), m) end
+    if #future > 0 then dirty = true end
+    local s = tonumber(redis.call('GET', aux))
+    -- The stored sum, unless it is not a number or out of [0, entries × limit]: then recounted.
+    if s == nil or s ~= s or s < 0 or s > redis.call('ZCARD', key) * 2 * limit then
       s = 0
-      for _, m in ipairs(redis.call('ZRANGE', key, 0, -1)) do s = s + costOf(m) end
+      for _, m in ipairs(redis.call('ZRANGE', key, 0, -1)) do s = s + costOf(m, limit) end
       dirty = true
     end
     local old = redis.call('ZRANGEBYSCORE', key, '-inf', edge)
     if #old > 0 then
-      for _, m in ipairs(old) do s = s - costOf(m) end
+      for _, m in ipairs(old) do s = s - costOf(m, limit) end
       redis.call('ZREMRANGEBYSCORE', key, '-inf', edge)
       dirty = true
     end
@@ -114,6 +148,10 @@ for i = 1, n do
     sum[i] = s
   else
     redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now))
+    -- A slot expiring later than one lease from now (forged, or a clock that went back) expires then.
+    for _, m in ipairs(redis.call('ZRANGEBYSCORE', key, '(' .. fmt(now + period), '+inf')) do
+      redis.call('ZADD', key, 'XX', fmt(now + period), m)
+    end
     held[i] = redis.call('ZCARD', key)
   end
 end
@@ -145,7 +183,8 @@ if op == 'peek' then return states(1, 0, 0) end
 
 local rk = KEYS[1]
 local rec = redis.call('HGET', rk, id)
-if rec and tonumber(string.match(rec, '^([^|]*)')) > now then return states(3, 1, 0) end
+-- A record whose expiry is not a number (corrupt) is no reservation.
+if rec and (tonumber(string.match(rec, '^([^|]*)')) or now) > now then return states(3, 1, 0) end
 
 for i = 1, n do
   if types[i] ~= 'c' and costs[i] > limits[i] then return states(2, i, 0) end
@@ -165,7 +204,7 @@ for i = 1, n do
       local freed = 0
       local entries = redis.call('ZRANGE', KEYS[2 * i], 0, -1, 'WITHSCORES')
       for k = 1, #entries, 2 do
-        freed = freed + costOf(entries[k])
+        freed = freed + costOf(entries[k], limit)
         if freed >= need then
           w = tonumber(entries[k + 1]) + period - now
           break
@@ -220,7 +259,7 @@ if redis.call('HLEN', rk) > (tonumber(redis.call('HGET', rk, '')) or 64) then
   local live = 0
   for k = 1, #all, 2 do
     if all[k] ~= '' then
-      if tonumber(string.match(all[k + 1], '^([^|]*)')) <= now then
+      if (tonumber(string.match(all[k + 1], '^([^|]*)')) or now) <= now then
         redis.call('HDEL', rk, all[k])
       else
         live = live + 1

@@ -27,6 +27,11 @@ Reply: {settled, delta, done}
   done     release/finish: 1 when this call released it (else 0); renew: 1 when renewed; settle: 0
 
 Clock: Redis TIME (effects replication: Redis >= 5).
+
+Stored values are read back clamped as in central-acquire.lua (a bucket's u to [0, 2 × limit], its t
+to at most now, not a number: used up; an entry's cost within [0, 2 × limit]); a bucket is refunded or
+debited by the reservation's tokens clamped to its limit. A reservation record that does not
+parse (corrupt) is deleted and answered as unknown.
 ]]
 local op = ARGV[1]
 local id = ARGV[2]
@@ -40,20 +45,34 @@ end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + tonumber(time[2]) / 1000
 local function fmt(x) return string.format('%.17g', x) end
-local function costOf(member) return tonumber(string.match(member, '^([^:]*)')) end
+-- A window entry's cost within [0, 2 × limit]; not a number (corrupt): limit (as central-acquire.lua).
+local function costOf(member, limit)
+  local c = tonumber(string.match(member, '^([^:]*)'))
+  if c == nil or c ~= c then return limit end
+  return math.max(0, math.min(2 * limit, c))
+end
 
 local rk = KEYS[1]
 local rec = redis.call('HGET', rk, id)
 if not rec then return {0, '0', 0} end
 local xs, ttls, tks, us, s, r, namesJson = string.match(rec, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
 local expiresAt, ttl, tk = tonumber(xs), tonumber(ttls), tonumber(tks)
-if not (expiresAt and ttl and tk) then return redis.error_reply('ERR central-settle.lua: corrupt reservation') end
+if not (expiresAt and ttl and tk and namesJson) or tk ~= tk or tk < 0 then
+  -- Corrupt: no reservation (its slots expire with their leases).
+  redis.call('HDEL', rk, id)
+  return {0, '0', 0}
+end
 if now >= expiresAt then
   redis.call('HDEL', rk, id)
   return {0, '0', 0}
 end
 local named = {}
-for _, name in ipairs(cjson.decode(namesJson)) do named[name] = true end
+local okNames, names = pcall(cjson.decode, namesJson)
+if not okNames or type(names) ~= 'table' then
+  redis.call('HDEL', rk, id)
+  return {0, '0', 0}
+end
+for _, name in ipairs(names) do named[name] = true end
 
 local settled, delta, done = 0, 0, 0
 for i = 1, n do
@@ -74,13 +93,20 @@ if (op == 'settle' or op == 'finish') and s == '0' then
       if named[name] and t == 'b' then
         local st = redis.call('HMGET', key, 'u', 't')
         local u, at = tonumber(st[1]), tonumber(st[2])
-        if u == nil or at == nil then
+        -- Read back clamped, as in central-acquire.lua.
+        if not st[1] and not st[2] then
           u, at = 0, now
-        elseif now > at then
+        elseif u == nil or at == nil or u ~= u or at ~= at then
+          u, at = limit, now
+        else
+          u, at = math.max(0, math.min(2 * limit, u)), math.min(at, now)
+        end
+        if now > at then
           if u > 0 then u = math.max(0, u - (now - at) * limit / period) end
           at = now
         end
-        u = u + delta
+        -- A reservation never holds more than a limit's capacity (too_large at admission).
+        u = u + actual - math.min(tk, limit)
         if u <= 0 then
           redis.call('DEL', key)
         else
@@ -100,11 +126,11 @@ if (op == 'settle' or op == 'finish') and s == '0' then
           if pttl > 0 then redis.call('PEXPIRE', key, pttl) end
           local aux = KEYS[2 * i + 1]
           local sum = tonumber(redis.call('GET', aux))
-          if sum == nil then
+          if sum == nil or sum ~= sum or sum < 0 or sum > redis.call('ZCARD', key) * 2 * limit then
             sum = 0
-            for _, m in ipairs(redis.call('ZRANGE', key, 0, -1)) do sum = sum + costOf(m) end
+            for _, m in ipairs(redis.call('ZRANGE', key, 0, -1)) do sum = sum + costOf(m, limit) end
           else
-            sum = sum + after - tk
+            sum = sum + math.min(after, 2 * limit) - math.min(tk, 2 * limit)
           end
           if pttl > 0 then redis.call('SET', aux, fmt(sum), 'PX', pttl) else redis.call('SET', aux, fmt(sum)) end
         end

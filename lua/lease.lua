@@ -3,7 +3,9 @@ lease.lua: grant a node a block of units from a token bucket in one call (the sa
 fields as token-bucket.lua; units given back are a token-bucket.lua call with a negative cost).
 
 KEYS[1]  the bucket (hash; fields `l` = level in units, fractional; `t` = time of that level, ms
-         since the epoch by Redis TIME, fractional). A missing key is a full bucket.
+         since the epoch by Redis TIME, fractional). A missing key is a full bucket. Read back
+         clamped: `l` to [-capacity, capacity], `t` to at most now; a field missing or not a
+         number (corrupt) is an empty bucket now (level 0); a clamped bucket is written back.
 ARGV[1]  capacity: units the bucket holds when full (> 0)
 ARGV[2]  refill rate: units per second (> 0)
 ARGV[3]  want: units asked for (integer >= min)
@@ -13,7 +15,7 @@ ARGV[6]  ttl ms: the key's expiry, refreshed on every write; the key is kept at 
          would be full again, and deleted when it is full
 
 Reply: {granted, wait_ms, level}, integers
-  granted  min(want, floor(level - floor)) when that is >= min, else 0 (nothing changed)
+  granted  min(want, floor(level - floor)) when that is >= min, else 0 (nothing taken)
   wait_ms  0 when granted; else the ms until `min` fits above the floor, rounded up; -1 when it
            never can (min > capacity - floor)
   level    units in the bucket after the call, floored (negative while in debt)
@@ -35,22 +37,41 @@ local now = tonumber(time[1]) * 1000 + tonumber(time[2]) / 1000
 local state = redis.call('HMGET', KEYS[1], 'l', 't')
 local level = tonumber(state[1])
 local last = tonumber(state[2])
-if level == nil or last == nil then
+-- Stored values are not trusted; one out of range is clamped and the bucket written back (repaired).
+local repaired = false
+if not state[1] and not state[2] then
   level = capacity
   last = now
+elseif level == nil or last == nil or level ~= level or last ~= last then
+  -- Not a number (corrupt): an empty bucket now, never a full one; noted in the Redis log.
+  redis.log(redis.LOG_WARNING, 'lease.lua: corrupt bucket ' .. KEYS[1] .. ', read as empty')
+  level, last, repaired = 0, now, true
+else
+  -- The level within [-capacity, capacity] (at most one window of debt); the time at most now (a
+  -- clock that went back, or a forged time, never holds the refill back).
+  local l = math.max(-capacity, math.min(capacity, level))
+  if l ~= level or last > now then repaired = true end
+  level = l
+  if last > now then last = now end
 end
--- A clock that went back refills nothing until it passes `last` again (never over-admits).
 if now > last then
   level = math.min(capacity, level + (now - last) * rate / 1000)
   last = now
-elseif level > capacity then
-  level = capacity
 end
 
 local granted = math.min(want, math.floor(level - floor))
 local wait = 0
 if granted >= min then
   level = level - granted
+else
+  granted = 0
+  if min > capacity - floor then
+    wait = -1
+  else
+    wait = math.ceil((floor + min - level) * 1000 / rate)
+  end
+end
+if granted > 0 or repaired then
   if level >= capacity then
     redis.call('DEL', KEYS[1])
   else
@@ -58,13 +79,6 @@ if granted >= min then
     -- Kept until full again (capped at 2^40 ms, about 35 years), as an integer string for PEXPIRE.
     local keep = math.min(math.max(ttl, math.ceil((capacity - level) * 1000 / rate)), 1099511627776)
     redis.call('PEXPIRE', KEYS[1], string.format('%d', keep))
-  end
-else
-  granted = 0
-  if min > capacity - floor then
-    wait = -1
-  else
-    wait = math.ceil((floor + min - level) * 1000 / rate)
   end
 end
 return {granted, wait, math.floor(level)}

@@ -90,7 +90,16 @@ program
       const config = loadConfig(opts.config);
       const configured = membershipFromConfig(withMembers(config.config.cluster, opts.members));
       if (configured === undefined) throw new Error(`${opts.config}: a router needs cluster.members, --members or cluster.redis.url`);
-      const hot = config.config.cluster.hot.threshold_rps === undefined || configured.redis === undefined ? undefined : new HotSet({ redis: configured.redis, cluster: config.config.cluster.name });
+      const hotConfig = config.config.cluster.hot;
+      const hot =
+        hotConfig.threshold_rps === undefined || configured.redis === undefined
+          ? undefined
+          : new HotSet({
+              redis: configured.redis,
+              cluster: config.config.cluster.name,
+              maxSpread: () => configured.membership.ring().members.length,
+              maxTtlMs: hotConfig.cooldown,
+            });
       await startRouter({
         config,
         membership: configured.membership,

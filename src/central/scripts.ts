@@ -105,7 +105,7 @@ export function defineCentralScripts(redis: Redis): CentralScripts {
         argv.push(l.type, String(l.limit), String(l.periodMs), String(l.cost), l.name);
       }
       const reply = await commands.qrCentralAcquire(keys.length, ...keys, ...argv);
-      return parseAcquire(reply, a.limits.length);
+      return parseAcquire(reply, a.limits);
     },
     async settle(reservationsKey, a) {
       const keys = [reservationsKey];
@@ -122,18 +122,31 @@ export function defineCentralScripts(redis: Redis): CentralScripts {
   return scripts;
 }
 
-/** @throws Error on a reply that is not {code, index, retry, n × [remaining, reset]} (a script/loader mismatch). */
-function parseAcquire(reply: unknown, n: number): CentralAcquireReply {
+/**
+ * @throws Error on a reply that is not {code, index, retry, n × [remaining, reset]} (a script/loader
+ *   mismatch), or whose numbers are out of range (index beyond the limits, a negative wait or reset,
+ *   a limit's remaining outside [0, limit]): a value from Redis is never used unchecked.
+ */
+function parseAcquire(reply: unknown, limits: readonly CentralLimitArg[]): CentralAcquireReply {
+  const n = limits.length;
   if (
     Array.isArray(reply) &&
     reply.length === 3 + 2 * n &&
     reply.every((x) => Number.isSafeInteger(x)) &&
-    [0, 1, 2, 3].includes(reply[0] as number)
+    [0, 1, 2, 3].includes(reply[0] as number) &&
+    (reply[1] as number) >= 0 &&
+    (reply[1] as number) <= n &&
+    (reply[2] as number) >= 0
   ) {
     const r = reply as number[];
     const states: [number, number][] = [];
-    for (let i = 0; i < n; i++) states.push([r[3 + 2 * i] as number, r[4 + 2 * i] as number]);
-    return { code: r[0] as 0 | 1 | 2 | 3, index: r[1] as number, retryAfterMs: r[2] as number, states };
+    for (let i = 0; i < n; i++) {
+      const remaining = r[3 + 2 * i] as number;
+      const reset = r[4 + 2 * i] as number;
+      if (remaining < 0 || remaining > (limits[i] as CentralLimitArg).limit || reset < 0) break;
+      states.push([remaining, reset]);
+    }
+    if (states.length === n) return { code: r[0] as 0 | 1 | 2 | 3, index: r[1] as number, retryAfterMs: r[2] as number, states };
   }
   throw new Error(`${CENTRAL_SCRIPT_FILES.acquire} answered ${JSON.stringify(reply)}, not {code, index, retry, ${n} × [remaining, reset]}`);
 }

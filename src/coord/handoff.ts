@@ -14,8 +14,11 @@
  *   the announcement up to `waitMs`. After that wait, or when the previous owner is gone (a crash),
  *   it starts from whatever Redis holds: the last checkpoint, at most one checkpoint period old
  *   (the conservative start: usage that old is still counted, only the last period can be missing),
- *   or fresh limits when Redis holds nothing. When the previous owner crashed, the concurrency slots
- *   of its in-flight requests are freed (those requests died with it; their tokens stay charged).
+ *   or fresh limits when Redis holds nothing. What Redis holds is not trusted: its values are
+ *   clamped to the tenant's limits, and a value that does not parse starts the tenant with its
+ *   requests and tokens limits used up for one window (docs/security.md, "Values read from Redis").
+ *   When the previous owner crashed, the concurrency slots of its in-flight requests are freed
+ *   (those requests died with it; their tokens stay charged).
  * - Every `checkpointMs` the tenants touched since the last checkpoint are written (one `HSET` per
  *   1,000 tenants). A tenant swept idle (its state fresh) has its stored state deleted and stays
  *   claimed, so a light tenant costs no Redis command per request nor per idle sweep.
@@ -135,6 +138,10 @@ export interface HandoffStats {
   returned: number;
   /** Stand-in usage received from other nodes and added here. */
   absorbed: number;
+  /** Stored states that did not parse (corrupt): the tenant started in the conservative state (every requests/tokens limit used up). */
+  corrupt: number;
+  /** Stored states loaded with values out of range, clamped (see `boundSnapshot`). */
+  clamped: number;
 }
 
 /** A tenant this node holds in place of its suspect owner. */
@@ -210,6 +217,8 @@ export class Handoff {
     stoodIn: 0,
     returned: 0,
     absorbed: 0,
+    corrupt: 0,
+    clamped: 0,
   };
 
   /** Builds (does not start) a node's handoff; see {@link HandoffOptions} for units and defaults. */
@@ -611,20 +620,12 @@ export class Handoff {
   #adopt(tenant: string, json: string | null, crashed: boolean, readUnder: Ring): boolean {
     if (this.#ring !== readUnder && !this.place(tenant).here) return false;
     try {
-      if (json !== null) {
-        const snapshot = parseTenantSnapshot(json);
-        this.#limiter.importTenant(tenant, snapshot);
-        this.#stored.add(tenant);
-        this.stats.loaded++;
-        if (crashed) {
-          for (const r of snapshot.reservations) if (!r.released && this.#limiter.release(tenant, r.id)) this.stats.slotsFreed++;
-        }
-      } else {
-        this.#limiter.dropTenant(tenant);
-      }
+      if (json === null) this.#limiter.dropTenant(tenant);
+      else this.#load(tenant, json, crashed);
     } catch (err) {
+      // The tenant's policy is invalid (its acquires fail the same way): nothing to restore onto.
       this.#limiter.dropTenant(tenant);
-      this.#log.warn({ tenant, err: (err as Error).message }, 'tenant state unreadable: starting fresh');
+      this.#log.warn({ tenant, err: (err as Error).message }, 'tenant state not loaded: starting fresh');
     }
     const carried = this.#carried.get(tenant);
     if (carried !== undefined) {
@@ -635,6 +636,36 @@ export class Handoff {
     }
     this.#claimed.add(tenant);
     return true;
+  }
+
+  /**
+   * Loads a stored state into the limiter. Its values are clamped to the tenant's limits (counted in
+   * `stats.clamped`, logged); a state that does not parse is corrupt (`stats.corrupt`, logged with
+   * the reason, never the value): the tenant starts in the conservative state, every requests and
+   * tokens limit used up for one window, never with fresh limits.
+   * @throws RangeError when the tenant's policy is invalid (see `compilePolicy`).
+   */
+  #load(tenant: string, json: string, crashed: boolean): void {
+    let snapshot: TenantSnapshot;
+    try {
+      snapshot = parseTenantSnapshot(json);
+    } catch (err) {
+      this.stats.corrupt++;
+      this.#log.warn({ tenant, err: clip((err as Error).message) }, 'tenant state in Redis is corrupt: its requests and tokens limits start used up for one window');
+      this.#limiter.importConservative(tenant);
+      this.#stored.add(tenant);
+      return;
+    }
+    const clamped = this.#limiter.importTenant(tenant, snapshot);
+    this.#stored.add(tenant);
+    this.stats.loaded++;
+    if (clamped > 0) {
+      this.stats.clamped++;
+      this.#log.warn({ tenant, values: clamped }, 'tenant state in Redis out of range: values clamped to the limits');
+    }
+    if (crashed) {
+      for (const r of snapshot.reservations) if (!r.released && this.#limiter.release(tenant, r.id)) this.stats.slotsFreed++;
+    }
   }
 
   /**
@@ -781,6 +812,11 @@ export class Handoff {
       this.#ringOptions,
     );
   }
+}
+
+/** At most 200 characters of an error message about a stored value (it may quote the value). */
+function clip(message: string): string {
+  return message.length <= 200 ? message : `${message.slice(0, 200)}…`;
 }
 
 /** `promise`, or a rejection after `ms` (the promise's own outcome is then ignored). */

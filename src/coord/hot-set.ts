@@ -12,6 +12,7 @@
 import type { Redis } from 'ioredis';
 import type { Clock } from '../clock.ts';
 import { systemClock } from '../clock.ts';
+import { MAX_CLOCK_SKEW_MS } from '../limiter/snapshot-bounds.ts';
 
 /** The hash of the hot set. */
 export function hotKey(cluster: string): string {
@@ -36,6 +37,19 @@ export interface HotSetOptions {
   readonly onError?: (err: Error) => void;
   /** Called after each read that changed the set of hot tenants, with the tenants that stopped being hot. */
   readonly onChange?: (cooled: readonly string[]) => void;
+  /**
+   * The most nodes a tenant can be spread over now (the ring's members): a larger `k` read from
+   * Redis is taken as this. @default no bound
+   */
+  readonly maxSpread?: () => number;
+  /**
+   * The longest an entry may last from now, ms (`cluster.hot.cooldown`: an owner marks for that
+   * long): an `until` later than now + this + {@link MAX_CLOCK_SKEW_MS} read from Redis is clamped
+   * to now + this and written back, so a forged entry lapses like a real one. @default no bound
+   */
+  readonly maxTtlMs?: number;
+  /** Told about an entry read from Redis that was not valid (deleted) or out of range (clamped). @default ignore */
+  readonly onInvalid?: (tenant: string, problem: string) => void;
 }
 
 /** How long entries past `until` stay in the hash before a reader deletes them, ms. */
@@ -49,6 +63,9 @@ export class HotSet {
   readonly #pollMs: number;
   readonly #onError: (err: Error) => void;
   readonly #onChange: ((cooled: readonly string[]) => void) | undefined;
+  readonly #maxSpread: () => number;
+  readonly #maxTtlMs: number;
+  readonly #onInvalid: (tenant: string, problem: string) => void;
   #entries = new Map<string, HotEntry>();
   /** Tenants hot at the last read. */
   #lastHot = new Set<string>();
@@ -61,6 +78,9 @@ export class HotSet {
     this.#pollMs = opts.pollMs ?? 500;
     this.#onError = opts.onError ?? (() => {});
     this.#onChange = opts.onChange;
+    this.#maxSpread = opts.maxSpread ?? (() => Infinity);
+    this.#maxTtlMs = opts.maxTtlMs ?? Infinity;
+    this.#onInvalid = opts.onInvalid ?? (() => {});
   }
 
   /** Reads the set once, then every `pollMs`. Never rejects (a failed first read leaves the set empty). */
@@ -76,10 +96,10 @@ export class HotSet {
     this.#timer = undefined;
   }
 
-  /** k of a tenant hot now, or undefined. */
+  /** k of a tenant hot now (at most `maxSpread()`, at least 1), or undefined. */
   spreadOf(tenant: string): number | undefined {
     const e = this.#entries.get(tenant);
-    return e !== undefined && e.until > this.#clock.now() ? e.k : undefined;
+    return e !== undefined && e.until > this.#clock.now() ? Math.max(1, Math.min(e.k, this.#maxSpread())) : undefined;
   }
 
   /** The tenants hot now. */
@@ -110,11 +130,20 @@ export class HotSet {
     const now = this.#clock.now();
     const next = new Map<string, HotEntry>();
     const stale: string[] = [];
+    const clamped: string[] = [];
     for (const [tenant, json] of Object.entries(raw)) {
-      const e = parseEntry(json);
+      let e = parseEntry(json);
+      if (e === undefined) this.#onInvalid(tenant, 'not a hot-set entry: deleted');
+      else if (e.until > now + this.#maxTtlMs + MAX_CLOCK_SKEW_MS) {
+        // Later than any owner marks (forged, or a clock far ahead): it lapses one cooldown from now.
+        this.#onInvalid(tenant, `until ${e.until} beyond now + ${this.#maxTtlMs} ms: clamped`);
+        e = { k: e.k, until: now + this.#maxTtlMs };
+        clamped.push(tenant, JSON.stringify(e));
+      }
       if (e === undefined || e.until < now - KEEP_EXPIRED_MS) stale.push(tenant);
       else next.set(tenant, e);
     }
+    if (clamped.length > 0) this.#redis.hset(this.#key, ...clamped).catch((err: unknown) => this.#onError(err as Error));
     const wasHot = this.#lastHot;
     this.#entries = next;
     const isHot = new Set(this.hot());
@@ -125,6 +154,7 @@ export class HotSet {
   }
 }
 
+/** An entry: `k` an integer ≥ 1, `until` a finite number; undefined when it is not one. */
 function parseEntry(json: string): HotEntry | undefined {
   try {
     const v = JSON.parse(json) as { k?: unknown; until?: unknown };

@@ -123,7 +123,10 @@ export class TenantStateStore {
     for (const [err] of replies) if (err !== null) throw err;
   }
 
-  /** The stored states (snapshot JSON) of several tenants (`HMGET`), null where none or expired. @throws the Redis error. */
+  /**
+   * The stored states (snapshot JSON, unparsed and untrusted) of several tenants (`HMGET`), null
+   * where none or expired; a malformed value whole (see `#live`). @throws the Redis error.
+   */
   async readMany(tenants: readonly string[]): Promise<(string | null)[]> {
     if (tenants.length === 0) return [];
     const values = await this.#redis.hmget(this.#key, ...tenants);
@@ -131,7 +134,10 @@ export class TenantStateStore {
     return values.map((v) => this.#live(v, now));
   }
 
-  /** The stored state (snapshot JSON) of a tenant, or null when none or expired. @throws the Redis error. */
+  /**
+   * The stored state (snapshot JSON, unparsed and untrusted) of a tenant, or null when none or
+   * expired; a malformed value whole (see `#live`). @throws the Redis error.
+   */
   async read(tenant: string): Promise<string | null> {
     return this.#live(await this.#redis.hget(this.#key, tenant), this.#now());
   }
@@ -142,10 +148,17 @@ export class TenantStateStore {
     return value === null ? null : (parseStoredValue(value)?.expiresAtMs ?? null);
   }
 
+  /**
+   * The snapshot JSON of a stored value; null when none or expired. A value that is not
+   * `<expiresAtMs> <json>` is returned whole: the snapshot parser then rejects it as corrupt (and
+   * the tenant starts in the conservative state), where reading it as absent would give the tenant
+   * fresh limits.
+   */
   #live(value: string | null, now: number): string | null {
     if (value === null) return null;
     const stored = parseStoredValue(value);
-    return stored === undefined || stored.expiresAtMs <= now ? null : stored.json;
+    if (stored === undefined) return value;
+    return stored.expiresAtMs <= now ? null : stored.json;
   }
 
   /** Publishes a handoff announcement. @throws the Redis error. */

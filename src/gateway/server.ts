@@ -279,6 +279,9 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
           clock,
           onError: (err) => app.log.warn({ err: err.message }, 'hot set unreadable: keeping the last view'),
           onChange: (cooled) => (cooled.length > 0 ? app.log.info({ cooled }, 'hot tenants cooled: back on their owners') : undefined),
+          maxSpread: () => handoff?.ring().members.length ?? Math.max(1, staticMembers),
+          maxTtlMs: hotConfig.cooldown,
+          onInvalid: (tenant, problem) => app.log.warn({ tenant, problem }, 'hot set entry in Redis not valid'),
         });
   const quotas = quotasFromConfig(config, {
     clock,

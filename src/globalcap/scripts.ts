@@ -104,7 +104,9 @@ export interface LeaseResult {
 /**
  * The global cap's scripts bound to one ioredis connection. Units are whatever the bucket counts
  * (requests or tokens); times are ms by Redis TIME. Both wrappers reject with the Redis error when
- * the call fails (connection down, timeout), never with a NOSCRIPT.
+ * the call fails (connection down, timeout), never with a NOSCRIPT, and with an Error when the
+ * reply is not in the call's range (allowed 0 or 1; a grant 0 or within [min, want]; wait ≥ −1; a
+ * level ≤ capacity): a value from Redis is never used unchecked.
  */
 export interface CapScripts {
   /**
@@ -148,12 +150,18 @@ export function defineCapScripts(redis: Redis): CapScripts {
   const scripts: CapScripts = {
     async tokenBucket(key, options) {
       const args = tokenBucketArgs(key, options);
-      const [allowed, waitMs, level] = parseReply(await commands.qrCapTokenBucket(key, ...args), CAP_SCRIPT_FILES.tokenBucket);
+      const reply = await commands.qrCapTokenBucket(key, ...args);
+      const [allowed, waitMs, level] = parseReply(reply, CAP_SCRIPT_FILES.tokenBucket);
+      if ((allowed !== 0 && allowed !== 1) || waitMs < -1 || level > options.capacity) throw outOfRange(CAP_SCRIPT_FILES.tokenBucket, reply);
       return { allowed: allowed === 1, waitMs, level };
     },
     async lease(key, options) {
       const args = leaseArgs(key, options);
-      const [granted, waitMs, level] = parseReply(await commands.qrCapLease(key, ...args), CAP_SCRIPT_FILES.lease);
+      const reply = await commands.qrCapLease(key, ...args);
+      const [granted, waitMs, level] = parseReply(reply, CAP_SCRIPT_FILES.lease);
+      if ((granted !== 0 && (granted < options.min || granted > options.want)) || waitMs < -1 || level > options.capacity) {
+        throw outOfRange(CAP_SCRIPT_FILES.lease, reply);
+      }
       return { granted, waitMs, level };
     },
   };
@@ -217,6 +225,14 @@ function ttlOf(ttlMs: number): number {
     throw new RangeError(`ttlMs must be a number of ms in (0, 2^40], got ${ttlMs}`);
   }
   return Math.ceil(ttlMs);
+}
+
+/**
+ * A reply out of the script's range (a grant above `want`, a level above capacity): not used, so the
+ * call fails and the node decides from its fallback share (see `cap-leases.ts`).
+ */
+function outOfRange(file: string, reply: unknown): Error {
+  return new Error(`${file} answered ${JSON.stringify(reply)}, out of range for the call`);
 }
 
 /** The three integers every cap script answers. @throws Error on any other reply (a script/loader mismatch). */

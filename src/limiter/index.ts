@@ -25,6 +25,7 @@ export {
   type SemaphoreSnapshot,
   type ReservationSnapshot,
 } from './snapshot.ts';
+export { boundSnapshot, conservativeSnapshot, MAX_CLOCK_SKEW_MS } from './snapshot-bounds.ts';
 export { windowUsageSince, withUsage, withOpenRequests, isEmptyUsage, type UsageDelta, type WindowUsage, type BucketUsage } from './usage-delta.ts';
 export type {
   Algorithm,

@@ -15,6 +15,7 @@ import {
   type LimitObject,
   type TenantLimits,
 } from './tenant-limits.ts';
+import { boundSnapshot, conservativeSnapshot } from './snapshot-bounds.ts';
 import { restoreLimits, snapshotLimits } from './snapshot-limits.ts';
 import type { ReservationSnapshot, TenantSnapshot } from './snapshot.ts';
 import { withUsage } from './usage-delta.ts';
@@ -398,14 +399,40 @@ export class Limiter {
    * dropped. Restored reservations settle, release and renew exactly as if admitted here: a
    * settlement adjusts the window entry with the reservation's id at its original timestamp
    * (and the buckets), a release frees the lease with its id. No-op when the tenant has no
-   * policy. Trusts `snap` (untrusted JSON goes through `parseTenantSnapshot` first).
+   * policy. `snap` must be well-formed (untrusted JSON goes through `parseTenantSnapshot` first);
+   * its values are not trusted: each is first clamped to what the policy allows now (see
+   * `boundSnapshot`: bucket levels to [−capacity, capacity], times to at most now + clock skew,
+   * lease expiries to now + leaseTtlMs, reservations to the policy's capacities and lifetime).
+   * @returns how many values were out of range and clamped (0 for any snapshot a limiter exported).
    * @throws RangeError when the tenant's policy is invalid (see `compilePolicy`).
    */
-  importTenant(tenant: string, snap: TenantSnapshot): void {
+  importTenant(tenant: string, snap: TenantSnapshot): number {
+    const policy = this.#policyFor(tenant);
+    if (policy === undefined) return 0;
+    const now = this.#clock.now();
+    const c = this.#compile(policy);
+    const bounded = boundSnapshot(c, snap, now);
+    this.#restore(tenant, policy, c, bounded.snapshot, now);
+    return bounded.clamped;
+  }
+
+  /**
+   * Replaces the state of `tenant` (if any) with the conservative state of its policy (see
+   * `conservativeSnapshot`): every requests and tokens limit used up now, so nothing is admitted
+   * until it refills (bucket) or slides (window), one window at most; no lease, no reservation.
+   * For a tenant whose stored state is corrupt: what it used is unknown, so it is taken as all,
+   * never as nothing. No-op when the tenant has no policy.
+   * @throws RangeError when the tenant's policy is invalid (see `compilePolicy`).
+   */
+  importConservative(tenant: string): void {
     const policy = this.#policyFor(tenant);
     if (policy === undefined) return;
     const now = this.#clock.now();
     const c = this.#compile(policy);
+    this.#restore(tenant, policy, c, conservativeSnapshot(c, now), now);
+  }
+
+  #restore(tenant: string, policy: Policy, c: CompiledPolicy, snap: TenantSnapshot, now: number): void {
     const restored = restoreLimits(c, snap.limits, now);
     const st = new TenantState(policy, c, restored);
     let next = Infinity;

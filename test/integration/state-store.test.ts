@@ -2,7 +2,8 @@
  * The tenant state store against a real redis-server: states live in one hash per cluster, so a
  * checkpoint or an idle sweep of 2,500 tenants is 3 commands (`HSET`/`HDEL`, 1,000 tenants each),
  * counted with `INFO commandstats`; values carry their own expiry (Redis 7.0 has no per-field
- * TTL) and a reader treats an expired or malformed value as absent.
+ * TTL) and a reader treats an expired value as absent, a malformed one as corrupt (returned whole,
+ * for the snapshot parser to reject: never read as absent, which would mean fresh limits).
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
@@ -59,10 +60,11 @@ describe('tenant state store', () => {
     assert.equal(await redis.client().hlen(stateKey('expiry')), 1);
   });
 
-  test('a value that is not `<expiresAtMs> <json>` reads as absent', async () => {
+  test('a value that is not `<expiresAtMs> <json>` is returned whole (corrupt), not read as absent', async () => {
     const store = new TenantStateStore(redis.client(), 'garbage');
     await redis.client().hset(stateKey('garbage'), 'a', '{"no":"expiry"}', 'b', ' {}');
-    assert.deepEqual(await store.readMany(['a', 'b', 'missing']), [null, null, null]);
+    assert.deepEqual(await store.readMany(['a', 'b', 'missing']), ['{"no":"expiry"}', ' {}', null]);
+    assert.equal(await store.read('a'), '{"no":"expiry"}');
     assert.equal(parseStoredValue('{"no":"expiry"}'), undefined);
     assert.deepEqual(parseStoredValue('12 {"x":1}'), { expiresAtMs: 12, json: '{"x":1}' });
   });

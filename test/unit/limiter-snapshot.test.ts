@@ -88,7 +88,9 @@ describe('limiter snapshots', () => {
           for (const op of ops.slice(0, split)) apply(a, clock, op);
           const snap = a.exportTenant('t');
           assert.equal(snap === undefined, !a.hasTenant('t'));
-          if (snap !== undefined) b.importTenant('t', roundTrip(snap));
+          // A state beyond the import bounds (debt over one capacity, a window entry over twice its limit,
+          // from settlements far above their reservations) is clamped on import: tested on its own below.
+          if (snap !== undefined) fc.pre(b.importTenant('t', roundTrip(snap)) === 0);
           for (const [k, op] of ops.slice(split).entries()) {
             const ra = apply(a, clock, op);
             const rb = apply(b, null, op); // same clock: advance once

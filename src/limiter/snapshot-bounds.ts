@@ -1,0 +1,193 @@
+/**
+ * Bounds on a restored tenant snapshot (`snapshot.ts`), and the conservative state of a tenant
+ * whose stored snapshot is corrupt. A snapshot comes from outside the process (Redis, another
+ * node), so `Limiter.importTenant` never takes its numbers as they are: each is clamped to the
+ * range a limiter of the tenant's policy could have produced, so that no stored value can grant
+ * more than the limit (a bucket level of 1e300) or block a tenant for longer than one window or
+ * lease (a time of 9e15). Values inside the ranges are kept exactly. See docs/security.md,
+ * "Values read from Redis".
+ */
+import type { CompiledPolicy } from './compiled-policy.ts';
+import type { LimitSnapshot, ReservationSnapshot, TenantSnapshot } from './snapshot.ts';
+import type { LimitSpec } from './types.ts';
+
+/**
+ * How far ahead of this node's clock a restored time may be, ms: the clock skew between nodes
+ * that the cluster tolerates (clocks are NTP-synchronised). A later time is moved to now + this.
+ */
+export const MAX_CLOCK_SKEW_MS = 1_000;
+
+/** A token bucket's restored numbers, and how many of them were out of range. */
+export interface BoundedBucket {
+  /** Units × windowMs, in [−limit × windowMs, limit × windowMs]. */
+  readonly level: number;
+  /** Clock ms, ≤ now + {@link MAX_CLOCK_SKEW_MS}. */
+  readonly refilledAt: number;
+  /** Values moved into range (0, 1 or 2). */
+  readonly clamped: number;
+}
+
+/**
+ * Clamps a token bucket's stored state (`level` in unit·ms, see `token-bucket.ts`) to what a
+ * bucket of capacity `limit` over `windowMs` can hold: a level in [−capacity, capacity] (a debt of
+ * at most one window, so a hostile debt refills within two windows), a refill time no later than
+ * `nowMs` + {@link MAX_CLOCK_SKEW_MS} (a later one is moved there: it would hold the refill back
+ * until then). A
+ * refill time in the past is kept: refilling from it never goes above capacity.
+ * @param limit units (> 0). @param windowMs ms (> 0). @param nowMs this node's clock, ms.
+ */
+export function boundBucket(level: number, refilledAt: number, limit: number, windowMs: number, nowMs: number): BoundedBucket {
+  const full = limit * windowMs;
+  let clamped = 0;
+  let l = level;
+  if (!(l <= full)) {
+    l = full;
+    clamped++;
+  } else if (l < -full) {
+    l = -full;
+    clamped++;
+  }
+  let at = refilledAt;
+  if (at > nowMs + MAX_CLOCK_SKEW_MS) {
+    at = nowMs + MAX_CLOCK_SKEW_MS;
+    clamped++;
+  }
+  return { level: l, refilledAt: at, clamped };
+}
+
+/**
+ * Clamps a sliding window's stored entries: a timestamp no later than `nowMs` +
+ * {@link MAX_CLOCK_SKEW_MS} (a later one is moved there; it would otherwise stay in the window
+ * until its time plus a window), a cost no more than `2 × limit` (a settlement may debit an entry
+ * above the limit; at most one window of debt is kept, as for a bucket, and an entry of `limit`
+ * already fills the window). Order is kept (timestamps never decrease).
+ * Entries that already left the window are left to the caller (the limiter drops them).
+ * @returns the entries and how many values were moved into range.
+ */
+export function boundWindowEntries(
+  entries: readonly (readonly [number, number, string])[],
+  limit: number,
+  nowMs: number,
+): { readonly entries: [number, number, string][]; readonly clamped: number } {
+  const latest = nowMs + MAX_CLOCK_SKEW_MS;
+  let clamped = 0;
+  const out: [number, number, string][] = [];
+  for (const [ts, cost, id] of entries) {
+    let t = ts;
+    let c = cost;
+    if (t > latest) {
+      t = latest;
+      clamped++;
+    }
+    if (c > 2 * limit) {
+      c = 2 * limit;
+      clamped++;
+    }
+    out.push([t, c, id]);
+  }
+  return { entries: out, clamped };
+}
+
+/**
+ * Clamps a concurrency lease's stored expiry to `nowMs + leaseTtlMs`: a slot is never held
+ * longer than one lease from now (a lease is renewed at most to now + leaseTtlMs).
+ */
+export function boundLeaseExpiry(expiresAt: number, leaseTtlMs: number, nowMs: number): number {
+  const latest = nowMs + leaseTtlMs;
+  return expiresAt > latest ? latest : expiresAt;
+}
+
+/**
+ * Clamps an open reservation: its expiry to `nowMs + ttlMs` (the policy's reservation
+ * lifetime), its tokens and requests to the largest capacity of the policy's limits of that kind
+ * (an admitted request never reserves more than a limit holds; a settlement refunds at most
+ * what was reserved).
+ * @param maxTokens units; Infinity when the policy has no tokens limit. @param maxRequests likewise.
+ */
+export function boundReservation(
+  r: ReservationSnapshot,
+  ttlMs: number,
+  maxTokens: number,
+  maxRequests: number,
+  nowMs: number,
+): { readonly reservation: ReservationSnapshot; readonly clamped: number } {
+  let clamped = 0;
+  const expiresAt = r.expiresAt > nowMs + ttlMs ? (clamped++, nowMs + ttlMs) : r.expiresAt;
+  const tokens = r.tokens > maxTokens ? (clamped++, maxTokens) : r.tokens;
+  const requests = r.requests > maxRequests ? (clamped++, maxRequests) : r.requests;
+  return { reservation: clamped === 0 ? r : { ...r, expiresAt, tokens, requests }, clamped };
+}
+
+/**
+ * A snapshot with every value of `snap` moved into the range the tenant's policy `c` allows at
+ * `nowMs` (see {@link boundBucket}, {@link boundWindowEntries}, {@link boundLeaseExpiry},
+ * {@link boundReservation}). Limits matched to the policy by name, as `restoreLimits` does; a
+ * snapshot limit the policy lacks, or of another algorithm, is passed on untouched (it is ignored
+ * on restore). A bucket is bounded by the spec it was measured under (its own `limit` and
+ * `windowMs`); a restore onto a changed spec clamps the units used to [0, limit] anyway.
+ * @returns the bounded snapshot and how many values were moved into range (0: `snap` itself).
+ */
+export function boundSnapshot(c: CompiledPolicy, snap: TenantSnapshot, nowMs: number): { readonly snapshot: TenantSnapshot; readonly clamped: number } {
+  let clamped = 0;
+  let maxTokens = 0;
+  let maxRequests = 0;
+  for (const spec of c.limits) {
+    if (spec.kind === 'tokens' && spec.limit > maxTokens) maxTokens = spec.limit;
+    if (spec.kind === 'requests' && spec.limit > maxRequests) maxRequests = spec.limit;
+  }
+  const limits = snap.limits.map((l): LimitSnapshot => {
+    const i = c.indexByName.get(l.name);
+    const spec = i === undefined ? undefined : (c.limits[i] as LimitSpec);
+    if (l.algorithm === 'token_bucket') {
+      const b = boundBucket(l.level, l.refilledAt, l.limit, l.windowMs, nowMs);
+      if (b.clamped === 0) return l;
+      clamped += b.clamped;
+      return { ...l, level: b.level, refilledAt: b.refilledAt };
+    }
+    if (l.algorithm === 'sliding_window') {
+      if (spec === undefined || spec.kind === 'concurrent') return l;
+      const w = boundWindowEntries(l.entries, spec.limit, nowMs);
+      if (w.clamped === 0) return l;
+      clamped += w.clamped;
+      return { ...l, entries: w.entries };
+    }
+    if (spec === undefined || spec.kind !== 'concurrent') return l;
+    let n = 0;
+    const leases = l.leases.map(([id, exp]): [string, number] => {
+      const e = boundLeaseExpiry(exp, spec.leaseTtlMs, nowMs);
+      if (e !== exp) n++;
+      return [id, e];
+    });
+    if (n === 0) return l;
+    clamped += n;
+    return { ...l, leases };
+  });
+  const reservations = snap.reservations.map((r) => {
+    const b = boundReservation(r, c.reservationTtlMs, maxTokens, maxRequests, nowMs);
+    clamped += b.clamped;
+    return b.reservation;
+  });
+  return { snapshot: clamped === 0 ? snap : { ...snap, limits, reservations }, clamped };
+}
+
+/**
+ * The conservative state of a tenant of policy `c` at `nowMs`, for a tenant whose stored state is
+ * corrupt (what it used is unknown, so it is taken as all): every `requests` and `tokens` limit
+ * used up at `nowMs`, i.e. full for one window. A token bucket at level 0 refilled at `nowMs`
+ * (it admits again as it refills, fully after one window); a sliding window with one entry of
+ * cost `limit` at `nowMs` (id `''`, as usage carried over; it admits nothing until that entry
+ * leaves, one window later). Concurrency limits start free: the slots of requests that ran
+ * elsewhere cannot be known, and a crashed owner's slots are freed on load anyway.
+ */
+export function conservativeSnapshot(c: CompiledPolicy, nowMs: number): TenantSnapshot {
+  const limits: LimitSnapshot[] = [];
+  for (const spec of c.limits) {
+    if (spec.kind === 'concurrent') continue;
+    if (spec.algorithm === 'token_bucket') {
+      limits.push({ name: spec.name, algorithm: 'token_bucket', kind: spec.kind, limit: spec.limit, windowMs: spec.windowMs, level: 0, refilledAt: nowMs });
+    } else {
+      limits.push({ name: spec.name, algorithm: 'sliding_window', kind: spec.kind, entries: [[nowMs, spec.limit, '']] });
+    }
+  }
+  return { v: 1, at: nowMs, limits, reservations: [] };
+}
