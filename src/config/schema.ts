@@ -350,6 +350,13 @@ function listenerTimeouts(
   const longestWait = Math.max(0, ...config.priorities.map((p) => p.max_wait));
   const longestHeaders = Math.max(0, ...config.deployments.map((d) => d.headers_timeout));
   const longestBody = Math.max(0, ...config.deployments.map((d) => d.body_timeout));
+  // A request a router accepts must not be refused by its node (which allows more for what routers add).
+  if (config.router.max_headers > config.server.max_headers) {
+    ctx.addIssue({ code: 'custom', path: ['router', 'max_headers'], message: `router.max_headers (${config.router.max_headers}) cannot exceed server.max_headers (${config.server.max_headers})` });
+  }
+  if (config.router.max_header_size > config.server.max_header_size) {
+    ctx.addIssue({ code: 'custom', path: ['router', 'max_header_size'], message: `router.max_header_size (${config.router.max_header_size} bytes) cannot exceed server.max_header_size (${config.server.max_header_size} bytes)` });
+  }
   for (const section of ['server', 'router'] as const) {
     const s = config[section];
     if (s.request_timeout > 0 && s.headers_timeout > s.request_timeout) {
@@ -371,6 +378,8 @@ interface ListenerTimeouts {
   readonly headers_timeout: number;
   readonly request_timeout: number;
   readonly idle_timeout: number;
+  readonly max_headers: number;
+  readonly max_header_size: number;
 }
 
 /** The whole config file; cross-references (deployments, models, duplicate names) are checked too. */

@@ -25,7 +25,7 @@ import type { Member, Membership } from '../coord/types.ts';
 import { GatewayError, errorBody } from '../errors.ts';
 import type { ErrorCode } from '../errors.ts';
 import { answerClientFault, dialectOf } from './client-errors.ts';
-import { limitHeaderCount, listenerOptions } from './listener.ts';
+import { NODE_HEADER_ALLOWANCE, applyListenerLimits, listenerOptions } from './listener.ts';
 import { quotasFromConfig } from '../globalcap/quotas-from-config.ts';
 import { Limiter } from '../limiter/limiter.ts';
 import { AdmissionQueues } from './admission-queue.ts';
@@ -224,9 +224,9 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: server.body_limit,
     return503OnClosing: true,
-    ...listenerOptions(server, () => app.log),
+    ...listenerOptions(server, () => app.log, NODE_HEADER_ALLOWANCE),
   });
-  limitHeaderCount(app, server.max_headers);
+  applyListenerLimits(app, server, NODE_HEADER_ALLOWANCE);
   const metrics = new NodeMetrics();
   const activity = new NodeActivity(metrics, (tenant) => config.policies.has(tenant));
   // Spread (hot) tenants keep only their split concurrency limits in this limiter.

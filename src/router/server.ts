@@ -16,7 +16,7 @@ import { HealthCheck } from './health-check.ts';
 import { MemberPools } from './member-pools.ts';
 import { MAX_REPLAY_BYTES, declaresMoreThan } from './request-body.ts';
 import { answerClientFault } from '../gateway/client-errors.ts';
-import { limitHeaderCount, listenerOptions } from '../gateway/listener.ts';
+import { applyListenerLimits, listenerOptions } from '../gateway/listener.ts';
 import { Suspects } from './suspects.ts';
 import type { HotSet } from '../coord/hot-set.ts';
 import { RouterMetrics } from '../ops/metrics.ts';
@@ -36,6 +36,8 @@ export interface RouterOptions {
   readonly logger?: boolean;
   /** Readable log lines (pino-pretty) whatever `server.log_format` says. @default false */
   readonly prettyLogs?: boolean;
+  /** Where JSON log lines go in place of stdout (tests). */
+  readonly logStream?: NodeJS.WritableStream;
   /** Period of member health checks, ms; also how long a member that refused a connection stays suspect. @default config `cluster.health_check` (1000) */
   readonly healthCheckMs?: number;
   /** Time source of suspect marks. @default systemClock */
@@ -77,12 +79,12 @@ export function buildRouter(opts: RouterOptions): FastifyInstance {
   const clock = opts.clock ?? systemClock;
   const healthCheckMs = opts.healthCheckMs ?? config.config.cluster.health_check;
   const app: FastifyInstance = Fastify({
-    logger: opts.logger === false ? false : loggerOptions(opts.prettyLogs === true ? { ...server, log_format: 'pretty' } : server),
+    logger: opts.logger === false ? false : loggerOptions(opts.prettyLogs === true ? { ...server, log_format: 'pretty' } : server, opts.logStream),
     logController: new LogController({ disableRequestLogging: true }),
     return503OnClosing: true,
     ...listenerOptions(config.config.router, () => app.log),
   });
-  limitHeaderCount(app, config.config.router.max_headers);
+  applyListenerLimits(app, config.config.router);
   const pools = new MemberPools();
   const suspects = new Suspects(clock);
   const health = new HealthCheck({ ring: () => membership.ring(), pools, suspects, intervalMs: healthCheckMs, log: app.log });
