@@ -190,6 +190,12 @@ export async function forward(ctx: ForwardContext, request: FastifyRequest, repl
     return failed(request, reply, body, target, result.err);
   }
   const { res } = result;
+  if (body.kind === 'stream' && !body.source.readableEnded) {
+    // The node answered before the whole body came (an early refusal such as 415): the rest is
+    // discarded while the answer goes out, and the connection closes after it (its framing is lost).
+    drainUnsent(body);
+    reply.header('connection', 'close');
+  }
   return reply.code(res.statusCode).headers(endToEndHeaders(res.headers, DROP_RESPONSE)).send(res.body);
 }
 

@@ -253,7 +253,10 @@ describe('input limits: router and two nodes', () => {
         }
         assertError(await send(url, { tenant: bad[0], path: '/v1/messages', headers: { 'content-type': 'json' }, body: messages() }), 415, 'unsupported_media_type', { anthropicType: 'invalid_request_error' });
       }
+      // A large body the node refuses before reading it: the router relays the 415 and drops the rest.
+      for (let i = 0; i < 3; i++) assertError(await send(routerUrl, { tenant: bad[i % 2]!, headers: { 'content-type': 'text/plain' }, body: chatOfSize(BODY_LIMIT) }), 415, 'unsupported_media_type');
     });
+    assert.deepEqual(routerControl(router).suspects(), []);
   });
 
   test('findings 6, 7: JSON nested 10,000 deep gets 400; json_depth boundary: 64 levels served, 65 refused', async () => {
