@@ -51,6 +51,18 @@ export const ERRORS = {
     anthropicType: 'request_too_large',
     message: 'The request body is larger than the configured server.body_limit.',
   },
+  headers_too_large: {
+    status: 431,
+    openaiType: 'invalid_request_error',
+    anthropicType: 'invalid_request_error',
+    message: 'The request headers are larger than server.max_header_size or more than server.max_headers (router.* on routers).',
+  },
+  request_timeout: {
+    status: 408,
+    openaiType: 'invalid_request_error',
+    anthropicType: 'invalid_request_error',
+    message: 'The request (headers or body) did not arrive within the server\'s headers_timeout / request_timeout; send it again without pausing.',
+  },
   invalid_request: {
     status: 400,
     openaiType: 'invalid_request_error',

@@ -193,14 +193,47 @@ export const DeploymentSchema = z.strictObject({
   connections: positiveInt.default(128),
 });
 
+/**
+ * Limits of an HTTP listener (node and router alike), against clients that hold sockets open or
+ * send oversized headers. Answers are in the provider's error shape (see `src/gateway/client-errors.ts`).
+ */
+const listenerLimits = {
+  /** Longest time to receive a request's headers; then 408 and the socket is closed. Checked every min(1 s, half of it). @default 10s */
+  headers_timeout: duration.refine((ms) => ms > 0, 'headers_timeout: a duration above 0, e.g. 10s').default(10_000),
+  /**
+   * Longest time to receive a whole request (headers and body); then 408 and the socket is closed.
+   * Only the request: a response may stream for longer. 0: no limit. @default 60s
+   */
+  request_timeout: duration.default(60_000),
+  /** An idle keep-alive connection (between requests) is closed after this. @default 72s */
+  keep_alive_timeout: duration.refine((ms) => ms > 0, 'keep_alive_timeout: a duration above 0, e.g. 72s').default(72_000),
+  /**
+   * A connection with no byte in either direction for this long is closed (a client that stopped
+   * reading a stream). Must exceed the longest queue wait plus the longest deployment
+   * headers_timeout, and every body_timeout. 0: no limit. @default 5m
+   */
+  idle_timeout: duration.default(300_000),
+  /** Largest size of a request's headers (all of them, with the request line); larger gets 431. @default 16kb */
+  max_header_size: byteSize.default(16 * 1_024),
+  /** Most header fields in one request; more gets 431. @default 100 */
+  max_headers: z.number().int().min(1).max(10_000).default(100),
+};
+
 /** Listening and housekeeping settings of a node. */
 export const ServerSchema = z.strictObject({
   /** @default 127.0.0.1 */
   host: z.string().default('127.0.0.1'),
   /** @default 8080 */
   port: z.number().int().min(0).max(65535).default(8080),
-  /** Largest request body accepted. @default 4mb */
+  /** Largest request body accepted (routers enforce it too, before forwarding). @default 4mb */
   body_limit: byteSize.default(4 * 1_048_576),
+  /** Deepest nesting of arrays and objects in a JSON body; deeper gets 400 `invalid_request`. 1..1000. @default 64 */
+  json_depth: z.number().int().min(1).max(1_000).default(64),
+  /** Most `messages` in one chat or messages request; more gets 400 `invalid_request`. @default 10000 */
+  max_messages: positiveInt.default(10_000),
+  /** Most tool definitions (`tools`, and `functions`) in one request; more gets 400 `invalid_request`. @default 512 */
+  max_tools: positiveInt.default(512),
+  ...listenerLimits,
   /** Period of the idle-tenant sweep. @default 10s */
   sweep_interval: duration.default(10_000),
   /** Logging level: one line per request at info, one per decision at debug. @default info */
@@ -318,6 +351,7 @@ export const RouterSchema = z.strictObject({
   host: z.string().default('127.0.0.1'),
   /** @default 8080 */
   port: z.number().int().min(0).max(65535).default(8080),
+  ...listenerLimits,
 });
 
 /**
@@ -334,6 +368,46 @@ export const AdminSchema = z.strictObject({
   /** Environment variable holding the bearer token. @default QUOTARING_ADMIN_TOKEN */
   token_env: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'an environment variable name').default('QUOTARING_ADMIN_TOKEN'),
 });
+
+/** Timeouts of the node's and the router's listeners that contradict each other or cut legitimate requests. */
+function listenerTimeouts(
+  config: { server: ListenerTimeouts; router: ListenerTimeouts; priorities: readonly { max_wait: number }[]; deployments: readonly { headers_timeout: number; body_timeout: number }[] },
+  ctx: z.RefinementCtx,
+): void {
+  const longestWait = Math.max(0, ...config.priorities.map((p) => p.max_wait));
+  const longestHeaders = Math.max(0, ...config.deployments.map((d) => d.headers_timeout));
+  const longestBody = Math.max(0, ...config.deployments.map((d) => d.body_timeout));
+  // A request a router accepts must not be refused by its node (which allows more for what routers add).
+  if (config.router.max_headers > config.server.max_headers) {
+    ctx.addIssue({ code: 'custom', path: ['router', 'max_headers'], message: `router.max_headers (${config.router.max_headers}) cannot exceed server.max_headers (${config.server.max_headers})` });
+  }
+  if (config.router.max_header_size > config.server.max_header_size) {
+    ctx.addIssue({ code: 'custom', path: ['router', 'max_header_size'], message: `router.max_header_size (${config.router.max_header_size} bytes) cannot exceed server.max_header_size (${config.server.max_header_size} bytes)` });
+  }
+  for (const section of ['server', 'router'] as const) {
+    const s = config[section];
+    if (s.request_timeout > 0 && s.headers_timeout > s.request_timeout) {
+      ctx.addIssue({ code: 'custom', path: [section, 'headers_timeout'], message: `headers_timeout (${s.headers_timeout} ms) cannot exceed request_timeout (${s.request_timeout} ms)` });
+    }
+    const silent = Math.max(longestWait + longestHeaders, longestBody);
+    if (s.idle_timeout > 0 && s.idle_timeout <= silent) {
+      ctx.addIssue({
+        code: 'custom',
+        path: [section, 'idle_timeout'],
+        message: `idle_timeout (${s.idle_timeout} ms) would cut requests that legitimately wait ${silent} ms without a byte (longest priority max_wait + longest deployment headers_timeout, or a body_timeout): raise it or set 0`,
+      });
+    }
+  }
+}
+
+/** The timeouts {@link listenerTimeouts} checks, in ms. */
+interface ListenerTimeouts {
+  readonly headers_timeout: number;
+  readonly request_timeout: number;
+  readonly idle_timeout: number;
+  readonly max_headers: number;
+  readonly max_header_size: number;
+}
 
 /** The whole config file; cross-references (deployments, models, duplicate names) are checked too. */
 export const ConfigSchema = z
@@ -378,6 +452,7 @@ export const ConfigSchema = z
     if (config.cluster.redis !== undefined && config.cluster.members.length > 0) {
       ctx.addIssue({ code: 'custom', path: ['cluster'], message: 'set either members (static membership) or redis.url (Redis membership), not both' });
     }
+    listenerTimeouts(config, ctx);
     const ids = new Set<string>();
     config.cluster.members.forEach((m, i) => {
       if (ids.has(m.id)) ctx.addIssue({ code: 'custom', path: ['cluster', 'members', i, 'id'], message: `duplicate member id "${m.id}"` });
@@ -451,6 +526,10 @@ export type LimitConfig = TenantConfig['limits'][number];
 export type PriorityConfig = Config['priorities'][number];
 /** One validated model. */
 export type ModelConfig = Config['models'][number];
+/** Validated settings of a node's listener and request limits (durations in ms, sizes in bytes). */
+export type ServerConfig = Config['server'];
+/** Validated settings of a router's listener (durations in ms, sizes in bytes). */
+export type RouterConfig = Config['router'];
 /** Validated cluster settings (durations in ms). */
 export type ClusterConfig = Config['cluster'];
 /** One static member. */

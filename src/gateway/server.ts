@@ -23,7 +23,9 @@ import type { RingOptions } from '../coord/ring.ts';
 import type { TenantStateStore } from '../coord/state-store.ts';
 import type { Member, Membership } from '../coord/types.ts';
 import { GatewayError, errorBody } from '../errors.ts';
-import type { ErrorCode, ErrorDialect } from '../errors.ts';
+import type { ErrorCode } from '../errors.ts';
+import { answerClientFault, dialectOf } from './client-errors.ts';
+import { NODE_HEADER_ALLOWANCE, applyListenerLimits, listenerOptions } from './listener.ts';
 import { quotasFromConfig } from '../globalcap/quotas-from-config.ts';
 import { Limiter } from '../limiter/limiter.ts';
 import { AdmissionQueues } from './admission-queue.ts';
@@ -110,19 +112,6 @@ function stateTtlMs(policy: Policy | undefined): number {
   for (const limit of policy?.limits ?? []) longest = Math.max(longest, limit.kind === 'concurrent' ? limit.leaseTtlMs : limit.windowMs);
   return longest + 60_000;
 }
-
-/** Error dialect of a URL: Anthropic's shape on `/v1/messages`, OpenAI's elsewhere. */
-function dialectOf(url: string): ErrorDialect {
-  return url.startsWith('/v1/messages') ? 'anthropic' : 'openai';
-}
-
-const FASTIFY_ERRORS: Readonly<Record<string, ErrorCode>> = {
-  FST_ERR_CTP_INVALID_MEDIA_TYPE: 'unsupported_media_type',
-  FST_ERR_CTP_INVALID_CONTENT_LENGTH: 'invalid_request',
-  FST_ERR_CTP_BODY_TOO_LARGE: 'body_too_large',
-  FST_ERR_CTP_EMPTY_JSON_BODY: 'invalid_json',
-  FST_ERR_CTP_INVALID_JSON_BODY: 'invalid_json',
-};
 
 function sendError(request: FastifyRequest, reply: FastifyReply, code: ErrorCode, message?: string, param: string | null = null): FastifyReply {
   const body = errorBody(dialectOf(request.url), code, message, { param });
@@ -230,12 +219,14 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
   const config = opts.config instanceof ReloadableConfig ? opts.config : new ReloadableConfig(opts.config);
   const server = config.config.server;
   const clock = opts.clock ?? systemClock;
-  const app = Fastify({
+  const app: FastifyInstance = Fastify({
     logger: opts.logger === false ? false : loggerOptions(opts.prettyLogs === true ? { ...server, log_format: 'pretty' } : server, opts.logStream),
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: server.body_limit,
     return503OnClosing: true,
+    ...listenerOptions(server, () => app.log, NODE_HEADER_ALLOWANCE),
   });
+  applyListenerLimits(app, server, NODE_HEADER_ALLOWANCE);
   const metrics = new NodeMetrics();
   const activity = new NodeActivity(metrics, (tenant) => config.policies.has(tenant));
   // Spread (hot) tenants keep only their split concurrency limits in this limiter.
@@ -350,12 +341,12 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
   app.decorateRequest('tenant', null);
   app.decorateRequest('tier', null);
   app.decorateRequest('trail', null);
-  registerJsonBody(app, server.body_limit);
+  registerJsonBody(app, server.body_limit, server.json_depth);
 
   app.setErrorHandler((err: FastifyError | GatewayError, request, reply) => {
     if (err instanceof GatewayError) return sendError(request, reply, err.code, err.message, err.param);
-    const mapped = FASTIFY_ERRORS[err.code];
-    if (mapped !== undefined) return sendError(request, reply, mapped);
+    const answered = answerClientFault(err, request, reply);
+    if (answered !== undefined) return answered;
     request.log.error({ err }, 'unhandled error');
     return sendError(request, reply, 'internal_error');
   });

@@ -56,3 +56,25 @@ export function optionalBoolean(body: Record<string, unknown>, field: string, fa
   if (typeof value !== 'boolean') throw new GatewayError('invalid_request', `"${field}" must be a boolean.`, field);
   return value;
 }
+
+/** Most items accepted in the arrays the gateway walks: `server.max_messages` and `server.max_tools`. */
+export interface ItemLimits {
+  /** Most `messages`. @default 10000 */
+  readonly messages: number;
+  /** Most tool definitions (`tools`; `functions` counted apart). @default 512 */
+  readonly tools: number;
+}
+
+/** The config's defaults of {@link ItemLimits}. */
+export const DEFAULT_ITEM_LIMITS: ItemLimits = { messages: 10_000, tools: 512 };
+
+/**
+ * Refuses an array field with more than `max` items (absent or not an array: nothing to check).
+ * @param setting the config key that sets `max`, named in the message. @throws GatewayError `invalid_request` naming the field.
+ */
+export function atMostItems(body: Record<string, unknown>, field: string, max: number, setting: string): void {
+  const value = body[field];
+  if (Array.isArray(value) && value.length > max) {
+    throw new GatewayError('invalid_request', `"${field}" has ${value.length} items; at most ${max} are accepted (${setting}).`, field);
+  }
+}

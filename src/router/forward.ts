@@ -13,7 +13,7 @@ import type { ErrorCode, ErrorDialect } from '../errors.ts';
 import { chooseMember, chooseSpreadMember, fallbackFor } from './choose-member.ts';
 import { endToEndHeaders } from './hop-by-hop.ts';
 import type { MemberPools } from './member-pools.ts';
-import { drainUnsent, isReplayable, requestBodyOf } from './request-body.ts';
+import { drainUnsent, exceededLimit, isReplayable, requestBodyOf } from './request-body.ts';
 import type { RequestBody } from './request-body.ts';
 import type { Departures } from './departures.ts';
 import type { Suspects } from './suspects.ts';
@@ -32,6 +32,8 @@ export interface ForwardContext {
   readonly suspectMs: number;
   /** Largest body (bytes) buffered to allow a retry. */
   readonly maxReplayBytes: number;
+  /** The nodes' body limit (`server.body_limit`), bytes: a streamed body is cut at its first byte past it. */
+  readonly bodyLimit: () => number;
   /** Told of each retry on another member. */
   readonly onRetry?: (reason: '421' | 'unreachable') => void;
 }
@@ -53,13 +55,27 @@ const CONNECT_FAILURES = new Set([
   'UND_ERR_DESTROYED',
 ]);
 
+/** Of {@link CONNECT_FAILURES}, those that happen before a connection exists: nothing of the request was sent. */
+const NEVER_CONNECTED = new Set(['ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH', 'UND_ERR_CONNECT_TIMEOUT']);
+
 /** Whether an undici `request()` rejection is a connection failure before any response byte. */
-export function isConnectFailure(err: unknown): boolean {
+export function isConnectFailure(err: unknown, codes: ReadonlySet<string> = CONNECT_FAILURES): boolean {
   if (typeof err !== 'object' || err === null) return false;
   const code = (err as { code?: unknown }).code;
-  if (typeof code === 'string' && CONNECT_FAILURES.has(code)) return true;
+  if (typeof code === 'string' && codes.has(code)) return true;
   const cause = (err as { cause?: unknown }).cause;
-  return cause !== undefined && cause !== err && isConnectFailure(cause);
+  return cause !== undefined && cause !== err && isConnectFailure(cause, codes);
+}
+
+/**
+ * Whether a failed attempt is the member's fault, making it suspect: a connection failure, except
+ * while a streamed body was being sent — a node closes the connection after refusing a body (413,
+ * 415), and the router cannot tell that from a crash then (its health check can). A body the
+ * router cut at the body limit is never the member's fault.
+ */
+function blamesMember(body: RequestBody, err: unknown): boolean {
+  if (exceededLimit(body)) return false;
+  return isConnectFailure(err, body.kind === 'stream' ? NEVER_CONNECTED : CONNECT_FAILURES);
 }
 
 /** Error dialect of a URL: Anthropic's shape on `/v1/messages`, OpenAI's elsewhere. */
@@ -95,7 +111,7 @@ export async function forward(ctx: ForwardContext, request: FastifyRequest, repl
 
   let body: RequestBody;
   try {
-    body = await requestBodyOf(request.raw, ctx.maxReplayBytes);
+    body = await requestBodyOf(request.raw, ctx.maxReplayBytes, ctx.bodyLimit());
   } catch {
     return clientGone(reply);
   }
@@ -121,7 +137,7 @@ export async function forward(ctx: ForwardContext, request: FastifyRequest, repl
   let target = first;
   let result = await send(first, ring, true);
   if (!result.ok) {
-    if (!isConnectFailure(result.err)) return failed(request, reply, body, first, result.err);
+    if (!blamesMember(body, result.err)) return failed(request, reply, body, first, result.err);
     ctx.suspects.markFor(first.id, ctx.suspectMs);
     if (!isReplayable(body)) return failed(request, reply, body, first, result.err);
     const next = choose(ring, first.id);
@@ -170,10 +186,16 @@ export async function forward(ctx: ForwardContext, request: FastifyRequest, repl
     }
   }
   if (!result.ok) {
-    if (isConnectFailure(result.err)) ctx.suspects.markFor(target.id, ctx.suspectMs);
+    if (blamesMember(body, result.err)) ctx.suspects.markFor(target.id, ctx.suspectMs);
     return failed(request, reply, body, target, result.err);
   }
   const { res } = result;
+  if (body.kind === 'stream' && !body.source.readableEnded) {
+    // The node answered before the whole body came (an early refusal such as 415): the rest is
+    // discarded while the answer goes out, and the connection closes after it (its framing is lost).
+    drainUnsent(body);
+    reply.header('connection', 'close');
+  }
   return reply.code(res.statusCode).headers(endToEndHeaders(res.headers, DROP_RESPONSE)).send(res.body);
 }
 
@@ -210,9 +232,21 @@ function header(value: string | string[] | undefined): string | undefined {
 
 function failed(request: FastifyRequest, reply: FastifyReply, body: RequestBody, member: Member, err: unknown): FastifyReply {
   if (reply.raw.destroyed || request.raw.socket.destroyed) return clientGone(reply);
+  if (body.kind === 'stream' && body.stream.exceeded) return bodyTooLarge(request, reply, body.stream.limit);
   drainUnsent(body);
   request.log.warn({ member: member.id, err }, 'member failed before answering');
   return sendError(request, reply, 'upstream_unavailable', `Gateway node "${member.id}" could not be reached; retry the request.`);
+}
+
+/**
+ * 413 `body_too_large` for a body over the nodes' limit (declared, or found while streaming it):
+ * the connection is closed after the answer rather than read to the end of a body of any size.
+ * @param limit bytes, for the message.
+ */
+export function bodyTooLarge(request: FastifyRequest, reply: FastifyReply, limit: number | undefined): FastifyReply {
+  request.log.debug({ limit }, 'request body over the limit');
+  reply.header('connection', 'close');
+  return sendError(request, reply, 'body_too_large', limit === undefined ? undefined : `The request body is larger than ${limit} bytes (server.body_limit).`);
 }
 
 /** The client left: nothing to answer. */

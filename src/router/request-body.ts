@@ -3,7 +3,8 @@
  * be replayed on another member, or the client's stream itself (never buffered).
  */
 import type { IncomingMessage } from 'node:http';
-import { PassThrough } from 'node:stream';
+import { Transform } from 'node:stream';
+import type { TransformCallback } from 'node:stream';
 
 /** Bodies up to this size (bytes, known from `content-length`) are buffered so a retry can resend them. */
 export const MAX_REPLAY_BYTES = 64 * 1024;
@@ -17,9 +18,55 @@ export type RequestBody =
   /**
    * The client's stream (large or of unknown length): one attempt only. `stream` is a pass-through
    * piped from the request, so undici destroying it on a failed attempt leaves the client's
-   * connection open for the router's error answer; `source` is the request itself.
+   * connection open for the router's error answer; it fails once the body passes the limit
+   * (`exceeded`). `source` is the request itself.
    */
-  | { readonly kind: 'stream'; readonly stream: PassThrough; readonly source: IncomingMessage; readonly length: number | undefined };
+  | { readonly kind: 'stream'; readonly stream: LimitedBody; readonly source: IncomingMessage; readonly length: number | undefined };
+
+/** Why a {@link LimitedBody} failed. */
+export class BodyTooLargeError extends Error {
+  readonly code = 'QR_BODY_TOO_LARGE';
+  /** @param limit bytes. */
+  constructor(readonly limit: number) {
+    super(`request body over ${limit} bytes`);
+  }
+}
+
+/** A pass-through that fails with {@link BodyTooLargeError} before forwarding a byte past `limit`. */
+export class LimitedBody extends Transform {
+  /** Whether the body went past the limit (the stream failed for that reason). */
+  exceeded = false;
+  #seen = 0;
+  /** Bytes. */
+  readonly limit: number;
+
+  /** @param limit bytes; the body's first byte past it fails the stream. */
+  constructor(limit: number) {
+    super();
+    this.limit = limit;
+  }
+
+  override _transform(chunk: Buffer, _encoding: BufferEncoding, callback: TransformCallback): void {
+    this.#seen += chunk.length;
+    if (this.#seen > this.limit) {
+      this.exceeded = true;
+      callback(new BodyTooLargeError(this.limit));
+      return;
+    }
+    callback(null, chunk);
+  }
+}
+
+/** Whether the request declares (`content-length`) a body longer than `limit` bytes. */
+export function declaresMoreThan(raw: IncomingMessage, limit: number): boolean {
+  const header = raw.headers['content-length'];
+  return header !== undefined && Number(header) > limit;
+}
+
+/** Whether a streamed body failed because it went past the body limit. */
+export function exceededLimit(body: RequestBody): boolean {
+  return body.kind === 'stream' && body.stream.exceeded;
+}
 
 /** Discards what is left of a streamed body that will not be forwarded, so the router can answer on the same connection. */
 export function drainUnsent(body: RequestBody): void {
@@ -34,17 +81,20 @@ export function isReplayable(body: RequestBody): boolean {
 }
 
 /**
- * Reads the body of `raw` when it is small (`content-length` ≤ `maxReplayBytes`), else leaves the stream untouched.
+ * Reads the body of `raw` when it is small (`content-length` ≤ `maxReplayBytes`), else leaves the
+ * stream untouched, passed through a {@link LimitedBody} of `bodyLimit` bytes (a declared length
+ * over the limit is the caller's to refuse first, see {@link declaresMoreThan}).
  * @param maxReplayBytes @default MAX_REPLAY_BYTES (64 KiB)
+ * @param bodyLimit bytes (`server.body_limit`). @default Infinity
  * @throws the stream's error when the client aborts while a small body is being read.
  */
-export async function requestBodyOf(raw: IncomingMessage, maxReplayBytes: number = MAX_REPLAY_BYTES): Promise<RequestBody> {
+export async function requestBodyOf(raw: IncomingMessage, maxReplayBytes: number = MAX_REPLAY_BYTES, bodyLimit = Number.POSITIVE_INFINITY): Promise<RequestBody> {
   if (raw.method === 'GET' || raw.method === 'HEAD') return { kind: 'none' };
   const header = raw.headers['content-length'];
   const length = header === undefined ? undefined : Number(header);
   if (raw.headers['transfer-encoding'] === undefined && (length === undefined || length === 0)) return { kind: 'none' };
   if (length === undefined || !Number.isSafeInteger(length) || length > maxReplayBytes) {
-    return { kind: 'stream', stream: raw.pipe(new PassThrough()), source: raw, length };
+    return { kind: 'stream', stream: raw.pipe(new LimitedBody(bodyLimit)), source: raw, length };
   }
   return { kind: 'buffer', bytes: await readAll(raw) };
 }

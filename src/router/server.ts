@@ -9,12 +9,14 @@ import { systemClock } from '../clock.ts';
 import type { LoadedConfig } from '../config/load.ts';
 import type { Membership } from '../coord/types.ts';
 import { apiKeyOf } from '../gateway/auth.ts';
-import { forward, sendError } from './forward.ts';
+import { bodyTooLarge, forward, sendError } from './forward.ts';
 import type { ForwardContext } from './forward.ts';
 import { Departures } from './departures.ts';
 import { HealthCheck } from './health-check.ts';
 import { MemberPools } from './member-pools.ts';
-import { MAX_REPLAY_BYTES } from './request-body.ts';
+import { MAX_REPLAY_BYTES, declaresMoreThan } from './request-body.ts';
+import { answerClientFault } from '../gateway/client-errors.ts';
+import { applyListenerLimits, listenerOptions } from '../gateway/listener.ts';
 import { Suspects } from './suspects.ts';
 import type { HotSet } from '../coord/hot-set.ts';
 import { RouterMetrics } from '../ops/metrics.ts';
@@ -34,6 +36,8 @@ export interface RouterOptions {
   readonly logger?: boolean;
   /** Readable log lines (pino-pretty) whatever `server.log_format` says. @default false */
   readonly prettyLogs?: boolean;
+  /** Where JSON log lines go in place of stdout (tests). */
+  readonly logStream?: NodeJS.WritableStream;
   /** Period of member health checks, ms; also how long a member that refused a connection stays suspect. @default config `cluster.health_check` (1000) */
   readonly healthCheckMs?: number;
   /** Time source of suspect marks. @default systemClock */
@@ -74,11 +78,13 @@ export function buildRouter(opts: RouterOptions): FastifyInstance {
   const server = config.config.server;
   const clock = opts.clock ?? systemClock;
   const healthCheckMs = opts.healthCheckMs ?? config.config.cluster.health_check;
-  const app = Fastify({
-    logger: opts.logger === false ? false : loggerOptions(opts.prettyLogs === true ? { ...server, log_format: 'pretty' } : server),
+  const app: FastifyInstance = Fastify({
+    logger: opts.logger === false ? false : loggerOptions(opts.prettyLogs === true ? { ...server, log_format: 'pretty' } : server, opts.logStream),
     logController: new LogController({ disableRequestLogging: true }),
     return503OnClosing: true,
+    ...listenerOptions(config.config.router, () => app.log),
   });
+  applyListenerLimits(app, config.config.router);
   const pools = new MemberPools();
   const suspects = new Suspects(clock);
   const health = new HealthCheck({ ring: () => membership.ring(), pools, suspects, intervalMs: healthCheckMs, log: app.log });
@@ -88,7 +94,7 @@ export function buildRouter(opts: RouterOptions): FastifyInstance {
     suspects: () => suspects.list().length,
     liveClients: () => opts.liveClients?.() ?? 0,
   });
-  const ctx: ForwardContext = { membership, pools, suspects, departures, suspectMs: healthCheckMs, maxReplayBytes: MAX_REPLAY_BYTES, onRetry: (reason) => metrics.retry(reason) };
+  const ctx: ForwardContext = { membership, pools, suspects, departures, suspectMs: healthCheckMs, maxReplayBytes: MAX_REPLAY_BYTES, bodyLimit: () => config.config.server.body_limit, onRetry: (reason) => metrics.retry(reason) };
   controls.set(app, { checkHealth: () => health.checkOnce(), suspects: () => suspects.list(), pooledUrls: () => pools.urls() });
 
   // The request's tenant, once its key is resolved (for its log line).
@@ -98,6 +104,8 @@ export function buildRouter(opts: RouterOptions): FastifyInstance {
   app.addContentTypeParser('*', (_request, _payload, done) => done(null));
 
   app.setErrorHandler((err, request, reply) => {
+    const answered = answerClientFault(err, request, reply);
+    if (answered !== undefined) return answered;
     request.log.error({ err }, 'unhandled error');
     return sendError(request, reply, 'internal_error');
   });
@@ -128,6 +136,9 @@ export function buildRouter(opts: RouterOptions): FastifyInstance {
           return sendError(request, reply, 'invalid_api_key', key === undefined ? undefined : 'Incorrect API key provided. Use a key configured for a tenant of this gateway.');
         }
         request.tenant = tenant;
+        // The nodes' body limit, enforced here: a body over it is never sent to a node.
+        const bodyLimit = config.config.server.body_limit;
+        if (declaresMoreThan(request.raw, bodyLimit)) return bodyTooLarge(request, reply, bodyLimit);
         // Central mode: any node decides for any tenant (every limit is in Redis): round-robin over all.
         const spread = config.config.mode === 'central' ? Number.POSITIVE_INFINITY : (tenant.spread ?? opts.hot?.spreadOf(tenant.id));
         return forward(ctx, request, reply, tenant.id, spread);

@@ -19,6 +19,28 @@ const MAX_SCHEMA_DEPTH = 8;
 
 const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === 'object';
 
+/**
+ * JSON text of a value, or '' when it has none (a cycle cannot come from JSON.parse, but nesting
+ * deep enough to overflow the stack can reach here when the body's depth limit is high).
+ */
+function jsonText(value: unknown): string {
+  try {
+    return JSON.stringify(value) ?? '';
+  } catch {
+    return '';
+  }
+}
+
+/**
+ * A schema value (`type`, an enum item) as `String()` writes it, without calling anything from the
+ * body: `String()` throws on an object whose `toString` is not a function (`{"toString": 1}`).
+ */
+function valueText(value: unknown, depth = 0): string {
+  if (Array.isArray(value)) return depth > MAX_SCHEMA_DEPTH ? '' : value.map((v: unknown) => (v === null || v === undefined ? '' : valueText(v, depth + 1))).join(',');
+  if (isObject(value)) return '[object Object]';
+  return String(value);
+}
+
 function openAIContent(content: unknown, counter: TextCounter): number {
   if (typeof content === 'string') return counter.count(content);
   if (!Array.isArray(content)) return 0;
@@ -55,9 +77,9 @@ function schemaProperties(props: unknown, counter: TextCounter, depth: number): 
     }
     if (Array.isArray(p.enum)) {
       n -= 3; // enum_init
-      for (const item of p.enum) n += 3 + counter.count(String(item)); // enum_item + item
+      for (const item of p.enum) n += 3 + counter.count(valueText(item)); // enum_item + item
     }
-    n += counter.count(`${key}:${String(p.type ?? '')}:${withoutFinalDot(p.description)}`);
+    n += counter.count(`${key}:${valueText(p.type ?? '')}:${withoutFinalDot(p.description)}`);
     n += schemaProperties(p.properties ?? (isObject(p.items) ? p.items.properties : undefined), counter, depth + 1);
   }
   return n;
@@ -139,7 +161,7 @@ function anthropicBlocks(content: unknown, counter: TextCounter, depth = 0): num
         break;
       }
       case 'tool_use':
-        n += (typeof block.name === 'string' ? counter.count(block.name) : 0) + counter.count(JSON.stringify(block.input ?? {}));
+        n += (typeof block.name === 'string' ? counter.count(block.name) : 0) + counter.count(jsonText(block.input ?? {}));
         break;
       case 'tool_result':
         n += anthropicBlocks(block.content, counter, depth + 1);
@@ -183,7 +205,7 @@ export function countAnthropicMessages(body: AnthropicPrompt, counter: TextCount
       if (!isObject(t)) continue;
       if (typeof t.name === 'string') n += counter.count(t.name);
       if (typeof t.description === 'string') n += counter.count(t.description);
-      if (t.input_schema !== undefined) n += counter.count(JSON.stringify(t.input_schema));
+      if (t.input_schema !== undefined) n += counter.count(jsonText(t.input_schema));
     }
   }
   return n;

@@ -131,6 +131,8 @@ describe('error catalogue', () => {
       invalid_encoding: 400,
       unsupported_media_type: 415,
       body_too_large: 413,
+      headers_too_large: 431,
+      request_timeout: 408,
       invalid_request: 400,
       model_not_found: 404,
       wrong_endpoint: 400,

@@ -18,7 +18,7 @@ const DEFAULT_ANTHROPIC_VERSION = '2023-06-01';
 export function anthropicRoutes(app: FastifyInstance, ctx: GatewayContext): void {
   app.post('/v1/messages', async (request, reply) => {
     const tenant = tenantOf(request);
-    const msg = parseMessagesRequest(request.body);
+    const msg = parseMessagesRequest(request.body, { messages: ctx.config.config.server.max_messages, tools: ctx.config.config.server.max_tools });
     const route = routeModel(ctx, msg.model, 'anthropic');
     const promptTokens = await ctx.tokens.count('anthropic_messages', msg.body, countingOf(tenant, route.model));
     const headers: Record<string, string> = {};

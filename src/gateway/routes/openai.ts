@@ -20,7 +20,7 @@ const ANTHROPIC_VERSION = '2023-06-01';
 export function openAIRoutes(app: FastifyInstance, ctx: GatewayContext): void {
   app.post('/v1/chat/completions', async (request, reply) => {
     const tenant = tenantOf(request);
-    const chat = parseChatRequest(request.body);
+    const chat = parseChatRequest(request.body, { messages: ctx.config.config.server.max_messages, tools: ctx.config.config.server.max_tools });
     const route = routeModel(ctx, chat.model, 'openai');
     const promptTokens = await ctx.tokens.count('openai_chat', chat.body, countingOf(tenant, route.model));
     return runExchange(ctx, request, reply, {

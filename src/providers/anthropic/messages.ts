@@ -5,7 +5,8 @@
  * input usage; message_delta carries the cumulative output_tokens and may repeat input fields).
  */
 import { GatewayError } from '../../errors.ts';
-import { bodyObject, optionalBoolean, optionalPositiveInt, requiredObjectArray, requiredString } from '../fields.ts';
+import { DEFAULT_ITEM_LIMITS, atMostItems, bodyObject, optionalBoolean, optionalPositiveInt, requiredObjectArray, requiredString } from '../fields.ts';
+import type { ItemLimits } from '../fields.ts';
 import type { SseEvent } from '../sse.ts';
 import type { StreamObserver, TokenUsage } from '../types.ts';
 
@@ -20,11 +21,14 @@ export interface MessagesRequest {
 
 /**
  * Validates the fields the gateway relies on.
+ * @param limits most messages and tool definitions accepted.
  * @throws GatewayError `invalid_request` (400) naming the field; `max_tokens` is required, as Anthropic requires it.
  */
-export function parseMessagesRequest(raw: unknown): MessagesRequest {
+export function parseMessagesRequest(raw: unknown, limits: ItemLimits = DEFAULT_ITEM_LIMITS): MessagesRequest {
   const body = bodyObject(raw);
   const model = requiredString(body, 'model');
+  atMostItems(body, 'messages', limits.messages, 'server.max_messages');
+  atMostItems(body, 'tools', limits.tools, 'server.max_tools');
   const messages = requiredObjectArray(body, 'messages');
   messages.forEach((m, i) => {
     if (typeof m.role !== 'string') {

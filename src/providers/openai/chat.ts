@@ -4,7 +4,8 @@
  * Source: OpenAI API reference, "Create chat completion" and "The chat completion chunk object".
  */
 import { GatewayError } from '../../errors.ts';
-import { bodyObject, optionalBoolean, optionalPositiveInt, requiredObjectArray, requiredString } from '../fields.ts';
+import { DEFAULT_ITEM_LIMITS, atMostItems, bodyObject, optionalBoolean, optionalPositiveInt, requiredObjectArray, requiredString } from '../fields.ts';
+import type { ItemLimits } from '../fields.ts';
 import type { SseEvent } from '../sse.ts';
 import type { StreamObserver, TokenUsage } from '../types.ts';
 
@@ -23,11 +24,15 @@ export interface ChatRequest {
 
 /**
  * Validates the fields the gateway relies on.
+ * @param limits most messages and tool definitions (`tools`, `functions`) accepted.
  * @throws GatewayError `invalid_request` (400) naming the field.
  */
-export function parseChatRequest(raw: unknown): ChatRequest {
+export function parseChatRequest(raw: unknown, limits: ItemLimits = DEFAULT_ITEM_LIMITS): ChatRequest {
   const body = bodyObject(raw);
   const model = requiredString(body, 'model');
+  atMostItems(body, 'messages', limits.messages, 'server.max_messages');
+  atMostItems(body, 'tools', limits.tools, 'server.max_tools');
+  atMostItems(body, 'functions', limits.tools, 'server.max_tools');
   const messages = requiredObjectArray(body, 'messages');
   messages.forEach((m, i) => {
     if (typeof m.role !== 'string') {
