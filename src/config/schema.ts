@@ -212,8 +212,19 @@ export const ServerSchema = z.strictObject({
 export const TokensSchema = z.strictObject({
   /** Worker threads for exact counting of large prompts. @default 2 */
   pool_size: positiveInt.default(2),
-  /** Prompts longer than this (chars) are counted exactly in the worker pool. @default 32768 */
-  worker_threshold_chars: positiveInt.default(32_768),
+  /**
+   * Exact counts of more new (uncached) characters than this run in the worker pool; smaller ones
+   * run inline, on the event loop, for at most ~1 µs per character (`npm run bench:tokens`), so
+   * the default blocks it for a few ms at worst. @default 4096
+   */
+  worker_threshold_chars: positiveInt.default(4096),
+  /**
+   * UTF-8 bytes of pre-tokenizer pieces one request may byte-pair merge in an exact count (pieces
+   * that are a single token need no merge and are free). Beyond it, a piece is charged its byte
+   * length: an upper bound of its tokens, so counts err high, never low. Bounds one request's
+   * counting to about 0.5 s of a worker thread at worst. @default 1048576
+   */
+  merge_budget_bytes: positiveInt.default(1_048_576),
   /** Per-message counts kept in the exact-count cache. @default 50000 */
   cache_entries: positiveInt.default(50_000),
 });
