@@ -3,7 +3,7 @@
  * event loop. Each worker thread loads its own rank tables on first use.
  */
 import type { EncodingName } from './encoding.ts';
-import { exactCounter } from './exact.ts';
+import { exactCounter, mergeBudget } from './exact.ts';
 
 /** A counting job: texts to count with one encoding, and the request's merge budget left. */
 export interface CountJob {
@@ -22,7 +22,7 @@ export interface CountResult {
 /** Counts the job's texts in order, spending one merge budget across them. */
 export default function count(job: CountJob): CountResult {
   const counter = exactCounter(job.encoding);
-  const budget = { bytes: job.mergeBudgetBytes };
+  const budget = mergeBudget(job.mergeBudgetBytes);
   const tokens: number[] = [];
   const exact: boolean[] = [];
   for (const text of job.texts) {

@@ -18,10 +18,22 @@ const MAX_MEMO_PIECE_CHARS = 128;
 
 /**
  * Byte-pair merging a request may still do, in UTF-8 bytes of pieces merged, shared by all the
- * texts of one request (inline and in the worker). Decremented as pieces are merged.
+ * texts of one request (inline and in the worker). Decremented as pieces are merged; `spent` once
+ * a piece did not fit, after which every text is charged its byte length without being read.
  */
 export interface MergeBudget {
   bytes: number;
+  spent: boolean;
+}
+
+/** A fresh budget of `bytes`. */
+export function mergeBudget(bytes: number): MergeBudget {
+  return { bytes, spent: false };
+}
+
+/** UTF-8 bytes of `text`: an upper bound of its tokens in any byte-level BPE (every token covers ≥ 1 byte). */
+export function byteBound(text: string): number {
+  return Buffer.byteLength(text, 'utf8');
 }
 
 /** A count, and whether any piece was charged its byte length instead of being merged (budget spent). */
@@ -37,20 +49,34 @@ export interface BudgetedCount {
  * without merging; short pieces are memoised, since natural text reuses a small vocabulary of
  * words. Special-token text such as `<|endoftext|>` is counted as plain text, never rejected.
  *
- * With a {@link MergeBudget}, a piece that needs merging and has more UTF-8 bytes than the budget
- * has left is not merged but charged its byte length. That is an upper bound of its exact count
- * (every token of a byte-level BPE vocabulary covers ≥ 1 byte), and pieces are counted
- * independently, so a budgeted count is never below the exact count: it errs high, the
- * conservative side for a limiter. Without a budget, every piece is merged.
+ * With a {@link MergeBudget}: when a piece that needs merging has more UTF-8 bytes than the budget
+ * has left, the budget is spent, and that piece and the rest of the text are charged their byte
+ * length ({@link byteBound}), without reading further. The byte length is an upper bound of the
+ * exact count of those pieces (every token of a byte-level BPE vocabulary covers ≥ 1 byte) and
+ * pieces are counted independently, so a budgeted count is never below the exact count: it errs
+ * high, the conservative side for a limiter. The work is then bounded by the budget's merges plus
+ * one regex pass and one table lookup per piece before it ran out. Without a budget, every piece
+ * is merged.
  */
 function pieceCounter(patStr: string, ranks: RankTable): (text: string, budget?: MergeBudget) => BudgetedCount {
   const pattern = new RegExp(patStr, 'gu');
   let pieces = new Map<string, number>();
   return (text, budget) => {
+    if (budget?.spent === true) return { tokens: byteBound(text), bounded: true };
     let n = 0;
-    let bounded = false;
     pattern.lastIndex = 0;
-    for (let m = pattern.exec(text); m !== null; m = pattern.exec(text)) {
+    for (;;) {
+      let m: RegExpExecArray | null;
+      try {
+        m = pattern.exec(text);
+      } catch (err) {
+        // V8's backtracking stack overflows on a piece of a few million characters of some
+        // classes (2M+ CJK characters with the o200k and cl100k patterns): charge the rest of the
+        // text its byte length (≥ its exact count) rather than fail the request.
+        if (!(err instanceof RangeError)) throw err;
+        return { tokens: n + byteBound(text.slice(pattern.lastIndex)), bounded: true };
+      }
+      if (m === null) break;
       const piece = m[0];
       let c = pieces.get(piece);
       if (c === undefined) {
@@ -60,10 +86,9 @@ function pieceCounter(patStr: string, ranks: RankTable): (text: string, budget?:
           if (budget !== undefined) budget.bytes -= bytes.length;
           c = countPiece(ranks, bytes);
         } else {
-          // Over budget: charge the byte length (≥ the exact count); not memoised, not exact.
-          n += bytes.length;
-          bounded = true;
-          continue;
+          // Over budget: charge this piece and the rest of the text their byte length (≥ exact).
+          budget.spent = true;
+          return { tokens: n + byteBound(text.slice(m.index)), bounded: true };
         }
         if (piece.length <= MAX_MEMO_PIECE_CHARS) {
           if (pieces.size >= MAX_PIECES) pieces = new Map();
@@ -72,7 +97,7 @@ function pieceCounter(patStr: string, ranks: RankTable): (text: string, budget?:
       }
       n += c;
     }
-    return { tokens: n, bounded };
+    return { tokens: n, bounded: false };
   };
 }
 
@@ -100,9 +125,9 @@ export class ExactCounter implements TextCounter {
   }
 
   /**
-   * Tokens of `text`, merging at most `budget.bytes` bytes of pieces (decremented); pieces beyond
-   * it are charged their UTF-8 byte length, so the count is ≥ the exact one (`bounded` then true,
-   * and the count is not cached). A cached count is served without touching the budget.
+   * Tokens of `text`, merging at most `budget.bytes` bytes of pieces (decremented); once it is
+   * spent, the rest is charged its UTF-8 byte length, so the count is ≥ the exact one (`bounded`
+   * then true, and the count is not cached). A cached count is served without touching the budget.
    */
   countWithin(text: string, budget: MergeBudget | undefined): BudgetedCount {
     if (text.length < CACHE_MIN_CHARS) return text.length === 0 ? { tokens: 0, bounded: false } : this.#countPieces(text, budget);

@@ -3,14 +3,14 @@
  * counts look every text up in the exact-count cache first, count the few new ones inline, and
  * send them to a piscina worker pool when they add up to more than the threshold. Each request has
  * a byte-pair merge budget (`tokens.merge_budget_bytes`); pieces beyond it are charged their byte
- * length, an upper bound, so no request costs more than about budget × 0.5 µs of merging
+ * length, an upper bound, so no request costs more than about budget × 1 µs of merging
  * (figures: `npm run bench:tokens`).
  */
 import { Piscina } from 'piscina';
 import type { CountJob, CountResult } from './count-worker.ts';
 import type { EncodingName, TextCounter } from './encoding.ts';
 import { estimateCounter } from './estimate.ts';
-import { exactCounter, type MergeBudget } from './exact.ts';
+import { byteBound, exactCounter, mergeBudget } from './exact.ts';
 import { countAnthropicMessages, countEmbeddingInput, countOpenAIChat } from './prompt.ts';
 import type { AnthropicPrompt, EmbeddingInput, OpenAIChatPrompt } from './types.ts';
 
@@ -21,13 +21,13 @@ export type PromptKind = 'openai_chat' | 'anthropic_messages' | 'embeddings';
 export interface PromptCounterOptions {
   /**
    * An exact count whose uncached texts hold more characters than this runs in the worker pool;
-   * up to this many characters are counted inline, on the event loop (worst case ~1 µs per
-   * character, so the default blocks it for at most a few ms). @default 4096
+   * up to this many characters are counted inline, on the event loop (worst case ~2 µs per
+   * character, so the default blocks it for at most a few ms). @default 2048
    */
   readonly workerThresholdChars?: number;
   /**
    * UTF-8 bytes of pre-tokenizer pieces one request may byte-pair merge (pieces that are one token
-   * need no merge and do not count); pieces beyond it are charged their byte length. @default 1048576
+   * need no merge and do not count); once spent, the rest is charged its byte length. @default 524288
    */
   readonly mergeBudgetBytes?: number;
   /** Most worker threads; threads start on demand. @default 2 */
@@ -68,8 +68,8 @@ export class PromptCounter {
   #pool: Piscina | undefined;
 
   constructor(opts: PromptCounterOptions = {}) {
-    this.#threshold = opts.workerThresholdChars ?? 4096;
-    this.#mergeBudgetBytes = opts.mergeBudgetBytes ?? 1_048_576;
+    this.#threshold = opts.workerThresholdChars ?? 2048;
+    this.#mergeBudgetBytes = opts.mergeBudgetBytes ?? 524_288;
     this.#poolSize = opts.poolSize ?? 2;
     this.#cacheEntries = opts.cacheEntries ?? 50_000;
     this.#idleTimeoutMs = opts.idleTimeoutMs ?? 30_000;
@@ -81,7 +81,7 @@ export class PromptCounter {
    * while they total ≤ `workerThresholdChars` characters; the new texts beyond that are counted in
    * the worker pool. Counts are cached either way, so a chat's next turn only counts its new message.
    * The request's merge budget is spent inline first, then in the worker; once spent, the texts
-   * still to count are charged their unmerged pieces' byte length (≥ exact, not cached).
+   * still to count are charged their byte length (≥ exact, not cached), inline, without a worker.
    * @param body the parsed chat/messages body, or the embeddings `input`.
    * @returns tokens. @throws only if a worker thread fails (a bug), never for odd body shapes.
    */
@@ -89,7 +89,7 @@ export class PromptCounter {
     if (opts.mode === 'estimate' || opts.encoding === null) return countPrompt(kind, body, estimateCounter(opts.encoding));
     const exact = exactCounter(opts.encoding, this.#cacheEntries);
     const threshold = this.#threshold;
-    const budget: MergeBudget = { bytes: this.#mergeBudgetBytes };
+    const budget = mergeBudget(this.#mergeBudgetBytes);
     // One walk: cached texts are looked up, new ones counted inline until they total more than the
     // threshold; from then on new texts are only collected, for the worker pool.
     const slots: number[] = [];
@@ -99,6 +99,7 @@ export class PromptCounter {
       name: exact.name,
       count(text) {
         let n = exact.cached(text);
+        if (n === undefined && budget.spent) n = byteBound(text);
         if (n === undefined) {
           newChars += text.length;
           if (newChars > threshold) {
