@@ -78,8 +78,10 @@ export class PromptCounter {
   /**
    * Prompt tokens of a body. `estimate` (and any model without an encoding) runs inline, one pass
    * over the text. `exact` looks each text up in the per-encoding cache and counts new texts inline
-   * while they total ≤ `workerThresholdChars` characters; the new texts beyond that are counted in
-   * the worker pool. Counts are cached either way, so a chat's next turn only counts its new message.
+   * while they total ≤ `workerThresholdChars` characters; the new texts beyond that, and any text
+   * longer than that, are counted in the worker pool. Counts are cached either way (texts longer
+   * than the threshold in the worker threads' caches), so a chat's next turn only counts its new
+   * message.
    * The request's merge budget is spent inline first, then in the worker; once spent, the texts
    * still to count are charged their byte length (≥ exact, not cached), inline, without a worker.
    * @param body the parsed chat/messages body, or the embeddings `input`.
@@ -98,7 +100,9 @@ export class PromptCounter {
     let total = countPrompt(kind, body, {
       name: exact.name,
       count(text) {
-        let n = exact.cached(text);
+        // A text longer than the threshold goes to the worker unread: even hashing it for the cache
+        // costs ~5-10 ms per MB on the event loop; the worker thread looks it up in its own cache.
+        let n = text.length > threshold ? undefined : exact.cached(text);
         if (n === undefined && budget.spent) n = byteBound(text);
         if (n === undefined) {
           newChars += text.length;
@@ -117,7 +121,7 @@ export class PromptCounter {
       missing.forEach(({ slot, text }, i) => {
         const n = result.tokens[i];
         if (n === undefined) throw new Error(`count worker answered ${result.tokens.length} counts for ${missing.length} texts`);
-        if (result.exact[i] === true) exact.remember(text, n);
+        if (result.exact[i] === true && text.length <= threshold) exact.remember(text, n);
         slots[slot] = n;
       });
       // The same walk again, every text now known (the walk is deterministic: same calls, same order).
