@@ -308,6 +308,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     tokens: new PromptCounter({
       poolSize: config.config.tokens.pool_size,
       workerThresholdChars: config.config.tokens.worker_threshold_chars,
+      mergeBudgetBytes: config.config.tokens.merge_budget_bytes,
       cacheEntries: config.config.tokens.cache_entries,
     }),
     upstreams: new Upstreams(),

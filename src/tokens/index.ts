@@ -6,7 +6,8 @@
 export { charCounter, encodingForModel } from './encoding.ts';
 export type { EncodingName, TextCounter } from './encoding.ts';
 export { NO_TOKENIZER_FACTOR, estimateCounter } from './estimate.ts';
-export { CACHE_MIN_CHARS, ExactCounter, exactCounter } from './exact.ts';
+export { CACHE_MIN_CHARS, ExactCounter, byteBound, exactCounter, mergeBudget } from './exact.ts';
+export type { BudgetedCount, MergeBudget } from './exact.ts';
 export { ANTHROPIC_MAX_IMAGE_TOKENS, ASSUMED_IMAGE_SIZE, anthropicImageTokens, openAIImageTokens, openAIImageUrlTokens } from './images.ts';
 export { imageSizeFromBase64 } from './image-size.ts';
 export type { ImageSize } from './image-size.ts';

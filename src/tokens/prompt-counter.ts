@@ -1,14 +1,16 @@
 /**
  * Counts request prompts for admission without stalling the event loop: estimates inline; exact
  * counts look every text up in the exact-count cache first, count the few new ones inline, and
- * send them to a piscina worker pool when they add up to more than the threshold (js-tiktoken takes
- * ~60 ms for 100 KB of new text).
+ * send them to a piscina worker pool when they add up to more than the threshold. Each request has
+ * a byte-pair merge budget (`tokens.merge_budget_bytes`); pieces beyond it are charged their byte
+ * length, an upper bound, so no request costs more than about budget × 1 µs of merging
+ * (figures: `npm run bench:tokens`).
  */
 import { Piscina } from 'piscina';
-import type { CountJob } from './count-worker.ts';
+import type { CountJob, CountResult } from './count-worker.ts';
 import type { EncodingName, TextCounter } from './encoding.ts';
 import { estimateCounter } from './estimate.ts';
-import { exactCounter } from './exact.ts';
+import { byteBound, exactCounter, mergeBudget } from './exact.ts';
 import { countAnthropicMessages, countEmbeddingInput, countOpenAIChat } from './prompt.ts';
 import type { AnthropicPrompt, EmbeddingInput, OpenAIChatPrompt } from './types.ts';
 
@@ -17,8 +19,17 @@ export type PromptKind = 'openai_chat' | 'anthropic_messages' | 'embeddings';
 
 /** Options of {@link PromptCounter}. */
 export interface PromptCounterOptions {
-  /** An exact count whose uncached texts hold more characters than this runs in the worker pool. @default 32768 */
+  /**
+   * An exact count whose uncached texts hold more characters than this runs in the worker pool;
+   * up to this many characters are counted inline, on the event loop (worst case ~2 µs per
+   * character, so the default blocks it for at most a few ms). @default 2048
+   */
   readonly workerThresholdChars?: number;
+  /**
+   * UTF-8 bytes of pre-tokenizer pieces one request may byte-pair merge (pieces that are one token
+   * need no merge and do not count); once spent, the rest is charged its byte length. @default 524288
+   */
+  readonly mergeBudgetBytes?: number;
   /** Most worker threads; threads start on demand. @default 2 */
   readonly poolSize?: number;
   /** Texts whose exact counts are cached per encoding (used by the first counter of the process). @default 50000 */
@@ -50,13 +61,15 @@ function workerFile(): { filename: string; execArgv: string[] } {
 /** Prompt counting for the gateway; one per process. */
 export class PromptCounter {
   readonly #threshold: number;
+  readonly #mergeBudgetBytes: number;
   readonly #poolSize: number;
   readonly #cacheEntries: number;
   readonly #idleTimeoutMs: number;
   #pool: Piscina | undefined;
 
   constructor(opts: PromptCounterOptions = {}) {
-    this.#threshold = opts.workerThresholdChars ?? 32_768;
+    this.#threshold = opts.workerThresholdChars ?? 2048;
+    this.#mergeBudgetBytes = opts.mergeBudgetBytes ?? 524_288;
     this.#poolSize = opts.poolSize ?? 2;
     this.#cacheEntries = opts.cacheEntries ?? 50_000;
     this.#idleTimeoutMs = opts.idleTimeoutMs ?? 30_000;
@@ -65,8 +78,12 @@ export class PromptCounter {
   /**
    * Prompt tokens of a body. `estimate` (and any model without an encoding) runs inline, one pass
    * over the text. `exact` looks each text up in the per-encoding cache and counts new texts inline
-   * while they total ≤ `workerThresholdChars` characters; the new texts beyond that are counted in
-   * the worker pool. Counts are cached either way, so a chat's next turn only counts its new message.
+   * while they total ≤ `workerThresholdChars` characters; the new texts beyond that, and any text
+   * longer than that, are counted in the worker pool. Counts are cached either way (texts longer
+   * than the threshold in the worker threads' caches), so a chat's next turn only counts its new
+   * message.
+   * The request's merge budget is spent inline first, then in the worker; once spent, the texts
+   * still to count are charged their byte length (≥ exact, not cached), inline, without a worker.
    * @param body the parsed chat/messages body, or the embeddings `input`.
    * @returns tokens. @throws only if a worker thread fails (a bug), never for odd body shapes.
    */
@@ -74,6 +91,7 @@ export class PromptCounter {
     if (opts.mode === 'estimate' || opts.encoding === null) return countPrompt(kind, body, estimateCounter(opts.encoding));
     const exact = exactCounter(opts.encoding, this.#cacheEntries);
     const threshold = this.#threshold;
+    const budget = mergeBudget(this.#mergeBudgetBytes);
     // One walk: cached texts are looked up, new ones counted inline until they total more than the
     // threshold; from then on new texts are only collected, for the worker pool.
     const slots: number[] = [];
@@ -82,24 +100,28 @@ export class PromptCounter {
     let total = countPrompt(kind, body, {
       name: exact.name,
       count(text) {
-        let n = exact.cached(text);
+        // A text longer than the threshold goes to the worker unread: even hashing it for the cache
+        // costs ~5-10 ms per MB on the event loop; the worker thread looks it up in its own cache.
+        let n = text.length > threshold ? undefined : exact.cached(text);
+        if (n === undefined && budget.spent) n = byteBound(text);
         if (n === undefined) {
           newChars += text.length;
           if (newChars > threshold) {
             missing.push({ slot: slots.length, text });
             n = 0;
-          } else n = exact.count(text);
+          } else n = exact.countWithin(text, budget).tokens;
         }
         slots.push(n);
         return n;
       },
     });
     if (missing.length > 0) {
-      const job: CountJob = { encoding: opts.encoding, texts: missing.map((m) => m.text) };
-      const counts = (await this.#workers().run(job)) as number[];
+      const job: CountJob = { encoding: opts.encoding, texts: missing.map((m) => m.text), mergeBudgetBytes: budget.bytes };
+      const result = (await this.#workers().run(job)) as CountResult;
       missing.forEach(({ slot, text }, i) => {
-        const n = counts[i] ?? exact.count(text);
-        exact.remember(text, n);
+        const n = result.tokens[i];
+        if (n === undefined) throw new Error(`count worker answered ${result.tokens.length} counts for ${missing.length} texts`);
+        if (result.exact[i] === true && text.length <= threshold) exact.remember(text, n);
         slots[slot] = n;
       });
       // The same walk again, every text now known (the walk is deterministic: same calls, same order).
