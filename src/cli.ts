@@ -14,6 +14,7 @@ import { startRouter } from './router/server.ts';
 import { HotSet } from './coord/hot-set.ts';
 import { replayCommand } from './replay/cli.ts';
 import { startSimulator } from './simulator/server.ts';
+import { clusterSecretFor } from './security/cluster-secret.ts';
 
 function int(value: string): number {
   const n = Number(value);
@@ -87,12 +88,15 @@ program
   .action(async (opts: { config: string; host?: string; port?: number; members?: string; adminPort?: number; prettyLogs?: boolean }) => {
     try {
       const config = loadConfig(opts.config);
-      const configured = membershipFromConfig(withMembers(config.config.cluster, opts.members));
+      const cluster = withMembers(config.config.cluster, opts.members);
+      const clusterSecret = clusterSecretFor(cluster, process.env, 'a router');
+      const configured = membershipFromConfig(cluster, undefined, clusterSecret);
       if (configured === undefined) throw new Error(`${opts.config}: a router needs cluster.members, --members or cluster.redis.url`);
       const hot = config.config.cluster.hot.threshold_rps === undefined || configured.redis === undefined ? undefined : new HotSet({ redis: configured.redis, cluster: config.config.cluster.name });
       await startRouter({
         config,
         membership: configured.membership,
+        ...(clusterSecret === undefined ? {} : { clusterSecret }),
         ...(hot === undefined ? {} : { hot }),
         handleSignals: true,
         ...(opts.adminPort === undefined ? {} : { adminPort: opts.adminPort }),
