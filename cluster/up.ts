@@ -94,7 +94,9 @@ function launchedConfig(source: string, isDemo: boolean, nodes: readonly { id: s
 
 /**
  * Starts the simulator, then the nodes, then the routers, each once the previous answers its health
- * URL (`/sim/stats`, `/healthz`, `/readyz`).
+ * URL (`/sim/stats`, `/healthz`, `/readyz`). Every child gets the cluster secret in its environment
+ * (`cluster.secret_env`, default QUOTARING_CLUSTER_SECRET): the one set in `opts.env` or this
+ * process's environment, else a random one generated for this launch.
  * @throws Error for invalid options (see {@link checkUpOptions}) before anything starts, or when a
  *   child fails to start (the others are stopped).
  */
@@ -109,9 +111,14 @@ export async function startCluster(opts: UpOptions = {}): Promise<StartedCluster
   const members = Array.from({ length: nodeCount }, (_, i) => ({ id: `node-${i + 1}`, url: `http://127.0.0.1:${nodePort + i}` }));
   const config = clusterConfig(opts.config ?? demoConfigPath(), opts.config === undefined, members, simulator, opts.redis);
   const adminPort = opts.adminPort;
-  const tokenEnv = adminPort === undefined ? undefined : loadConfig(config, { ...process.env, QUOTARING_SIM_KEY: SIM_KEY, ...opts.env }).config.admin.token_env;
+  const loaded = loadConfig(config, { ...process.env, QUOTARING_SIM_KEY: SIM_KEY, ...opts.env });
+  const tokenEnv = adminPort === undefined ? undefined : loaded.config.admin.token_env;
   const token = opts.adminToken ?? randomBytes(16).toString('hex');
-  const env: Record<string, string> = { QUOTARING_SIM_KEY: SIM_KEY, ...opts.env, ...(tokenEnv === undefined ? {} : { [tokenEnv]: token }) };
+  // The cluster secret: the one set in the environment, else a new random one for this launch,
+  // handed to the children through their environment (never on a command line).
+  const secretEnv = loaded.config.cluster.secret_env;
+  const secret = opts.env?.[secretEnv] || process.env[secretEnv] || randomBytes(32).toString('base64url');
+  const env: Record<string, string> = { QUOTARING_SIM_KEY: SIM_KEY, ...opts.env, [secretEnv]: secret, ...(tokenEnv === undefined ? {} : { [tokenEnv]: token }) };
   const nodeAdmin = (i: number): string[] => (adminPort === undefined ? [] : ['--admin-port', String(adminPort + routerCount + i)]);
   const routerAdmin = (i: number): string[] => (adminPort === undefined ? [] : ['--admin-port', String(adminPort + i)]);
   const specs: ChildSpec[] = [

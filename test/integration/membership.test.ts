@@ -3,7 +3,9 @@ import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { ManualClock } from '../../src/clock.ts';
-import { RedisMembership, memberJson, membersKey, membershipChannel } from '../../src/coord/redis-membership.ts';
+import { RedisMembership, membersKey, membershipChannel } from '../../src/coord/redis-membership.ts';
+import { signedMemberEntry } from '../../src/security/member-entry.ts';
+import { TEST_SECRET } from '../helpers/cluster-secret.ts';
 import { createRing } from '../../src/coord/ring.ts';
 import type { Member, Ring } from '../../src/coord/types.ts';
 import { freePort } from '../helpers/processes.ts';
@@ -45,6 +47,7 @@ function cluster(heartbeatMs: number, deadAfterMs: number) {
       const m = new RedisMembership({
         redis: client,
         cluster: CLUSTER,
+        secret: TEST_SECRET,
         ...(self === undefined ? {} : { self }),
         heartbeatMs,
         deadAfterMs,
@@ -99,7 +102,7 @@ describe('RedisMembership (real redis-server)', () => {
       const two = createRing([member(1), member(3)]).version;
       const others = [router, nodes[0]!, nodes[2]!];
       await waitFor('leave of node-2', () => others.every((m) => m.ring().version === two), 200);
-      assert.deepEqual((await redis.client().zrange(membersKey(CLUSTER), 0, -1)).sort(), [memberJson(member(1)), memberJson(member(3))]);
+      assert.deepEqual((await redis.client().zrange(membersKey(CLUSTER), 0, -1)).sort(), [signedMemberEntry(member(1), TEST_SECRET), signedMemberEntry(member(3), TEST_SECRET)]);
       assert.deepEqual(rings.map(ids), [['node-1'], ['node-1', 'node-2'], ['node-1', 'node-2', 'node-3'], ['node-1', 'node-3']]);
       assert.deepEqual(c.errors, []);
     } finally {
@@ -187,7 +190,7 @@ describe('RedisMembership (real redis-server)', () => {
 
   test('heartbeat scores come from Redis TIME (an offset to the wall clock measured with TIME), not the caller\'s clock; keys are hash-tagged by cluster', async () => {
     const client = redis.client();
-    const m = new RedisMembership({ redis: client, cluster: CLUSTER, self: member(1), heartbeatMs: 100, deadAfterMs: 300, clock: new ManualClock(978_307_200_000) });
+    const m = new RedisMembership({ redis: client, secret: TEST_SECRET, cluster: CLUSTER, self: member(1), heartbeatMs: 100, deadAfterMs: 300, clock: new ManualClock(978_307_200_000) });
     try {
       await m.start();
       const [sec, usec] = await client.time();
@@ -238,7 +241,7 @@ describe('RedisMembership (real redis-server)', () => {
     const own = await startRedis();
     const errors: Error[] = [];
     const make = (self?: Member) =>
-      new RedisMembership({ redis: own.client({ maxRetriesPerRequest: 1 }), cluster: CLUSTER, ...(self ? { self } : {}), heartbeatMs: 100, deadAfterMs: 300, onError: (e) => errors.push(e) });
+      new RedisMembership({ redis: own.client({ maxRetriesPerRequest: 1 }), secret: TEST_SECRET, cluster: CLUSTER, ...(self ? { self } : {}), heartbeatMs: 100, deadAfterMs: 300, onError: (e) => errors.push(e) });
     const router = make();
     const node = make(member(1));
     try {
@@ -261,7 +264,7 @@ describe('RedisMembership (real redis-server)', () => {
 
   test('stop() while start() is still running leaves no entry and no heartbeat behind', async () => {
     const client = redis.client();
-    const m = new RedisMembership({ redis: client, cluster: CLUSTER, self: member(1), heartbeatMs: 100, deadAfterMs: 300 });
+    const m = new RedisMembership({ redis: client, secret: TEST_SECRET, cluster: CLUSTER, self: member(1), heartbeatMs: 100, deadAfterMs: 300 });
     const starting = m.start();
     await m.stop();
     await starting;
@@ -273,7 +276,7 @@ describe('RedisMembership (real redis-server)', () => {
   test('start() rejects when Redis cannot be reached', async () => {
     const client = new Redis({ host: '127.0.0.1', port: await freePort(), lazyConnect: true, enableOfflineQueue: false, retryStrategy: () => null });
     client.on('error', () => {});
-    const m = new RedisMembership({ redis: client, cluster: CLUSTER, self: member(1) });
+    const m = new RedisMembership({ redis: client, secret: TEST_SECRET, cluster: CLUSTER, self: member(1) });
     try {
       await assert.rejects(m.start(), /enableOfflineQueue|Connection is closed|ECONNREFUSED/);
       assert.equal(m.ring().version, '');
@@ -285,8 +288,8 @@ describe('RedisMembership (real redis-server)', () => {
 
   test('rejects a cluster name that would break the hash tag, and deadAfterMs ≤ heartbeatMs', () => {
     const client = redis.client({ lazyConnect: true });
-    assert.throws(() => new RedisMembership({ redis: client, cluster: 'a}b' }), /cluster name/);
-    assert.throws(() => new RedisMembership({ redis: client, cluster: '' }), /cluster name/);
-    assert.throws(() => new RedisMembership({ redis: client, cluster: 'x', heartbeatMs: 500, deadAfterMs: 500 }), /must exceed/);
+    assert.throws(() => new RedisMembership({ redis: client, secret: TEST_SECRET, cluster: 'a}b' }), /cluster name/);
+    assert.throws(() => new RedisMembership({ redis: client, secret: TEST_SECRET, cluster: '' }), /cluster name/);
+    assert.throws(() => new RedisMembership({ redis: client, secret: TEST_SECRET, cluster: 'x', heartbeatMs: 500, deadAfterMs: 500 }), /must exceed/);
   });
 });
