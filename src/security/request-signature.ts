@@ -26,12 +26,13 @@
  * (API keys and prompts between router and nodes) is TLS's job: terminate it in front of the
  * routers and run router ↔ node traffic on a private network or through a mesh (docs/security.md).
  */
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import type { Clock } from '../clock.ts';
 import { systemClock } from '../clock.ts';
 import { FALLBACK_HEADER, FROM_HEADER, HOPS_HEADER, REDIRECTED_HEADER, RING_HEADER, TENANT_HEADER } from '../coord/headers.ts';
 import type { ClusterSecret } from './cluster-secret.ts';
 import { MAC_BYTES } from './cluster-secret.ts';
+import { randomId } from './random-id.ts';
 
 /** Request header carrying the signature: `t=<ms>,n=<nonce>,s=<base64url MAC>`. */
 export const SIGNATURE_HEADER = 'x-quotaring-signature';
@@ -144,7 +145,7 @@ export class RequestSigner {
     const u = typeof url === 'string' ? new URL(url) : url;
     const digest = bodyDigest(body);
     const req: SignedRequest = { method, path: u.pathname + u.search, headers: { ...headers, [CONTENT_DIGEST_HEADER]: digest } };
-    return { [CONTENT_DIGEST_HEADER]: digest, [SIGNATURE_HEADER]: this.signature(req, randomBytes(12).toString('base64url')) };
+    return { [CONTENT_DIGEST_HEADER]: digest, [SIGNATURE_HEADER]: this.signature(req, randomId()) };
   }
 
   /**
