@@ -6,7 +6,7 @@
 import { request } from 'undici';
 import type { Dispatcher } from 'undici';
 import { ClusterSecret, DEFAULT_SECRET_ENV } from '../../src/security/cluster-secret.ts';
-import { RequestSigner } from '../../src/security/request-signature.ts';
+import { RequestSigner, SIGNATURE_HEADER } from '../../src/security/request-signature.ts';
 
 /** The secret's value (≥ 32 characters). */
 export const TEST_SECRET_VALUE = 'quotaring-test-cluster-secret-0123456789';
@@ -30,4 +30,12 @@ export async function signedRequest(
   const headers: Record<string, string> = { ...(opts.body === undefined ? {} : { 'content-type': 'application/json' }), ...opts.headers };
   const signer = opts.signer ?? testSigner;
   return request(url, { method, headers: { ...headers, ...signer.signInternal(method, url, headers, body) }, ...(opts.body === undefined ? {} : { body }) });
+}
+
+/**
+ * `headers` plus the signature a router adds to a client request it forwards (over method, path and
+ * the internal `x-quotaring-*` headers among `headers`), for tests that play the router.
+ */
+export function routerSigned(method: string, path: string, headers: Record<string, string>): Record<string, string> {
+  return { ...headers, [SIGNATURE_HEADER]: testSigner.signature({ method, path, headers }) };
 }
