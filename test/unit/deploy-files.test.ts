@@ -106,6 +106,13 @@ describe('docker-compose.yml', () => {
     assert.deepEqual(services.grafana?.ports, ['127.0.0.1:3000:3000']);
   });
 
+  test('every node and router gets the cluster secret from the environment (required, never a literal)', () => {
+    for (const name of ['node1', 'node2', 'node3', 'router']) {
+      assert.match(services[name]?.environment?.QUOTARING_CLUSTER_SECRET ?? '', /^\$\{QUOTARING_CLUSTER_SECRET:\?[^}]+\}$/, name);
+      assert.equal(services[name]?.environment?.QUOTARING_CLUSTER_SECRET_PREVIOUS, '${QUOTARING_CLUSTER_SECRET_PREVIOUS:-}', name);
+    }
+  });
+
   test('the header says it has not been run', () => {
     assert.match(text('docker-compose.yml').split('\nx-quotaring')[0] as string, /Not run here: there is no Docker engine/);
   });
