@@ -59,7 +59,8 @@ export function clusterAuthHooks(app: FastifyInstance, signer: RequestSigner | u
 
   app.addHook('onRequest', (request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction) => {
     const url = request.raw.url ?? request.url;
-    if (!isInternalPath(url)) {
+    // By the matched route, not only the raw URL: fastify's router decodes `%5F` and `%73` (`/%5Fquotaring/...` is routed here too).
+    if (!isInternalPath(request.routeOptions.url ?? '') && !isInternalPath(url)) {
       const h = request.headers;
       if (h[FALLBACK_HEADER] === undefined && h[REDIRECTED_HEADER] === undefined) return done();
       const verdict = signer?.verify(signed(request));

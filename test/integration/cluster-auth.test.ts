@@ -171,6 +171,12 @@ describe('cluster signatures on a node (static cluster, real HTTP)', () => {
     }
   });
 
+  test('percent-encoded paths that route to an internal route are refused too', async () => {
+    for (const path of [`/%5Fquotaring/v1/tenants/${own}`, '/%5fquotaring/v1/levels', '/_quotaring/v1/level%73', '/_quotaring/v1/handof%66']) {
+      await expect401(await request(`${url}${path}`), path);
+    }
+  });
+
   test('healthz, readyz and metrics stay open', async () => {
     for (const path of ['/healthz', '/readyz', '/metrics']) {
       const res = await request(`${url}${path}`);
