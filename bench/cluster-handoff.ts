@@ -9,7 +9,7 @@ import { request } from 'undici';
 import { createRing } from '../src/coord/ring.ts';
 import type { Member } from '../src/coord/types.ts';
 import { chatBody, MODEL, percentile, sendPaced, statusCounts } from './load.ts';
-import { CLI, freePort, waitUntil, writeConfig } from './cluster-processes.ts';
+import { BENCH_SIGNER, CLI, freePort, waitUntil, writeConfig } from './cluster-processes.ts';
 import type { ProcessGroup } from './cluster-processes.ts';
 
 /** Options of {@link runHandoff}. */
@@ -101,7 +101,9 @@ function latencyOf(timed: readonly { status: number; latencyMs: number }[]): Fir
 }
 
 async function getJson<T>(url: string): Promise<T> {
-  const res = await request(url, { headersTimeout: 5_000, bodyTimeout: 5_000 });
+  // Internal routes answer only calls signed with the cluster secret.
+  const headers = new URL(url).pathname.startsWith('/_quotaring/') ? BENCH_SIGNER.signInternal('GET', url, {}) : {};
+  const res = await request(url, { headers, headersTimeout: 5_000, bodyTimeout: 5_000 });
   if (res.statusCode !== 200) {
     await res.body.dump();
     throw new Error(`${url} answered ${res.statusCode}`);

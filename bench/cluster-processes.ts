@@ -11,8 +11,15 @@ import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { request } from 'undici';
 import { freePort } from '../test/helpers/processes.ts';
+import { ClusterSecret, DEFAULT_SECRET_ENV } from '../src/security/cluster-secret.ts';
+import { RequestSigner } from '../src/security/request-signature.ts';
 
 export { freePort, writeConfig } from '../test/helpers/processes.ts';
+
+/** The cluster secret every child gets (`QUOTARING_CLUSTER_SECRET` from the environment, else a fixed benchmark one). */
+export const BENCH_SECRET_VALUE = process.env[DEFAULT_SECRET_ENV] || 'quotaring-benchmark-cluster-secret-000000';
+/** Signs the benchmark's own reads of nodes' internal routes. */
+export const BENCH_SIGNER = new RequestSigner(new ClusterSecret(BENCH_SECRET_VALUE));
 
 /** The built CLI; `npm run bench:cluster` builds it first. */
 export const CLI = fileURLToPath(new URL('../dist/src/cli.js', import.meta.url));
@@ -132,9 +139,9 @@ export class ProcessGroup {
     });
   }
 
-  /** Spawns `command args` and registers it; output is kept (last 64 KiB), not printed. */
+  /** Spawns `command args` (with the cluster secret in its environment) and registers it; output is kept (last 64 KiB), not printed. */
   spawn(name: string, command: string, args: readonly string[], env: Record<string, string> = {}): Child {
-    const proc = spawn(command, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const proc = spawn(command, args, { env: { ...process.env, [DEFAULT_SECRET_ENV]: BENCH_SECRET_VALUE, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     const keep = (d: Buffer): void => {
       out += d.toString();

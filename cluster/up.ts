@@ -120,9 +120,14 @@ export function planCluster(opts: UpOptions, configFile: string): ClusterPlan {
   const raw = launchedConfig(opts.config ?? demoConfigPath(), opts.config === undefined, members, simulator, opts.redis);
   const redisEnv: Record<string, string> = opts.redis === undefined ? {} : { [REDIS_URL_ENV]: opts.redis };
   const adminPort = opts.adminPort;
-  const tokenEnv = adminPort === undefined ? undefined : buildConfig(raw, configFile, { ...process.env, QUOTARING_SIM_KEY: SIM_KEY, ...opts.env, ...redisEnv }).config.admin.token_env;
+  const loaded = buildConfig(raw, configFile, { ...process.env, QUOTARING_SIM_KEY: SIM_KEY, ...opts.env, ...redisEnv });
+  const tokenEnv = adminPort === undefined ? undefined : loaded.config.admin.token_env;
   const token = opts.adminToken ?? randomBytes(16).toString('hex');
-  const env: Record<string, string> = { QUOTARING_SIM_KEY: SIM_KEY, ...opts.env, ...redisEnv, ...(tokenEnv === undefined ? {} : { [tokenEnv]: token }) };
+  // The cluster secret: the one set in the environment, else a new random one for this launch,
+  // handed to the children through their environment (never on a command line).
+  const secretEnv = loaded.config.cluster.secret_env;
+  const secret = opts.env?.[secretEnv] || process.env[secretEnv] || randomBytes(32).toString('base64url');
+  const env: Record<string, string> = { QUOTARING_SIM_KEY: SIM_KEY, ...opts.env, ...redisEnv, [secretEnv]: secret, ...(tokenEnv === undefined ? {} : { [tokenEnv]: token }) };
   const nodeAdmin = (i: number): string[] => (adminPort === undefined ? [] : ['--admin-port', String(adminPort + routerCount + i)]);
   const routerAdmin = (i: number): string[] => (adminPort === undefined ? [] : ['--admin-port', String(adminPort + i)]);
   const specs: ChildSpec[] = [
@@ -146,7 +151,9 @@ export function planCluster(opts: UpOptions, configFile: string): ClusterPlan {
 
 /**
  * Starts the simulator, then the nodes, then the routers, each once the previous answers its health
- * URL (`/sim/stats`, `/healthz`, `/readyz`).
+ * URL (`/sim/stats`, `/healthz`, `/readyz`). Every child gets the cluster secret in its environment
+ * (`cluster.secret_env`, default QUOTARING_CLUSTER_SECRET): the one set in `opts.env` or this
+ * process's environment, else a random one generated for this launch.
  * @throws Error for invalid options (see {@link checkUpOptions}) before anything starts, or when a
  *   child fails to start (the others are stopped).
  */

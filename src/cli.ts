@@ -15,6 +15,7 @@ import { startRouter } from './router/server.ts';
 import { HotSet } from './coord/hot-set.ts';
 import { replayCommand } from './replay/cli.ts';
 import { startSimulator } from './simulator/server.ts';
+import { clusterSecretFor } from './security/cluster-secret.ts';
 
 function int(value: string): number {
   const n = Number(value);
@@ -88,7 +89,9 @@ program
   .action(async (opts: { config: string; host?: string; port?: number; members?: string; adminPort?: number; prettyLogs?: boolean }) => {
     try {
       const config = loadConfig(opts.config);
-      const configured = membershipFromConfig(withMembers(config.config.cluster, opts.members));
+      const cluster = withMembers(config.config.cluster, opts.members);
+      const clusterSecret = clusterSecretFor(cluster, process.env, 'a router');
+      const configured = membershipFromConfig(cluster, undefined, clusterSecret);
       if (configured === undefined) throw new Error(`${opts.config}: a router needs cluster.members, --members or cluster.redis.url`);
       const hotConfig = config.config.cluster.hot;
       const hot =
@@ -103,6 +106,7 @@ program
       await startRouter({
         config,
         membership: configured.membership,
+        ...(clusterSecret === undefined ? {} : { clusterSecret }),
         ...(hot === undefined ? {} : { hot }),
         handleSignals: true,
         ...(opts.adminPort === undefined ? {} : { adminPort: opts.adminPort }),

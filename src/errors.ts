@@ -105,6 +105,12 @@ export const ERRORS = {
     anthropicType: 'invalid_request_error',
     message: 'This node does not own the tenant under its ring; send the request to the node named in x-quotaring-owner (routers do this themselves).',
   },
+  cluster_auth_failed: {
+    status: 401,
+    openaiType: 'invalid_request_error',
+    anthropicType: 'authentication_error',
+    message: 'Internal routes (/_quotaring/v1/*) answer only calls signed with the cluster secret (QUOTARING_CLUSTER_SECRET, the same in every node and router); clients call the router.',
+  },
   upstream_unavailable: {
     status: 502,
     openaiType: 'server_error',

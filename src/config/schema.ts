@@ -309,6 +309,12 @@ export const ClusterSchema = z.strictObject({
   name: z.string().regex(/^[A-Za-z0-9._-]{1,64}$/, 'cluster name: 1-64 of A-Z a-z 0-9 . _ -').default('default'),
   /** Static members (the embedded default, no Redis). */
   members: z.array(MemberSchema).default([]),
+  /**
+   * Environment variable holding the cluster secret (at least 32 characters, the same in every node
+   * and router; `<name>_PREVIOUS` may hold the one being rotated out). Required by every process of
+   * a cluster (static members or Redis); see docs/security.md. @default QUOTARING_CLUSTER_SECRET
+   */
+  secret_env: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'an environment variable name').default('QUOTARING_CLUSTER_SECRET'),
   /** Redis for membership (and, later, handoff and the global cap). */
   redis: RedisSchema.optional(),
   /** Node heartbeat period. @default 1s */

@@ -9,6 +9,8 @@ import { RedisMembership } from './redis-membership.ts';
 import type { RingOptions } from './ring.ts';
 import { StaticMembership } from './static-membership.ts';
 import type { Member, Membership } from './types.ts';
+import type { ClusterSecret } from '../security/cluster-secret.ts';
+import { missingSecret } from '../security/cluster-secret.ts';
 
 /** A membership and what to close with it. */
 export interface ConfiguredMembership {
@@ -23,12 +25,15 @@ export interface ConfiguredMembership {
 
 /**
  * Builds (does not start) the membership of a node (`self` given) or a router.
+ * @param secret the cluster secret (see `clusterSecretFor`): signs a node's Redis entry and verifies everyone's.
  * @returns undefined when the config describes no cluster (a single node owns every tenant).
- * @throws Error when a node with static members is not one of them.
+ * @throws Error when a node with static members is not one of them; when the config describes a
+ *   cluster and `secret` is undefined (naming `cluster.secret_env`).
  */
-export function membershipFromConfig(cluster: ClusterConfig, self?: Member): ConfiguredMembership | undefined {
+export function membershipFromConfig(cluster: ClusterConfig, self: Member | undefined, secret: ClusterSecret | undefined): ConfiguredMembership | undefined {
   const ringOptions: RingOptions = { vnodes: cluster.vnodes };
-  if (cluster.redis !== undefined) {
+  if ((cluster.redis !== undefined || cluster.members.length > 0) && secret === undefined) throw new Error(missingSecret(cluster.secret_env, self === undefined ? 'a router' : 'a node'));
+  if (cluster.redis !== undefined && secret !== undefined) {
     // Membership and handoff calls fail fast rather than queue while Redis is away: at most 2
     // retries after a reconnect, and no command waits more than 1 s on a frozen server.
     const redis = new Redis(cluster.redis.url, { maxRetriesPerRequest: 2, connectTimeout: 2_000, commandTimeout: 1_000 });
@@ -37,6 +42,7 @@ export function membershipFromConfig(cluster: ClusterConfig, self?: Member): Con
     const membership = new RedisMembership({
       redis,
       cluster: cluster.name,
+      secret,
       ...(self === undefined ? {} : { self }),
       heartbeatMs: cluster.heartbeat,
       deadAfterMs: cluster.dead_after,

@@ -25,3 +25,7 @@ export const FALLBACK_HEADER = 'x-quotaring-fallback-for';
  * gracefully and handed its state over).
  */
 export const REDIRECTED_HEADER = 'x-quotaring-redirected-for';
+/** Request header of a node-to-node settlement: how many nodes it went through. */
+export const HOPS_HEADER = 'x-quotaring-hops';
+/** Request header of a node-to-node settlement: the id of the node that sent it. */
+export const FROM_HEADER = 'x-quotaring-from';

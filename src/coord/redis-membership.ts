@@ -2,13 +2,17 @@
  * Membership kept in Redis: nodes heartbeat into a sorted set, joins and leaves are announced over
  * pub/sub, and every node and router rebuilds the same ring from the same sorted live list.
  * Redis commands: a handful per heartbeat per process, none per request.
+ * Entries are signed with the cluster secret (`src/security/member-entry.ts`): an entry without a
+ * valid signature never joins the ring (it is reported once to `onRejectedEntry` listeners and counted).
  */
 import type { Redis } from 'ioredis';
 import { systemClock } from '../clock.ts';
 import type { Clock } from '../clock.ts';
 import { createRing, sortMembers } from './ring.ts';
 import type { RingOptions } from './ring.ts';
-import type { Member, Membership, Ring } from './types.ts';
+import type { Member, Membership, RejectedMemberEntry, Ring } from './types.ts';
+import type { ClusterSecret } from '../security/cluster-secret.ts';
+import { memberJson, readMemberEntry, signedMemberEntry } from '../security/member-entry.ts';
 
 /** Options of {@link RedisMembership}. */
 export interface RedisMembershipOptions {
@@ -19,6 +23,8 @@ export interface RedisMembershipOptions {
   readonly redis: Redis;
   /** Cluster name: namespaces the keys. Must not contain `{` or `}` (it is the keys' hash tag). */
   readonly cluster: string;
+  /** Signs this node's entry; entries that do not verify under it (or its previous secret) are ignored. */
+  readonly secret: ClusterSecret;
   /** This node, when the process is a node; absent on a router (it only watches). */
   readonly self?: Member;
   /** Interval of heartbeats and periodic reads, ms. @default 1000 */
@@ -54,10 +60,8 @@ export function membershipChannel(cluster: string): string {
   return `qr:{${cluster}}:membership`;
 }
 
-/** The member as stored in the sorted set: JSON with keys in a fixed order, so a heartbeat updates one entry. */
-export function memberJson(m: Member): string {
-  return JSON.stringify(m.weight === undefined ? { id: m.id, url: m.url } : { id: m.id, url: m.url, weight: m.weight });
-}
+/** Distinct rejected entries remembered (so each is reported once); past it, the memory starts over. */
+const MAX_REJECTED_REMEMBERED = 1_000;
 
 /** Parses a join/leave announcement; undefined for anything else. */
 function parseAnnouncement(message: string): { type: 'join' | 'leave'; id: string } | undefined {
@@ -67,22 +71,6 @@ function parseAnnouncement(message: string): { type: 'join' | 'leave'; id: strin
   } catch {
     return undefined;
   }
-}
-
-/** Parses a stored member; undefined for anything that is not one (ignored, never fatal). */
-function parseMember(json: string): Member | undefined {
-  let v: unknown;
-  try {
-    v = JSON.parse(json);
-  } catch {
-    return undefined;
-  }
-  if (typeof v !== 'object' || v === null) return undefined;
-  const { id, url, weight } = v as Record<string, unknown>;
-  if (typeof id !== 'string' || id === '' || typeof url !== 'string') return undefined;
-  if (weight === undefined) return { id, url };
-  if (typeof weight !== 'number' || !Number.isFinite(weight) || weight <= 0) return undefined;
-  return { id, url, weight };
 }
 
 /** Resolves with `p`, or with undefined once `ms` have passed (p keeps running). */
@@ -132,6 +120,11 @@ export class RedisMembership implements Membership {
   readonly #ringOptions: RingOptions;
   readonly #onError: (err: Error) => void;
   readonly #listeners = new Set<(ring: Ring) => void>();
+  readonly #secret: ClusterSecret;
+  /** Entries ignored so far (reported once each), and who wants to hear of new ones. */
+  readonly #rejected = new Map<string, RejectedMemberEntry>();
+  #rejectedTotal = 0;
+  readonly #rejectedListeners = new Set<(entry: RejectedMemberEntry) => void>();
 
   #ring: Ring;
   /** The sorted live list as stored JSON lines: the ring is rebuilt only when it changes. */
@@ -170,7 +163,8 @@ export class RedisMembership implements Membership {
     if (opts.self !== undefined) createRing([opts.self]); // validates id and weight
     this.#redis = opts.redis;
     this.#self = opts.self;
-    this.#selfJson = opts.self === undefined ? undefined : memberJson(opts.self);
+    this.#secret = opts.secret;
+    this.#selfJson = opts.self === undefined ? undefined : signedMemberEntry(opts.self, opts.secret);
     this.#key = membersKey(opts.cluster);
     this.#channel = membershipChannel(opts.cluster);
     this.#heartbeatMs = heartbeatMs;
@@ -271,6 +265,37 @@ export class RedisMembership implements Membership {
     };
   }
 
+  /**
+   * Calls `listener` once for each entry ignored for a missing or bad signature (or not a member at
+   * all): first for those ignored before the call, then for new ones. Returns the unsubscribe function.
+   */
+  onRejectedEntry(listener: (entry: RejectedMemberEntry) => void): () => void {
+    for (const entry of this.#rejected.values()) listener(entry);
+    this.#rejectedListeners.add(listener);
+    return () => {
+      this.#rejectedListeners.delete(listener);
+    };
+  }
+
+  /** Distinct member entries ignored so far (unsigned, badly signed, or not a member). */
+  rejectedEntries(): number {
+    return this.#rejectedTotal;
+  }
+
+  #reject(raw: string, entry: RejectedMemberEntry): void {
+    if (this.#rejected.has(raw)) return;
+    if (this.#rejected.size >= MAX_REJECTED_REMEMBERED) this.#rejected.clear();
+    this.#rejected.set(raw, entry);
+    this.#rejectedTotal++;
+    for (const listener of [...this.#rejectedListeners]) {
+      try {
+        listener(entry);
+      } catch (err) {
+        this.#onError(asError(err));
+      }
+    }
+  }
+
   /** Clock ms of the last successful read of the member list (undefined before the first). */
   lastSyncMs(): number | undefined {
     return this.#lastSync;
@@ -356,9 +381,15 @@ export class RedisMembership implements Membership {
     const now = this.#clock.now();
     const newest = new Map<string, { member: Member; score: number }>();
     for (let i = 0; i + 1 < flat.length; i += 2) {
-      const member = parseMember(flat[i] ?? '');
+      const raw = flat[i] ?? '';
       const score = Number(flat[i + 1]);
-      if (member === undefined || !(score >= minScore)) continue;
+      if (!(score >= minScore)) continue;
+      const read = readMemberEntry(raw, this.#secret);
+      if (!('member' in read)) {
+        this.#reject(raw, { ...(read.id === undefined ? {} : { id: read.id }), problem: read.problem });
+        continue;
+      }
+      const member = read.member;
       const seen = newest.get(member.id);
       if (seen === undefined || score > seen.score) newest.set(member.id, { member, score });
     }

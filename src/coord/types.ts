@@ -26,6 +26,13 @@ export interface Ring {
   range(tenant: string, k: number): readonly Member[];
 }
 
+/** A member entry a membership ignored: its claimed id (when it has one) and why. */
+export interface RejectedMemberEntry {
+  readonly id?: string;
+  /** `unsigned` / `bad_signature`: not signed with the cluster secret; `not_a_member`: not a member's JSON. */
+  readonly problem: 'not_a_member' | 'unsigned' | 'bad_signature';
+}
+
 /** Where the live member list comes from. Emits the new ring on every change. */
 export interface Membership {
   /** Starts heartbeating / watching; resolves once a first member list is known. */
@@ -36,4 +43,8 @@ export interface Membership {
   ring(): Ring;
   /** Called with the new ring after each change of the member list. Returns an unsubscribe function. */
   onChange(listener: (ring: Ring) => void): () => void;
+  /** Memberships read from a shared store (Redis): called once per entry ignored for a missing or bad signature, those before the call included. */
+  onRejectedEntry?(listener: (entry: RejectedMemberEntry) => void): () => void;
+  /** Memberships read from a shared store: distinct entries ignored so far. */
+  rejectedEntries?(): number;
 }

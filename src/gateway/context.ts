@@ -2,6 +2,7 @@
  * What the gateway's routes share: config, clock, limiter, token counter and upstream pools.
  */
 import { randomBytes } from 'node:crypto';
+import { randomId } from '../security/random-id.ts';
 import type { Clock } from '../clock.ts';
 import type { Handoff } from '../coord/handoff.ts';
 import type { ConfiguredQuotas } from '../globalcap/quotas-from-config.ts';
@@ -40,7 +41,7 @@ export interface GatewayContext {
   readonly health: DeploymentHealth;
   /** Metrics, request log lines and live rates of this node. */
   readonly activity: NodeActivity;
-  /** A request id unique in the cluster: a random per-process prefix and a counter. */
+  /** A request id unique in the cluster and unguessable: a per-process prefix and 128 random bits. */
   nextRequestId(): string;
 }
 
@@ -50,9 +51,13 @@ export interface CentralDecisions {
   readonly guard: RedisGuard;
 }
 
-/** Returns a cheap unique-id generator: `<8 hex chars>-<counter>`. */
+/**
+ * Returns the request-id generator: `<8 hex chars>-<22 base64url chars>`, a per-process prefix (tells
+ * operators which node answered) and 128 random bits (see `randomId`). Ids name reservations in
+ * settlements between nodes, so they must not be guessable from the ones clients see (they used to
+ * be a counter).
+ */
 export function requestIdGenerator(): () => string {
   const prefix = randomBytes(4).toString('hex');
-  let seq = 0;
-  return () => `${prefix}-${(++seq).toString(36)}`;
+  return () => `${prefix}-${randomId()}`;
 }

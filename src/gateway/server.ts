@@ -49,6 +49,10 @@ import { levelEnabled, loggerOptions } from '../ops/logging.ts';
 import { nodeAdminRoutes, withUsage } from '../ops/admin-routes.ts';
 import type { NodeAdminSources, TenantUsage } from '../ops/admin-routes.ts';
 import { ReloadableConfig } from '../config/reloadable.ts';
+import type { ClusterSecret } from '../security/cluster-secret.ts';
+import { missingSecret } from '../security/cluster-secret.ts';
+import { RequestSigner } from '../security/request-signature.ts';
+import { clusterAuthHooks } from './cluster-auth.ts';
 
 /** Options of {@link buildGateway}. */
 export interface GatewayOptions {
@@ -65,6 +69,12 @@ export interface GatewayOptions {
   readonly nodeId?: () => string;
   /** This node's place in a cluster; absent for a single node, which owns every tenant. */
   readonly cluster?: NodeClusterOptions;
+  /**
+   * The cluster secret: signs this node's calls to other nodes and verifies routers' and nodes' calls
+   * (`src/gateway/cluster-auth.ts`). Required with `cluster`; a single node without one refuses every
+   * internal route (`/_quotaring/v1/*`).
+   */
+  readonly clusterSecret?: ClusterSecret;
 }
 
 /** A node's place in a cluster. Handoff timings come from the config's `cluster.handoff`. */
@@ -217,6 +227,9 @@ const CENTRAL_TIMEOUT_MS = 1_000;
  */
 export function buildGateway(opts: GatewayOptions): FastifyInstance {
   const config = opts.config instanceof ReloadableConfig ? opts.config : new ReloadableConfig(opts.config);
+  if (opts.cluster !== undefined && opts.clusterSecret === undefined) throw new Error(missingSecret(config.config.cluster.secret_env, 'a node'));
+  // Wall time, not opts.clock: the other end of a signature is another process.
+  const signer = opts.clusterSecret === undefined ? undefined : new RequestSigner(opts.clusterSecret);
   const server = config.config.server;
   const clock = opts.clock ?? systemClock;
   const app: FastifyInstance = Fastify({
@@ -253,7 +266,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
           waitMs: handoffSettings.wait_ms,
           checkpointMs: handoffSettings.checkpoint,
           stateTtlMs: (tenant) => stateTtlMs(config.policies.get(tenant)),
-          send: sendSettlement,
+          send: (from, to, settlement, hops) => sendSettlement(from, to, settlement, hops, signer as RequestSigner),
           log: app.log,
           onMoved: (kind, ms, tenants) => metrics.handoff(kind, ms, tenants),
         });
@@ -338,11 +351,15 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
       ...(quotas?.guard === undefined ? [] : guardResults('cap', quotas.guard.stats)),
       ...(central === undefined ? [] : guardResults('central', central.guard.stats)),
     ],
+    memberEntriesRejected: () => clusterOpts?.membership.rejectedEntries?.() ?? 0,
+    clusterAuthRefused: () => ({ internalCalls: clusterAuth.stats.refused, standInHeaders: clusterAuth.stats.headersDropped }),
   });
+  clusterOpts?.membership.onRejectedEntry?.((entry) => app.log.warn({ member: entry.id ?? null, problem: entry.problem }, 'member entry in Redis ignored: not signed with the cluster secret'));
   app.decorateRequest('tenant', null);
   app.decorateRequest('tier', null);
   app.decorateRequest('trail', null);
   registerJsonBody(app, server.body_limit, server.json_depth);
+  const clusterAuth = clusterAuthHooks(app, signer);
 
   app.setErrorHandler((err: FastifyError | GatewayError, request, reply) => {
     if (err instanceof GatewayError) return sendError(request, reply, err.code, err.message, err.param);
@@ -407,6 +424,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     ctx.limiter.sweep();
     hot?.sweep();
     void handoff?.forgetIdle();
+    clusterAuth.prune(Date.now());
   }, server.sweep_interval);
   sweep.unref();
   app.addHook('onReady', async () => {

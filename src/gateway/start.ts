@@ -12,6 +12,7 @@ import type { Member } from '../coord/types.ts';
 import { buildGateway, nodeHandoff, registerNodeAdmin } from './server.ts';
 import { ReloadableConfig } from '../config/reloadable.ts';
 import { startAdminServer } from '../ops/admin-server.ts';
+import { clusterSecretFor } from '../security/cluster-secret.ts';
 
 /** Options of {@link startGateway}; host and port override `server.host` / `server.port`. */
 export interface StartGatewayOptions {
@@ -30,7 +31,7 @@ export interface StartGatewayOptions {
   readonly adminPort?: number;
   /** Readable log lines (`--pretty-logs`). */
   readonly prettyLogs?: boolean;
-  /** Environment the admin token is read from. @default process.env */
+  /** Environment the admin token and the cluster secret (`cluster.secret_env`) are read from. @default process.env */
   readonly env?: NodeJS.ProcessEnv;
 }
 
@@ -38,7 +39,8 @@ export interface StartGatewayOptions {
  * Loads the config, builds the gateway, listens, then joins the cluster (if one is configured).
  * @returns the listening URL and a graceful `close()`.
  * @throws ConfigError for a bad config file; Error for `members` with Redis membership, or a node id
- *   not among static members; listen errors (port in use) as thrown by fastify;
+ *   not among static members; Error naming the variable when a node of a cluster has no cluster
+ *   secret (RangeError when it is too short); listen errors (port in use) as thrown by fastify;
  *   the Redis error when the membership cannot start.
  */
 export async function startGateway(opts: StartGatewayOptions): Promise<{ url: string; adminUrl: string | undefined; close(): Promise<void> }> {
@@ -52,13 +54,15 @@ export async function startGateway(opts: StartGatewayOptions): Promise<{ url: st
   const port = opts.port ?? server.port;
   const self = { id: opts.id ?? `node-${port}`, url: opts.advertiseUrl ?? `http://${host}:${port}` };
   let listenedPort = port;
-  const configured = membershipFromConfig(settings, self);
+  const clusterSecret = clusterSecretFor(settings, opts.env ?? process.env, 'a node');
+  const configured = membershipFromConfig(settings, self, clusterSecret);
   const store = configured?.redis === undefined ? undefined : new TenantStateStore(configured.redis, settings.name);
   const app = buildGateway({
     config,
     // Port 0: the id names the port chosen at listen.
     nodeId: () => opts.id ?? `node-${listenedPort}`,
     ...(opts.prettyLogs === true ? { prettyLogs: true } : {}),
+    ...(clusterSecret === undefined ? {} : { clusterSecret }),
     ...(configured === undefined
       ? {}
       : {

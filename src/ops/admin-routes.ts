@@ -17,6 +17,7 @@ import type { HotSet } from '../coord/hot-set.ts';
 import type { Ring } from '../coord/types.ts';
 import type { LimitState } from '../limiter/types.ts';
 import { adminError } from './admin-server.ts';
+import type { RequestSigner } from '../security/request-signature.ts';
 
 /** One limit of a tenant for operators: `used` = limit − remaining (requests, tokens or slots). */
 export interface LimitUsage extends LimitState {
@@ -135,9 +136,12 @@ export function nodeAdminRoutes(admin: FastifyInstance, s: NodeAdminSources): vo
 }
 
 /** A router's admin sources. */
-export type RouterAdminSources = CommonSources;
+export interface RouterAdminSources extends CommonSources {
+  /** Signs the router's reads of a tenant's usage on its owner. */
+  readonly signer: RequestSigner;
+}
 
-/** Registers the router's admin routes; a tenant's usage is read from its owner (`GET /_quotaring/v1/tenants/:tenant`). */
+/** Registers the router's admin routes; a tenant's usage is read from its owner (`GET /_quotaring/v1/tenants/:tenant`, signed). */
 export function routerAdminRoutes(admin: FastifyInstance, s: RouterAdminSources): void {
   commonRoutes(admin, s);
   admin.get<{ Params: { tenant: string } }>('/admin/v1/tenants/:tenant', async (request, reply) => {
@@ -146,7 +150,8 @@ export function routerAdminRoutes(admin: FastifyInstance, s: RouterAdminSources)
     const owner = s.ring()?.owner(tenant);
     if (owner === undefined) return reply.code(503).send(adminError('The ring is empty: no node decides for this tenant now.', 'no_healthy_node'));
     try {
-      const res = await httpRequest(`${owner.url}/_quotaring/v1/tenants/${encodeURIComponent(tenant)}`, { headersTimeout: 2_000, bodyTimeout: 2_000 });
+      const url = new URL(`${owner.url.replace(/\/+$/, '')}/_quotaring/v1/tenants/${encodeURIComponent(tenant)}`);
+      const res = await httpRequest(url, { headers: s.signer.signInternal('GET', url, {}), headersTimeout: 2_000, bodyTimeout: 2_000 });
       const body = (await res.body.json()) as { limits?: LimitState[] } & Record<string, unknown>;
       return reply.code(res.statusCode).send({ ...body, askedNode: owner.id, limits: withUsage(body.limits ?? []) });
     } catch (err) {

@@ -22,6 +22,7 @@ import { adminError, presentedToken, tokenMatches, UNAUTHORIZED_BODY } from './a
 import { hotTenants } from './admin-routes.ts';
 import { DASHBOARD_HTML } from './dashboard-page.ts';
 import type { LiveEvent, LiveNode, LiveSnapshot, NodeLevels, TenantLevels } from './levels.ts';
+import type { RequestSigner } from '../security/request-signature.ts';
 
 /** Path of the live stream on the admin port. */
 export const LIVE_PATH = '/admin/v1/live';
@@ -43,6 +44,8 @@ export interface LiveHubOptions {
   /** The router's id (`router-<port>`). */
   readonly router: string;
   readonly membership: Membership;
+  /** Signs the levels polls (internal route). */
+  readonly signer: RequestSigner;
   /** Read at every round (a reload changes the configured spread tenants). */
   readonly config: LoadedConfig;
   /** The cluster's hot set, when hot detection is on. */
@@ -245,7 +248,9 @@ export class LiveHub {
 
   async #poll(member: Member): Promise<Poll> {
     try {
-      const res = await request(`${member.url.replace(/\/+$/, '')}/_quotaring/v1/levels`, {
+      const url = new URL(`${member.url.replace(/\/+$/, '')}/_quotaring/v1/levels`);
+      const res = await request(url, {
+        headers: this.#opts.signer.signInternal('GET', url, {}),
         dispatcher: this.#agent,
         signal: AbortSignal.timeout(this.#timeoutMs),
         headersTimeout: this.#timeoutMs,

@@ -60,6 +60,22 @@ export interface NodeGaugeSources {
   leaseRenewals(): Readonly<Record<'granted' | 'partial' | 'denied' | 'failed', number>>;
   /** Cumulative guarded Redis calls (global cap, central decisions), by guard and outcome. */
   guardCalls(): readonly { readonly guard: string; readonly result: 'ok' | 'timeout' | 'error' | 'open'; readonly n: number }[];
+  /** Distinct member entries in Redis ignored for a missing or bad signature (0 without Redis membership). */
+  memberEntriesRejected(): number;
+  /** Calls refused for want of a valid cluster signature: internal routes, and client requests whose stand-in headers were dropped. */
+  clusterAuthRefused(): { readonly internalCalls: number; readonly standInHeaders: number };
+}
+
+/** `quotaring_member_entries_rejected_total`, read at scrape time. */
+function memberEntriesCounter(registry: Registry, read: () => number | undefined): void {
+  new Counter({
+    name: 'quotaring_member_entries_rejected_total',
+    help: 'Member entries in Redis ignored because they are not signed with the cluster secret (or are not member entries), each counted once.',
+    registers: [registry],
+    collect() {
+      setCounter(this, {}, read() ?? 0);
+    },
+  });
 }
 
 /** Sets a cumulative counter to `value` at scrape time (for counts kept by the code that owns them). */
@@ -201,6 +217,19 @@ export class NodeMetrics {
         for (const c of src()?.guardCalls() ?? []) setCounter(this, { guard: c.guard, result: c.result }, c.n);
       },
     });
+    new Counter({
+      name: 'quotaring_cluster_auth_refused_total',
+      help: 'Calls without a valid cluster signature: kind=internal_call (a /_quotaring/v1/* call refused with 401), kind=stand_in_headers (a client request whose x-quotaring-fallback-for / -redirected-for were ignored).',
+      labelNames: ['kind'],
+      registers: [r],
+      collect() {
+        const n = src()?.clusterAuthRefused();
+        if (n === undefined) return;
+        setCounter(this, { kind: 'internal_call' }, n.internalCalls);
+        setCounter(this, { kind: 'stand_in_headers' }, n.standInHeaders);
+      },
+    });
+    memberEntriesCounter(r, () => src()?.memberEntriesRejected());
     redisCommandsCounter(r);
     ringGauges(r, () => src()?.ring());
   }
@@ -258,6 +287,8 @@ export interface RouterGaugeSources {
   suspects(): number;
   /** WebSocket clients of the live stream. */
   liveClients(): number;
+  /** Distinct member entries in Redis ignored for a missing or bad signature (0 with static members). */
+  memberEntriesRejected(): number;
 }
 
 /** A router's metrics: forwarded requests by status, retries, duration, ring and suspects. */
@@ -275,6 +306,7 @@ export class RouterMetrics {
     this.#duration = new PathHistogram(r, 'quotaring_router_request_duration_seconds', 'Time from a request\'s arrival to the end of its response, seconds.', DURATION_BUCKETS);
     new Gauge({ name: 'quotaring_router_suspect_members', help: 'Members the router routes around now.', registers: [r], collect() { this.set(sources.suspects()); } });
     new Gauge({ name: 'quotaring_live_clients', help: 'WebSocket clients of the live stream.', registers: [r], collect() { this.set(sources.liveClients()); } });
+    memberEntriesCounter(r, () => sources.memberEntriesRejected());
     redisCommandsCounter(r);
     ringGauges(r, () => sources.ring());
   }

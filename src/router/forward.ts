@@ -17,7 +17,9 @@ import { drainUnsent, exceededLimit, isReplayable, requestBodyOf } from './reque
 import type { RequestBody } from './request-body.ts';
 import type { Departures } from './departures.ts';
 import type { Suspects } from './suspects.ts';
-import { FALLBACK_HEADER, OWNER_HEADER, OWNER_URL_HEADER, REDIRECTED_HEADER, RING_HEADER, TENANT_HEADER } from '../coord/headers.ts';
+import { FALLBACK_HEADER, FROM_HEADER, HOPS_HEADER, OWNER_HEADER, OWNER_URL_HEADER, REDIRECTED_HEADER, RING_HEADER, TENANT_HEADER } from '../coord/headers.ts';
+import { CONTENT_DIGEST_HEADER, SIGNATURE_HEADER } from '../security/request-signature.ts';
+import type { RequestSigner } from '../security/request-signature.ts';
 
 export { FALLBACK_HEADER, OWNER_HEADER, OWNER_URL_HEADER, REDIRECTED_HEADER, RING_HEADER, TENANT_HEADER } from '../coord/headers.ts';
 
@@ -25,6 +27,8 @@ export { FALLBACK_HEADER, OWNER_HEADER, OWNER_URL_HEADER, REDIRECTED_HEADER, RIN
 export interface ForwardContext {
   readonly membership: Membership;
   readonly pools: MemberPools;
+  /** Signs every attempt (method, path, the router's `x-quotaring-*` headers, a timestamp). */
+  readonly signer: RequestSigner;
   readonly suspects: Suspects;
   /** Members that left the ring recently. */
   readonly departures: Departures;
@@ -38,8 +42,11 @@ export interface ForwardContext {
   readonly onRetry?: (reason: '421' | 'unreachable') => void;
 }
 
-/** Client headers never forwarded besides hop-by-hop ones: undici sets `host`, refuses `expect`; the router sets its own `x-quotaring-*`. */
-const DROP_REQUEST = new Set(['host', 'expect', 'content-length', RING_HEADER, TENANT_HEADER, FALLBACK_HEADER, REDIRECTED_HEADER]);
+/**
+ * Client headers never forwarded besides hop-by-hop ones: undici sets `host`, refuses `expect`; the
+ * router sets its own `x-quotaring-*` (it signs what it sends: a client's value must never be signed).
+ */
+const DROP_REQUEST = new Set(['host', 'expect', 'content-length', RING_HEADER, TENANT_HEADER, FALLBACK_HEADER, REDIRECTED_HEADER, FROM_HEADER, HOPS_HEADER, SIGNATURE_HEADER, CONTENT_DIGEST_HEADER]);
 const DROP_RESPONSE = new Set<string>();
 
 /** Errors that mean the member never started answering: the connection was refused, reset or closed before headers. */
@@ -209,7 +216,9 @@ async function attempt(
   abort: EventEmitter,
 ): Promise<Attempt> {
   const { pool, prefix } = ctx.pools.get(member);
+  const path = prefix + request.url;
   const h: Record<string, string | string[]> = { ...headers, [RING_HEADER]: ringVersion };
+  h[SIGNATURE_HEADER] = ctx.signer.signature({ method: request.method, path, headers: h });
   let payload: Buffer | Readable | null = null;
   if (body.kind === 'buffer') {
     payload = body.bytes;
@@ -219,7 +228,7 @@ async function attempt(
     if (body.length !== undefined) h['content-length'] = String(body.length);
   }
   try {
-    const res = await pool.request({ method: request.method as Dispatcher.HttpMethod, path: prefix + request.url, headers: h, body: payload, signal: abort });
+    const res = await pool.request({ method: request.method as Dispatcher.HttpMethod, path, headers: h, body: payload, signal: abort });
     return { ok: true, res };
   } catch (err) {
     return { ok: false, err };

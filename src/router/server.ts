@@ -25,6 +25,9 @@ import { ReloadableConfig } from '../config/reloadable.ts';
 import { startAdminServer } from '../ops/admin-server.ts';
 import { routerAdminRoutes } from '../ops/admin-routes.ts';
 import { LiveHub } from '../ops/live.ts';
+import type { ClusterSecret } from '../security/cluster-secret.ts';
+import { clusterSecretFromEnv, missingSecret } from '../security/cluster-secret.ts';
+import { RequestSigner } from '../security/request-signature.ts';
 
 /** Options of {@link buildRouter}. */
 export interface RouterOptions {
@@ -32,6 +35,8 @@ export interface RouterOptions {
   readonly config: LoadedConfig;
   /** Where the ring comes from; must be started before the router serves (see {@link startRouter}). */
   readonly membership: Membership;
+  /** The cluster secret: every request forwarded to a node is signed with it (`src/security/request-signature.ts`). */
+  readonly clusterSecret: ClusterSecret;
   /** Use fastify's pino logger at `server.log_level`. @default true */
   readonly logger?: boolean;
   /** Readable log lines (pino-pretty) whatever `server.log_format` says. @default false */
@@ -85,6 +90,9 @@ export function buildRouter(opts: RouterOptions): FastifyInstance {
     ...listenerOptions(config.config.router, () => app.log),
   });
   applyListenerLimits(app, config.config.router);
+  // Wall time, not opts.clock: the other end of a signature is another process.
+  const signer = new RequestSigner(opts.clusterSecret);
+  membership.onRejectedEntry?.((entry) => app.log.warn({ member: entry.id ?? null, problem: entry.problem }, 'member entry in Redis ignored: not signed with the cluster secret'));
   const pools = new MemberPools();
   const suspects = new Suspects(clock);
   const health = new HealthCheck({ ring: () => membership.ring(), pools, suspects, intervalMs: healthCheckMs, log: app.log });
@@ -93,8 +101,9 @@ export function buildRouter(opts: RouterOptions): FastifyInstance {
     ring: () => ({ members: membership.ring().members.length, version: membership.ring().version }),
     suspects: () => suspects.list().length,
     liveClients: () => opts.liveClients?.() ?? 0,
+    memberEntriesRejected: () => membership.rejectedEntries?.() ?? 0,
   });
-  const ctx: ForwardContext = { membership, pools, suspects, departures, suspectMs: healthCheckMs, maxReplayBytes: MAX_REPLAY_BYTES, bodyLimit: () => config.config.server.body_limit, onRetry: (reason) => metrics.retry(reason) };
+  const ctx: ForwardContext = { membership, pools, signer, suspects, departures, suspectMs: healthCheckMs, maxReplayBytes: MAX_REPLAY_BYTES, bodyLimit: () => config.config.server.body_limit, onRetry: (reason) => metrics.retry(reason) };
   controls.set(app, { checkHealth: () => health.checkOnce(), suspects: () => suspects.list(), pooledUrls: () => pools.urls() });
 
   // The request's tenant, once its key is resolved (for its log line).
@@ -166,28 +175,35 @@ export function buildRouter(opts: RouterOptions): FastifyInstance {
 }
 
 /** Options of {@link startRouter}; host and port override `router.host` / `router.port`. */
-export interface StartRouterOptions extends RouterOptions {
+export interface StartRouterOptions extends Omit<RouterOptions, 'clusterSecret'> {
+  /** @default read from `env` (`cluster.secret_env`, default QUOTARING_CLUSTER_SECRET) */
+  readonly clusterSecret?: ClusterSecret;
   readonly host?: string;
   readonly port?: number;
   /** Install SIGTERM/SIGINT handlers that close the router (in-flight requests finish) and exit 0. @default false */
   readonly handleSignals?: boolean;
   /** Admin API port in place of `admin.router_port` (`--admin-port`; 0: any free port). */
   readonly adminPort?: number;
-  /** Environment the admin token is read from. @default process.env */
+  /** Environment the admin token and the cluster secret are read from. @default process.env */
   readonly env?: NodeJS.ProcessEnv;
 }
 
 /**
  * Starts the membership, builds the router and listens.
  * @returns the listening URL and a `close()` that waits for requests in flight, then stops the membership.
- * @throws whatever `membership.start()` throws; listen errors (port in use) as thrown by fastify.
+ * @throws Error naming the variable when no cluster secret is given or set (RangeError when too short);
+ *   whatever `membership.start()` throws; listen errors (port in use) as thrown by fastify.
  */
 export async function startRouter(opts: StartRouterOptions): Promise<{ url: string; adminUrl: string | undefined; close(): Promise<void> }> {
   const config = opts.config instanceof ReloadableConfig ? opts.config : new ReloadableConfig(opts.config);
+  const variable = config.config.cluster.secret_env;
+  const clusterSecret = opts.clusterSecret ?? clusterSecretFromEnv(opts.env ?? process.env, variable);
+  if (clusterSecret === undefined) throw new Error(missingSecret(variable, 'a router'));
   await opts.membership.start();
   await opts.hot?.start();
   let live: LiveHub | undefined;
-  const app = buildRouter({ ...opts, config, liveClients: () => live?.clients() ?? 0 });
+  const app = buildRouter({ ...opts, config, clusterSecret, liveClients: () => live?.clients() ?? 0 });
+  const signer = new RequestSigner(clusterSecret);
   const settings = config.config.router;
   let url: string;
   let admin: { url: string; close(): Promise<void> } | undefined;
@@ -201,9 +217,9 @@ export async function startRouter(opts: StartRouterOptions): Promise<{ url: stri
       log: app.log,
       what: 'admin API, dashboard and live stream',
       register: (server, token) => {
-        live = new LiveHub({ router: self, membership: opts.membership, config, ...(opts.hot === undefined ? {} : { hot: opts.hot }), log: app.log });
+        live = new LiveHub({ router: self, membership: opts.membership, config, signer, ...(opts.hot === undefined ? {} : { hot: opts.hot }), log: app.log });
         live.attach(server, token);
-        routerAdminRoutes(server, { self, config, ring: () => opts.membership.ring(), ...(opts.hot === undefined ? {} : { hot: opts.hot }) });
+        routerAdminRoutes(server, { self, config, signer, ring: () => opts.membership.ring(), ...(opts.hot === undefined ? {} : { hot: opts.hot }) });
       },
     });
     if (admin !== undefined) app.log.info({ dashboard: `${admin.url}/dashboard` }, 'dashboard');

@@ -18,6 +18,7 @@ import { PromptBuilder } from '../../src/replay/prompt.ts';
 import { freePort, runCli, writeConfig } from '../helpers/processes.ts';
 import type { Running } from '../helpers/processes.ts';
 import { startRedis } from '../helpers/redis.ts';
+import { signedRequest } from '../helpers/cluster-secret.ts';
 
 const TENANTS = 50;
 const WINDOW_MS = 10_000;
@@ -165,7 +166,7 @@ describe('cluster under membership changes: join, graceful leave, SIGKILL with 5
     const joinAt = Date.now();
     await startNode('node-4');
     await sleep(7_000);
-    const afterJoin = (await Promise.all([...nodes.values()].map(async (n) => (await request(`${n.url}/_quotaring/v1/handoff`)).body.json()))) as {
+    const afterJoin = (await Promise.all([...nodes.values()].map(async (n) => (await signedRequest(`${n.url}/_quotaring/v1/handoff`)).body.json()))) as {
       node: string;
       stats: { handedOff: number; forwarded: number; lost: number; prefetched: number };
     }[];
@@ -223,7 +224,7 @@ describe('cluster under membership changes: join, graceful leave, SIGKILL with 5
     assert.ok(worst.excess <= 0, `c${worst.tenant} admitted ${worst.tokens} tokens in the window from +${worst.at - t0} ms (allowed ${worst.allowed})`);
 
     const stats = await Promise.all(
-      [...nodes.entries()].filter(([id]) => id !== 'node-2' && id !== 'node-3').map(async ([, n]) => (await request(`${n.url}/_quotaring/v1/handoff`)).body.json()),
+      [...nodes.entries()].filter(([id]) => id !== 'node-2' && id !== 'node-3').map(async ([, n]) => (await signedRequest(`${n.url}/_quotaring/v1/handoff`)).body.json()),
     );
     process.stderr.write(`# handoff stats ${JSON.stringify(stats)}\n`);
     const lost = [...nodes.values()].flatMap((n) => n.proc.output().split('\n').filter((line) => line.includes('settlement lost')));
@@ -234,7 +235,7 @@ describe('cluster under membership changes: join, graceful leave, SIGKILL with 5
     for (let tenant = 0; tenant < TENANTS; tenant++) {
       let state: { here: boolean; owner: string; limits: { kind: string; remaining: number }[] } | undefined;
       for (const url of live) {
-        const res = await request(`${url}/_quotaring/v1/tenants/c${tenant}`);
+        const res = await signedRequest(`${url}/_quotaring/v1/tenants/c${tenant}`);
         const got = (await res.body.json()) as typeof state & object;
         if (got.here) state = got;
       }

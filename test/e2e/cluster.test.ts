@@ -17,6 +17,7 @@ import type { Member } from '../../src/coord/types.ts';
 import { freePort, freePortRun, runCli, writeConfig } from '../helpers/processes.ts';
 import type { Running } from '../helpers/processes.ts';
 import { startRedis } from '../helpers/redis.ts';
+import { TEST_SECRET_ENV, routerSigned, signedRequest } from '../helpers/cluster-secret.ts';
 
 const prompts = new PromptBuilder({ model: 'gpt-4o-mini' });
 /** A chat body of about `tokens` prompt tokens asking for `maxTokens` of output. */
@@ -56,7 +57,7 @@ describe('cluster with static members: 3 nodes, 2 routers', () => {
   before(async () => {
     const simPort = await freePort();
     const base = await freePortRun(12);
-    ({ group, routers, nodes } = await startCluster({ config: clusterTestConfig(simPort), nodes: 3, routers: 2, nodePort: base, routerPort: base + 10, simulatorPort: simPort, simulatorArgs: [] }));
+    ({ group, routers, nodes } = await startCluster({ config: clusterTestConfig(simPort), nodes: 3, routers: 2, nodePort: base, routerPort: base + 10, simulatorPort: simPort, simulatorArgs: [], env: TEST_SECRET_ENV }));
   });
   after(async () => group.stop());
 
@@ -201,7 +202,7 @@ describe('static members (--members): a SIGKILLed owner is routed around', () =>
       assert.equal(res.response.headers.get('x-ratelimit-remaining-requests'), String(99 - i));
     }
     // The next member still sees the dead node as the owner (static ring): it served as a stand-in.
-    const state = await request(`${next.url}/_quotaring/v1/tenants/tpm`);
+    const state = await signedRequest(`${next.url}/_quotaring/v1/tenants/tpm`);
     const body = (await state.body.json()) as { here: boolean; owner: string };
     assert.deepEqual([body.here, body.owner], [false, owner.id]);
   });
@@ -222,7 +223,7 @@ describe('cluster with Redis membership', () => {
   test('nodes and routers agree on one ring version within 2 s, and requests flow', async () => {
     const simPort = await freePort();
     const base = await freePortRun(12);
-    const started = await startCluster({ config: clusterTestConfig(simPort), nodes: 3, routers: 2, redis: redis.url, nodePort: base, routerPort: base + 10, simulatorPort: simPort, simulatorArgs: [] });
+    const started = await startCluster({ config: clusterTestConfig(simPort), nodes: 3, routers: 2, redis: redis.url, nodePort: base, routerPort: base + 10, simulatorPort: simPort, simulatorArgs: [], env: TEST_SECRET_ENV });
     group = started.group;
     const deadline = Date.now() + 2_000;
     let versions: string[] = [];
@@ -240,17 +241,17 @@ describe('cluster with Redis membership', () => {
   test('a node that stood in for a live owner gives the tenant back with its usage: the owner counts both', async () => {
     assert.equal(nodes.length, 3, 'needs the cluster of the test before');
     type State = { here: boolean; owner: string; standIn?: boolean; limits: { name: string; used: number }[] };
-    const state = async (node: string): Promise<State> => (await (await request(`${node}/_quotaring/v1/tenants/tpm`)).body.json()) as State;
+    const state = async (node: string): Promise<State> => (await (await signedRequest(`${node}/_quotaring/v1/tenants/tpm`)).body.json()) as State;
     const owner = (await state(nodes[0] as string)).owner;
     const ownerUrl = (await Promise.all(nodes.map(async (n) => ((await state(n)).here ? n : undefined)))).find((n) => n !== undefined) as string;
     const standIn = nodes.find((n) => n !== ownerUrl) as string;
     const used = (s: State): number[] => ['requests/1m', 'tokens/1m'].map((name) => s.limits.find((l) => l.name === name)?.used ?? -1);
     const before = used(await state(ownerUrl));
-    // A router that found the owner suspect sends the tenant's requests to another node, naming the owner.
+    // A router that found the owner suspect sends the tenant's requests to another node, naming the owner (signed, as a router does).
     const send = async (node: string, headers: Record<string, string>): Promise<number> => {
       const res = await request(`${node}/v1/chat/completions`, {
         method: 'POST',
-        headers: { authorization: 'Bearer key-tpm-0000', 'content-type': 'application/json', ...headers },
+        headers: routerSigned('POST', '/v1/chat/completions', { authorization: 'Bearer key-tpm-0000', 'content-type': 'application/json', ...headers }),
         body: JSON.stringify(chat(300, 20)),
       });
       assert.equal(res.statusCode, 200);
@@ -270,7 +271,7 @@ describe('cluster with Redis membership', () => {
 
     // The node-to-node route: usage that is not usage is 400, usage sent to a node that does not own the tenant 409; neither changes anything.
     const absorb = async (node: string, usage: unknown): Promise<[number, string | undefined]> => {
-      const res = await request(`${node}/_quotaring/v1/settlements`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ op: 'absorb', tenant: 'tpm', usage }) });
+      const res = await signedRequest(`${node}/_quotaring/v1/settlements`, { body: { op: 'absorb', tenant: 'tpm', usage } });
       await res.body.dump();
       return [res.statusCode, res.headers['x-quotaring-error'] as string | undefined];
     };

@@ -11,7 +11,7 @@
  * - `calm`: tokens 1,000,000 / 1m, concurrent 10, at 5 req/s for the whole run: far below the
  *   threshold, so it must stay on its one owner (every answer a 200 from that node);
  * - `probe`: configured `spread: 3`, used once before the run to learn each process's
- *   `x-quotaring-request-id` prefix (`<8 hex>-<counter>`, per process) with one request sent straight
+ *   `x-quotaring-request-id` prefix (`<8 hex>-<random>`, per process) with one request sent straight
  *   to each node: a 200 names the node that decided it. Refusals (429) carry no request id, so "served
  *   by" below counts 200s only.
  *

@@ -23,7 +23,7 @@
  * - every other answer is a 429 `rate_limit_exceeded` for `tokens/1m` with a positive `retry-after`
  *   (no 5xx, no connection error);
  * - all three nodes served 200s. Nodes do not name themselves in responses, but
- *   `x-quotaring-request-id` is `<8 hex chars per process>-<counter>`; before the run one request
+ *   `x-quotaring-request-id` is `<8 hex chars per process>-<128 random bits>`; before the run one request
  *   of a second spread tenant (`probe`, its own bucket) is sent straight to each node to learn its prefix.
  * - global-cap script calls (EVAL + EVALSHA in Redis `INFO commandstats`, read before and after the
  *   run) divided by the requests sent ≤ 0.05. Membership (the only other client of Redis here: spread

@@ -55,6 +55,7 @@ import { worstInterval } from '../helpers/bounds.ts';
 import type { Worst } from '../helpers/bounds.ts';
 import { startRedis } from '../helpers/redis.ts';
 import type { RunningRedis } from '../helpers/redis.ts';
+import { signedRequest } from '../helpers/cluster-secret.ts';
 
 const PROMPT = 800;
 const OUTPUT = 200;
@@ -301,7 +302,7 @@ describe('Redis killed and restarted empty mid-run', () => {
       });
       let stats = '';
       try {
-        const res = await request(`${n.url}/_quotaring/v1/handoff`);
+        const res = await signedRequest(`${n.url}/_quotaring/v1/handoff`);
         stats = JSON.stringify(((await res.body.json()) as { stats: unknown }).stats);
       } catch (err) {
         stats = (err as Error).message;

@@ -163,6 +163,21 @@ describe('quotaring up', () => {
       const message = await anthropic.messages.create({ model: 'claude-sonnet-5', max_tokens: 5, messages: [{ role: 'user', content: 'Hello' }] });
       assert.equal(message.usage.output_tokens, 5);
 
+      // The cluster secret: none was set, so up generated one and handed it to every node and
+      // router in their environment, never on a command line; a call to a node's internal route
+      // without it is refused.
+      if (process.platform === 'linux') {
+        const pids = ['node-1', 'node-2', 'router-1'].map((name) => pidOf(out, name));
+        const secrets = pids.map((pid) => readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0').find((e) => e.startsWith('QUOTARING_CLUSTER_SECRET='))?.slice('QUOTARING_CLUSTER_SECRET='.length));
+        assert.equal(new Set(secrets).size, 1, 'one secret for the whole cluster');
+        const secret = secrets[0] ?? '';
+        assert.ok(secret.length >= 32, 'a generated secret of at least 32 characters');
+        for (const pid of [proc.pid ?? 0, ...pids]) assert.equal(readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(secret), false, `the secret on the command line of ${pid}`);
+      }
+      const unsigned = await fetch(`http://127.0.0.1:${nodePort}/_quotaring/v1/levels`);
+      assert.equal(unsigned.status, 401);
+      assert.equal(unsigned.headers.get('x-quotaring-error'), 'cluster_auth_failed');
+
       proc.kill('SIGINT');
       const [code, signal] = await exited;
       assert.deepEqual({ code, signal }, { code: 0, signal: null });

@@ -13,6 +13,7 @@ import { fileURLToPath } from 'node:url';
 import { request } from 'undici';
 import { stringify } from 'yaml';
 import type { SimulatorStats } from '../../src/simulator/stats.ts';
+import { TEST_SECRET_ENV } from './cluster-secret.ts';
 
 /** The built CLI; `npm run test:e2e` builds it first. */
 export const CLI = fileURLToPath(new URL('../../dist/src/cli.js', import.meta.url));
@@ -71,11 +72,12 @@ export interface Running {
 }
 
 /**
- * Runs `node dist/src/cli.js <args>` and waits until `healthUrl` answers 200.
+ * Runs `node dist/src/cli.js <args>` and waits until `healthUrl` answers 200. The child gets the
+ * test cluster secret (`QUOTARING_CLUSTER_SECRET`) unless `env` sets that variable (to '' to unset it).
  * @throws Error with the child's output when it exits or stays silent for 15 s.
  */
 export async function runCli(args: readonly string[], healthUrl: string, env: Record<string, string> = {}): Promise<Running> {
-  const proc = spawn(process.execPath, [CLI, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const proc = spawn(process.execPath, [CLI, ...args], { env: { ...process.env, ...TEST_SECRET_ENV, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   proc.stdout?.on('data', (d: Buffer) => (out += d.toString()));
   proc.stderr?.on('data', (d: Buffer) => (out += d.toString()));

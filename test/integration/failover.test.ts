@@ -32,6 +32,7 @@ import { buildConfig } from '../../src/config/load.ts';
 import { buildGateway } from '../../src/gateway/server.ts';
 import { startSimulator } from '../../src/simulator/server.ts';
 import { simStats } from '../helpers/processes.ts';
+import { TEST_SECRET, signedRequest } from '../helpers/cluster-secret.ts';
 
 const KEY = 'key-failover-01';
 const LIMIT = 100_000;
@@ -83,7 +84,7 @@ describe('failover to the next deployment, across wire formats', () => {
       'test.yaml',
       { K: 'provider-key-0' },
     );
-    app = buildGateway({ config, logger: false });
+    app = buildGateway({ config, clusterSecret: TEST_SECRET, logger: false });
     await app.listen({ host: '127.0.0.1', port: 0 });
     url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
   });
@@ -106,7 +107,7 @@ describe('failover to the next deployment, across wire formats', () => {
   };
 
   const remainingTokens = async (): Promise<number> => {
-    const res = await request(`${url}/_quotaring/v1/tenants/acme`);
+    const res = await signedRequest(`${url}/_quotaring/v1/tenants/acme`);
     return ((await res.body.json()) as { limits: { remaining: number }[] }).limits[0]?.remaining ?? -1;
   };
 

@@ -5,6 +5,7 @@
  * bodies, and clients that leave: every one is a 4xx in the provider's shape (or a closed socket),
  * never a 5xx; no member becomes suspect; nothing is counted and nothing reaches the provider.
  */
+import { TEST_SECRET } from '../helpers/cluster-secret.ts';
 import assert from 'node:assert/strict';
 import net from 'node:net';
 import { Readable, Writable } from 'node:stream';
@@ -184,13 +185,13 @@ describe('input limits: router and two nodes', () => {
       { SIM_KEY: 'sim-key' },
     );
     for (const [i, m] of members.entries()) {
-      const app = buildGateway({ config, logStream: logs.node, cluster: { self: m, membership: new StaticMembership(members) } });
+      const app = buildGateway({ config, clusterSecret: TEST_SECRET, logStream: logs.node, cluster: { self: m, membership: new StaticMembership(members) } });
       await app.listen({ host: '127.0.0.1', port: ports[i] as number });
       await nodeHandoff(app)?.start();
       nodeHandoff(app)?.joined();
       nodes.push(app);
     }
-    router = buildRouter({ config, membership: new StaticMembership(members), logStream: logs.router, healthCheckMs: 60_000 });
+    router = buildRouter({ config, clusterSecret: TEST_SECRET, membership: new StaticMembership(members), logStream: logs.router, healthCheckMs: 60_000 });
     routerUrl = await router.listen({ host: '127.0.0.1', port: 0 });
     const ring = new StaticMembership(members).ring();
     const ids = tenants.map((t) => t.id);

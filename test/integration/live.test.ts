@@ -39,6 +39,7 @@ import { renderTop, runTop } from '../../src/ops/top.ts';
 import { startRouter } from '../../src/router/server.ts';
 import { startSimulator } from '../../src/simulator/server.ts';
 import { TestMembership } from '../helpers/membership.ts';
+import { TEST_SECRET_ENV, testSigner } from '../helpers/cluster-secret.ts';
 import { freePort, writeConfig } from '../helpers/processes.ts';
 
 const TOKEN = 'live-test-token-0123';
@@ -104,8 +105,8 @@ describe('live view: LiveHub, the /admin/v1/live WebSocket, quotaring top', () =
       models: [{ name: 'gpt-4o-mini', encoding: 'o200k_base', estimator: 'exact', deployments: ['sim'] }],
       deployments: [{ name: 'sim', provider: 'openai', base_url: sim.url, api_key_env: 'QUOTARING_SIM_KEY' }],
     });
-    for (const [i, m] of members.entries()) nodes.push(await startGateway({ configFile, id: m.id, port: ports[i] as number, env: {} }));
-    router = await startRouter({ config: loadConfig(configFile), membership: new StaticMembership(members), port: 0, adminPort: 0, logger: false, env: { QUOTARING_ADMIN_TOKEN: TOKEN } });
+    for (const [i, m] of members.entries()) nodes.push(await startGateway({ configFile, id: m.id, port: ports[i] as number, env: { ...TEST_SECRET_ENV } }));
+    router = await startRouter({ config: loadConfig(configFile), membership: new StaticMembership(members), port: 0, adminPort: 0, logger: false, env: { QUOTARING_ADMIN_TOKEN: TOKEN, ...TEST_SECRET_ENV } });
     assert.ok(router.adminUrl !== undefined, 'the admin API runs with the token set');
     adminUrl = router.adminUrl;
     wsUrl = `${adminUrl.replace(/^http/, 'ws')}/admin/v1/live`;
@@ -118,7 +119,7 @@ describe('live view: LiveHub, the /admin/v1/live WebSocket, quotaring top', () =
 
   test('rounds: nodes up with their reports, a dead member down; events exactly once; a 429ing tenant with its limits', async () => {
     const membership = new TestMembership(createRing([...members, dead]));
-    const hub = new LiveHub({ router: 'router-test', membership, config: loadConfig(configFile), log: silentLog(), intervalMs: 1_000 });
+    const hub = new LiveHub({ router: 'router-test', membership, config: loadConfig(configFile), signer: testSigner, log: silentLog(), intervalMs: 1_000 });
     hub.start();
     try {
       const first = await hub.round();

@@ -3,7 +3,10 @@ import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { ManualClock } from '../../src/clock.ts';
-import { RedisMembership, memberJson, membersKey, membershipChannel } from '../../src/coord/redis-membership.ts';
+import { RedisMembership, membersKey, membershipChannel } from '../../src/coord/redis-membership.ts';
+import { signedMemberEntry } from '../../src/security/member-entry.ts';
+import { TEST_SECRET, TEST_SECRET_VALUE } from '../helpers/cluster-secret.ts';
+import { ClusterSecret } from '../../src/security/cluster-secret.ts';
 import { createRing } from '../../src/coord/ring.ts';
 import type { Member, Ring } from '../../src/coord/types.ts';
 import { freePort } from '../helpers/processes.ts';
@@ -45,6 +48,7 @@ function cluster(heartbeatMs: number, deadAfterMs: number) {
       const m = new RedisMembership({
         redis: client,
         cluster: CLUSTER,
+        secret: TEST_SECRET,
         ...(self === undefined ? {} : { self }),
         heartbeatMs,
         deadAfterMs,
@@ -99,7 +103,7 @@ describe('RedisMembership (real redis-server)', () => {
       const two = createRing([member(1), member(3)]).version;
       const others = [router, nodes[0]!, nodes[2]!];
       await waitFor('leave of node-2', () => others.every((m) => m.ring().version === two), 200);
-      assert.deepEqual((await redis.client().zrange(membersKey(CLUSTER), 0, -1)).sort(), [memberJson(member(1)), memberJson(member(3))]);
+      assert.deepEqual((await redis.client().zrange(membersKey(CLUSTER), 0, -1)).sort(), [signedMemberEntry(member(1), TEST_SECRET), signedMemberEntry(member(3), TEST_SECRET)]);
       assert.deepEqual(rings.map(ids), [['node-1'], ['node-1', 'node-2'], ['node-1', 'node-2', 'node-3'], ['node-1', 'node-3']]);
       assert.deepEqual(c.errors, []);
     } finally {
@@ -187,20 +191,74 @@ describe('RedisMembership (real redis-server)', () => {
 
   test('heartbeat scores come from Redis TIME (an offset to the wall clock measured with TIME), not the caller\'s clock; keys are hash-tagged by cluster', async () => {
     const client = redis.client();
-    const m = new RedisMembership({ redis: client, cluster: CLUSTER, self: member(1), heartbeatMs: 100, deadAfterMs: 300, clock: new ManualClock(978_307_200_000) });
+    const m = new RedisMembership({ redis: client, secret: TEST_SECRET, cluster: CLUSTER, self: member(1), heartbeatMs: 100, deadAfterMs: 300, clock: new ManualClock(978_307_200_000) });
     try {
       await m.start();
       const [sec, usec] = await client.time();
       const redisNow = Number(sec) * 1000 + Number(usec) / 1000;
       const entries = await client.zrange('qr:{test}:members', 0, -1, 'WITHSCORES');
       assert.equal(entries.length, 2);
-      assert.equal(entries[0], '{"id":"node-1","url":"http://127.0.0.1:8081"}');
+      assert.equal(entries[0], signedMemberEntry(member(1), TEST_SECRET));
+      assert.match(entries[0] ?? '', /^\{"id":"node-1","url":"http:\/\/127\.0\.0\.1:8081","sig":"[A-Za-z0-9_-]{43}"\}$/);
       const score = Number(entries[1]);
       // Redis time = wall clock + the offset measured by TIME, in whole ms: within 1 ms ahead of TIME read just after.
       assert.ok(redisNow - score > -1 && redisNow - score < 1_000, `score ${score} vs Redis TIME ${redisNow}`);
       assert.equal(m.lastSyncMs(), 978_307_200_000);
     } finally {
       await m.stop();
+    }
+  });
+
+  test('member entries written into Redis without a valid signature (unsigned, another secret, tampered URL) never join a ring; each is reported and counted once', async () => {
+    const c = cluster(100, 300);
+    const client = redis.client();
+    try {
+      const node = c.add(member(1));
+      await node.start();
+      const [sec] = await client.time();
+      const now = Number(sec) * 1000;
+      const other = new ClusterSecret('not-the-cluster-secret-but-32-chars-long');
+      const tampered = JSON.parse(signedMemberEntry(member(3), TEST_SECRET)) as Record<string, unknown>;
+      tampered.url = 'http://attacker.example:80';
+      await client.zadd(
+        membersKey(CLUSTER),
+        now, JSON.stringify({ id: 'evil-1', url: 'http://attacker.example:81' }),
+        now, signedMemberEntry({ id: 'evil-2', url: 'http://attacker.example:82' }, other),
+        now, JSON.stringify(tampered),
+        now, 'not json',
+      );
+      const router = c.add(undefined);
+      await router.start();
+      await sleep(350); // three heartbeats: each entry read again and again
+      assert.deepEqual(ids(router.ring()), ['node-1']);
+      assert.deepEqual(ids(node.ring()), ['node-1']);
+      assert.equal(router.rejectedEntries(), 4);
+      // A listener attached late still hears of each entry once.
+      const heard: string[] = [];
+      router.onRejectedEntry((e) => heard.push(`${e.id ?? '?'}:${e.problem}`));
+      await sleep(250);
+      assert.deepEqual(heard.sort(), ['?:not_a_member', 'evil-1:unsigned', 'evil-2:bad_signature', 'node-3:bad_signature']);
+      assert.equal(router.rejectedEntries(), 4);
+    } finally {
+      await c.stopAll();
+    }
+  });
+
+  test('rotation: a router with the new secret and the old one as previous accepts entries signed with either', async () => {
+    const NEW = new ClusterSecret('the-new-cluster-secret-of-32-characters!', TEST_SECRET_VALUE);
+    const oldNode = new RedisMembership({ redis: redis.client(), secret: TEST_SECRET, cluster: CLUSTER, self: member(1), heartbeatMs: 100, deadAfterMs: 300 });
+    const newNode = new RedisMembership({ redis: redis.client(), secret: NEW, cluster: CLUSTER, self: member(2), heartbeatMs: 100, deadAfterMs: 300 });
+    const newOnly = new RedisMembership({ redis: redis.client(), secret: new ClusterSecret('the-new-cluster-secret-of-32-characters!'), cluster: CLUSTER, heartbeatMs: 100, deadAfterMs: 300 });
+    try {
+      for (const m of [oldNode, newNode, newOnly]) await m.start();
+      await waitFor('both nodes in the rotating node\'s ring', () => ids(newNode.ring()).length === 2, 2_000);
+      assert.deepEqual(ids(newNode.ring()), ['node-1', 'node-2']);
+      // Once PREVIOUS is dropped, an entry signed with the old secret is ignored.
+      await waitFor('the new-only router reads node-2', () => ids(newOnly.ring()).includes('node-2'), 2_000);
+      assert.deepEqual(ids(newOnly.ring()), ['node-2']);
+      assert.equal(newOnly.rejectedEntries(), 1);
+    } finally {
+      for (const m of [oldNode, newNode, newOnly]) await m.stop();
     }
   });
 
@@ -238,7 +296,7 @@ describe('RedisMembership (real redis-server)', () => {
     const own = await startRedis();
     const errors: Error[] = [];
     const make = (self?: Member) =>
-      new RedisMembership({ redis: own.client({ maxRetriesPerRequest: 1 }), cluster: CLUSTER, ...(self ? { self } : {}), heartbeatMs: 100, deadAfterMs: 300, onError: (e) => errors.push(e) });
+      new RedisMembership({ redis: own.client({ maxRetriesPerRequest: 1 }), secret: TEST_SECRET, cluster: CLUSTER, ...(self ? { self } : {}), heartbeatMs: 100, deadAfterMs: 300, onError: (e) => errors.push(e) });
     const router = make();
     const node = make(member(1));
     try {
@@ -261,7 +319,7 @@ describe('RedisMembership (real redis-server)', () => {
 
   test('stop() while start() is still running leaves no entry and no heartbeat behind', async () => {
     const client = redis.client();
-    const m = new RedisMembership({ redis: client, cluster: CLUSTER, self: member(1), heartbeatMs: 100, deadAfterMs: 300 });
+    const m = new RedisMembership({ redis: client, secret: TEST_SECRET, cluster: CLUSTER, self: member(1), heartbeatMs: 100, deadAfterMs: 300 });
     const starting = m.start();
     await m.stop();
     await starting;
@@ -273,7 +331,7 @@ describe('RedisMembership (real redis-server)', () => {
   test('start() rejects when Redis cannot be reached', async () => {
     const client = new Redis({ host: '127.0.0.1', port: await freePort(), lazyConnect: true, enableOfflineQueue: false, retryStrategy: () => null });
     client.on('error', () => {});
-    const m = new RedisMembership({ redis: client, cluster: CLUSTER, self: member(1) });
+    const m = new RedisMembership({ redis: client, secret: TEST_SECRET, cluster: CLUSTER, self: member(1) });
     try {
       await assert.rejects(m.start(), /enableOfflineQueue|Connection is closed|ECONNREFUSED/);
       assert.equal(m.ring().version, '');
@@ -285,8 +343,8 @@ describe('RedisMembership (real redis-server)', () => {
 
   test('rejects a cluster name that would break the hash tag, and deadAfterMs ≤ heartbeatMs', () => {
     const client = redis.client({ lazyConnect: true });
-    assert.throws(() => new RedisMembership({ redis: client, cluster: 'a}b' }), /cluster name/);
-    assert.throws(() => new RedisMembership({ redis: client, cluster: '' }), /cluster name/);
-    assert.throws(() => new RedisMembership({ redis: client, cluster: 'x', heartbeatMs: 500, deadAfterMs: 500 }), /must exceed/);
+    assert.throws(() => new RedisMembership({ redis: client, secret: TEST_SECRET, cluster: 'a}b' }), /cluster name/);
+    assert.throws(() => new RedisMembership({ redis: client, secret: TEST_SECRET, cluster: '' }), /cluster name/);
+    assert.throws(() => new RedisMembership({ redis: client, secret: TEST_SECRET, cluster: 'x', heartbeatMs: 500, deadAfterMs: 500 }), /must exceed/);
   });
 });

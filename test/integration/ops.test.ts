@@ -27,6 +27,7 @@ import { startRouter } from '../../src/router/server.ts';
 import { startSimulator } from '../../src/simulator/server.ts';
 import { countOpenAIChat, exactCounter } from '../../src/tokens/index.ts';
 import { startRedis } from '../helpers/redis.ts';
+import { TEST_SECRET, TEST_SECRET_ENV } from '../helpers/cluster-secret.ts';
 import type { RunningRedis } from '../helpers/redis.ts';
 
 const KEY = 'key-acme-secret-0001';
@@ -262,8 +263,8 @@ describe('drain through a real Redis membership', () => {
     sim = await startSimulator({ port: 0 });
     process.env.SIM_KEY = 'sim-key';
     const file = writeYaml(rawConfig(sim.url, { server: { log_level: 'silent' }, cluster: { name: `drain-${process.pid}`, redis: { url: redis.url }, handoff: { drain: 200 } } }));
-    a = await startGateway({ configFile: file, host: '127.0.0.1', port: 0, id: 'node-a', env: { QUOTARING_ADMIN_TOKEN: TOKEN } });
-    b = await startGateway({ configFile: file, host: '127.0.0.1', port: 0, id: 'node-b', env: { QUOTARING_ADMIN_TOKEN: TOKEN } });
+    a = await startGateway({ configFile: file, host: '127.0.0.1', port: 0, id: 'node-a', env: { QUOTARING_ADMIN_TOKEN: TOKEN, ...TEST_SECRET_ENV } });
+    b = await startGateway({ configFile: file, host: '127.0.0.1', port: 0, id: 'node-b', env: { QUOTARING_ADMIN_TOKEN: TOKEN, ...TEST_SECRET_ENV } });
   });
   after(async () => {
     await Promise.all([a.close(), b.close()]);
@@ -301,9 +302,9 @@ describe('a router: metrics and admin API', () => {
   before(async () => {
     sim = await startSimulator({ port: 0 });
     const config = buildConfig(rawConfig(sim.url, { server: { log_level: 'silent' } }), 'ops.yaml', { SIM_KEY: 'sim-key' });
-    node = buildGateway({ config, logger: false });
+    node = buildGateway({ config, clusterSecret: TEST_SECRET, logger: false });
     const nodeUrl = await node.listen({ host: '127.0.0.1', port: 0 });
-    router = await startRouter({ config, membership: new StaticMembership([{ id: 'node-1', url: nodeUrl }]), logger: false, host: '127.0.0.1', port: 0, env: { QUOTARING_ADMIN_TOKEN: TOKEN } });
+    router = await startRouter({ config, membership: new StaticMembership([{ id: 'node-1', url: nodeUrl }]), logger: false, host: '127.0.0.1', port: 0, env: { QUOTARING_ADMIN_TOKEN: TOKEN, ...TEST_SECRET_ENV } });
     for (let i = 0; i < 3; i++) await (await request(`${router.url}/v1/chat/completions`, { method: 'POST', headers, body: chat })).body.dump();
     await (await request(`${router.url}/v1/chat/completions`, { method: 'POST', headers: { ...headers, authorization: 'Bearer key-nobody-000001' }, body: chat })).body.dump();
   });

@@ -26,6 +26,7 @@ import { buildGateway } from '../../src/gateway/server.ts';
 import { startSimulator } from '../../src/simulator/server.ts';
 import { countOpenAIChat, exactCounter } from '../../src/tokens/index.ts';
 import { simStats } from '../helpers/processes.ts';
+import { TEST_SECRET, signedRequest } from '../helpers/cluster-secret.ts';
 
 const QUEUE_KEY = 'key-queue-0000';
 const HIGH_ONLY = 'key-high-0000';
@@ -60,7 +61,7 @@ describe('priority tiers and the admission queue', () => {
       'test.yaml',
       { SIM_KEY: 'sim-key-000' },
     );
-    app = buildGateway({ config, logger: false });
+    app = buildGateway({ config, clusterSecret: TEST_SECRET, logger: false });
     await app.listen({ host: '127.0.0.1', port: 0 });
     const address = app.server.address();
     url = `http://127.0.0.1:${typeof address === 'object' && address !== null ? address.port : 0}`;
@@ -101,7 +102,7 @@ describe('priority tiers and the admission queue', () => {
   }
   const until = (t0: number, ms: number): Promise<void> => sleep(Math.max(0, t0 + ms - Date.now()));
   const queued = async (tenant: string): Promise<number> => {
-    const res = await request(`${url}/_quotaring/v1/tenants/${tenant}`);
+    const res = await signedRequest(`${url}/_quotaring/v1/tenants/${tenant}`);
     return ((await res.body.json()) as { queued: number }).queued;
   };
   const near = (actual: number, expected: number, what: string): void => assert.ok(Math.abs(actual - expected) <= 400, `${what} at ${actual} ms, expected ${expected} ± 400`);
@@ -168,7 +169,7 @@ describe('priority tiers and the admission queue', () => {
     assert.equal(unknown.body.error?.message, 'x-quotaring-priority: there is no priority "urgent"; this key may use high, low.');
     const ok = await send(HIGH_ONLY, undefined, t0);
     assert.equal(ok.status, 200, 'its default is its only tier');
-    const peek = await request(`${url}/_quotaring/v1/tenants/queue`);
+    const peek = await signedRequest(`${url}/_quotaring/v1/tenants/queue`);
     assert.deepEqual(((await peek.body.json()) as { limits: { remaining: number }[] }).limits.map((l) => l.remaining), [1]);
   });
 

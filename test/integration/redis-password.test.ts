@@ -4,6 +4,7 @@
  * make (membership, decision paths) with the URL resolved from `cluster.redis.url` +
  * `password_env`, or `url_env`; without the password Redis refuses them.
  */
+import { TEST_SECRET } from '../helpers/cluster-secret.ts';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
@@ -56,7 +57,7 @@ describe('Redis password from the environment', () => {
 
   /** PING over the membership connection and a decision-path connection built from the loaded config. */
   const pingBoth = async (config: LoadedConfig): Promise<string[]> => {
-    const configured = membershipFromConfig(config.config.cluster);
+    const configured = membershipFromConfig(config.config.cluster, undefined, TEST_SECRET);
     assert.ok(configured?.redis !== undefined);
     const decisions = redisForDecisions(config.config.cluster.redis?.url ?? '');
     try {
@@ -78,7 +79,7 @@ describe('Redis password from the environment', () => {
 
   test('without the password Redis refuses the connection (the server really requires it)', async () => {
     const config = load({ url: `redis://127.0.0.1:${port}` }, {});
-    const configured = membershipFromConfig(config.config.cluster);
+    const configured = membershipFromConfig(config.config.cluster, undefined, TEST_SECRET);
     assert.ok(configured?.redis !== undefined);
     try {
       await assert.rejects(configured.redis.ping(), /NOAUTH/);

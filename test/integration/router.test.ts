@@ -18,6 +18,9 @@ import { StaticMembership } from '../../src/coord/static-membership.ts';
 import { FALLBACK_HEADER, OWNER_URL_HEADER, REDIRECTED_HEADER } from '../../src/router/forward.ts';
 import { buildRouter, routerControl, startRouter } from '../../src/router/server.ts';
 import { TestMembership } from '../helpers/membership.ts';
+import { TEST_SECRET, testSigner } from '../helpers/cluster-secret.ts';
+import { ClusterSecret } from '../../src/security/cluster-secret.ts';
+import { RequestSigner, SIGNATURE_HEADER } from '../../src/security/request-signature.ts';
 import { freePort } from '../helpers/processes.ts';
 
 const KEY = 'key-acme-00000';
@@ -170,7 +173,7 @@ describe('router', () => {
     if (router !== undefined) await router.close();
     membership = new TestMembership(listRing([a.member, b.member, c.member]));
     clock = new ManualClock();
-    router = buildRouter({ config, membership, logger: false, healthCheckMs: HEALTH_MS, clock });
+    router = buildRouter({ config, membership, clusterSecret: TEST_SECRET, logger: false, healthCheckMs: HEALTH_MS, clock });
     url = await router.listen({ host: '127.0.0.1', port: 0 });
   });
   after(async () => {
@@ -205,6 +208,33 @@ describe('router', () => {
       assert.equal(seen.headers['content-type'], 'application/json');
       assert.equal(seen.headers['content-length'], String(Buffer.byteLength(chatBody)));
       assert.equal(b.seen.length + c.seen.length, 0);
+    });
+
+    test('every attempt is signed with the cluster secret over what the router asserts; a client\'s own internal headers and signature are dropped', async () => {
+      const forged = { 'x-quotaring-from': 'node-x', 'x-quotaring-hops': '1', [SIGNATURE_HEADER]: 't=1,n=,s=' + 'A'.repeat(43), 'x-quotaring-content-sha256': 'B'.repeat(43) };
+      const res = await post('/v1/chat/completions?x=1', { ...auth, ...forged });
+      assert.equal(res.statusCode, 201);
+      await res.body.dump();
+      const seen = a.seen[0]!;
+      for (const name of Object.keys(forged).filter((n) => n !== SIGNATURE_HEADER)) assert.equal(seen.headers[name], undefined, name);
+      const signed = { method: seen.method, path: seen.url, headers: seen.headers };
+      const verdict = testSigner.verify(signed);
+      assert.equal(verdict.ok, true, JSON.stringify(verdict));
+      // The signature covers the headers the router set: changing one breaks it.
+      assert.deepEqual(testSigner.verify({ ...signed, headers: { ...seen.headers, 'x-quotaring-ring': 'other' } }), { ok: false, reason: 'bad_signature' });
+      assert.deepEqual(testSigner.verify({ ...signed, headers: { ...seen.headers, [FALLBACK_HEADER]: 'a' } }), { ok: false, reason: 'bad_signature' });
+      assert.deepEqual(new RequestSigner(new ClusterSecret('another-secret-of-at-least-32-characters')).verify(signed), { ok: false, reason: 'bad_signature' });
+    });
+
+    test('a stand-in attempt signs its x-quotaring-fallback-for', async () => {
+      a.healthy = false;
+      await failHealthChecks();
+      const res = await post();
+      assert.equal(res.statusCode, 201);
+      await res.body.dump();
+      const seen = b.seen[0]!;
+      assert.equal(seen.headers[FALLBACK_HEADER], 'a');
+      assert.equal(testSigner.verify({ method: seen.method, path: seen.url, headers: seen.headers }).ok, true);
     });
 
     test('GET /v1/models is proxied too', async () => {
@@ -527,7 +557,7 @@ describe('router', () => {
     test('a member that stopped is marked by the periodic check', { timeout: 5_000 }, async () => {
       const dead = await refusing('dead');
       const m = new TestMembership(listRing([dead, a.member]));
-      const r = buildRouter({ config, membership: m, logger: false, healthCheckMs: 20 });
+      const r = buildRouter({ config, membership: m, clusterSecret: TEST_SECRET, logger: false, healthCheckMs: 20 });
       await r.ready();
       try {
         while (!routerControl(r).suspects().includes('dead')) await sleep(10);
@@ -571,7 +601,7 @@ describe('router', () => {
 
   test('with the real StaticMembership ring: startRouter routes to ring.owner() and sends its version', async () => {
     const real = new StaticMembership([a.member, b.member, c.member]);
-    const started = await startRouter({ config, membership: real, logger: false, host: '127.0.0.1', port: 0 });
+    const started = await startRouter({ config, membership: real, clusterSecret: TEST_SECRET, logger: false, host: '127.0.0.1', port: 0 });
     try {
       const owner = real.ring().owner('acme');
       const res = await request(`${started.url}/v1/chat/completions`, { method: 'POST', headers: auth, body: chatBody });

@@ -109,6 +109,13 @@ describe('docker-compose.yml', () => {
     assert.deepEqual(services.grafana?.ports, ['127.0.0.1:3000:3000']);
   });
 
+  test('every node and router gets the cluster secret from the environment (required, never a literal)', () => {
+    for (const name of ['node1', 'node2', 'node3', 'router']) {
+      assert.match(services[name]?.environment?.QUOTARING_CLUSTER_SECRET ?? '', /^\$\{QUOTARING_CLUSTER_SECRET:\?[^}]+\}$/, name);
+      assert.equal(services[name]?.environment?.QUOTARING_CLUSTER_SECRET_PREVIOUS, '${QUOTARING_CLUSTER_SECRET_PREVIOUS:-}', name);
+    }
+  });
+
   test('the header says it has not been run', () => {
     assert.match(text('docker-compose.yml').split('\nx-quotaring')[0] as string, /Not run here: there is no Docker engine/);
   });
@@ -196,7 +203,7 @@ describe('Grafana provisioning and dashboard', () => {
       'quotaring_tokens_used_ratio',
     ]);
     const quotaring = [...names].filter((n) => n.startsWith('quotaring_'));
-    assert.equal(quotaring.length, 26);
+    assert.equal(quotaring.length, 28);
 
     const used = new Set<string>();
     for (const panel of queryPanels) {

@@ -140,6 +140,7 @@ describe('error catalogue', () => {
       rate_limit_exceeded: 429,
       request_too_large: 429,
       misdirected: 421,
+      cluster_auth_failed: 401,
       upstream_unavailable: 502,
       upstream_timeout: 504,
       limiter_unavailable: 503,

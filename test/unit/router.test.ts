@@ -17,6 +17,7 @@ import { buildRouter } from '../../src/router/server.ts';
 import { Suspects } from '../../src/router/suspects.ts';
 import { Departures } from '../../src/router/departures.ts';
 import { createRing } from '../../src/coord/ring.ts';
+import { TEST_SECRET } from '../helpers/cluster-secret.ts';
 
 const m = (id: string): Member => ({ id, url: `http://127.0.0.1:1/${id}` });
 const [A, B, C] = [m('a'), m('b'), m('c')] as const;
@@ -172,7 +173,7 @@ describe('routes answered without a node (inject)', () => {
   const membership = (ring: Ring): Membership => ({ start: async () => {}, stop: async () => {}, ring: () => ring, onChange: () => () => {} });
 
   test('401 for a missing key; 503 no_healthy_node and readyz 503 on an empty ring; healthz 200', async () => {
-    const app = buildRouter({ config, membership: membership(listRing([])), logger: false });
+    const app = buildRouter({ config, membership: membership(listRing([])), clusterSecret: TEST_SECRET, logger: false });
     try {
       const noKey = await app.inject({ method: 'POST', url: '/v1/chat/completions', payload: '{}', headers: { 'content-type': 'application/json' } });
       assert.equal(noKey.statusCode, 401);
@@ -188,7 +189,7 @@ describe('routes answered without a node (inject)', () => {
     }
   });
   test('readyz names the ring version and size when it has members', async () => {
-    const app = buildRouter({ config, membership: membership(listRing([A, B])), logger: false });
+    const app = buildRouter({ config, membership: membership(listRing([A, B])), clusterSecret: TEST_SECRET, logger: false });
     try {
       const res = await app.inject({ url: '/readyz' });
       assert.equal(res.statusCode, 200);

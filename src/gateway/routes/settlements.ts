@@ -2,7 +2,8 @@
  * Node-to-node settlements: a node that admitted a request for a tenant that has since moved sends
  * the settlement (or a lease renewal) to the tenant's new owner, which applies it to the reservation
  * it received in the handoff. Not proxied by routers (they proxy `/v1/*` only): nodes must be
- * reachable by each other, not by clients.
+ * reachable by each other, not by clients. Only calls signed with the cluster secret reach the
+ * route (`src/gateway/cluster-auth.ts`).
  */
 import type { FastifyInstance } from 'fastify';
 import { request as httpRequest } from 'undici';
@@ -14,13 +15,12 @@ import type { LoadedConfig } from '../../config/load.ts';
 import { usageDeltaSchema } from '../../limiter/snapshot.ts';
 import type { UsageDelta } from '../../limiter/usage-delta.ts';
 import { errorBody } from '../../errors.ts';
+import { FROM_HEADER, HOPS_HEADER } from '../../coord/headers.ts';
+import type { RequestSigner } from '../../security/request-signature.ts';
 
 /** Path of the settlement route on every node. */
 export const SETTLEMENTS_PATH = '/_quotaring/v1/settlements';
-/** Request header: how many nodes the settlement went through. */
-export const HOPS_HEADER = 'x-quotaring-hops';
-/** Request header: the id of the node that sent the settlement. */
-export const FROM_HEADER = 'x-quotaring-from';
+export { FROM_HEADER, HOPS_HEADER } from '../../coord/headers.ts';
 
 const SettlementSchema = z.discriminatedUnion('op', [
   z.strictObject({ op: z.literal('finish'), tenant: z.string().min(1), id: z.string().min(1), tokens: z.number().int().nonnegative() }),
@@ -61,14 +61,18 @@ export function settlementRoutes(app: FastifyInstance, config: LoadedConfig, han
 }
 
 /**
- * Sends a settlement from node `from` to node `to` (2 s timeout).
+ * Sends a settlement from node `from` to node `to` (2 s timeout), signed with the cluster secret
+ * (body, hops and sender included).
  * @throws Error when the node answers other than 200 or cannot be reached.
  */
-export async function sendSettlement(from: Member, to: Member, settlement: ForwardedSettlement, hops: number): Promise<void> {
-  const res = await httpRequest(new URL(SETTLEMENTS_PATH, to.url), {
+export async function sendSettlement(from: Member, to: Member, settlement: ForwardedSettlement, hops: number, signer: RequestSigner): Promise<void> {
+  const url = new URL(SETTLEMENTS_PATH, to.url);
+  const body = JSON.stringify(settlement);
+  const headers: Record<string, string> = { 'content-type': 'application/json', [HOPS_HEADER]: String(hops), [FROM_HEADER]: from.id };
+  const res = await httpRequest(url, {
     method: 'POST',
-    headers: { 'content-type': 'application/json', [HOPS_HEADER]: String(hops), [FROM_HEADER]: from.id },
-    body: JSON.stringify(settlement),
+    headers: { ...headers, ...signer.signInternal('POST', url, headers, body) },
+    body,
     headersTimeout: 2_000,
     bodyTimeout: 2_000,
   });
