@@ -4,9 +4,10 @@
  * router → node and node → node HTTP call (`request-signature.ts`) and the member entries nodes
  * write into Redis (`member-entry.ts`).
  *
- * Rotation: `<VAR>_PREVIOUS` (e.g. `QUOTARING_CLUSTER_SECRET_PREVIOUS`) may hold the secret being
- * replaced. Signatures are always made with the current secret and accepted with either, so the
- * processes of a cluster can be restarted one by one onto a new secret (docs/security.md).
+ * Rotation: `<VAR>_PREVIOUS` (e.g. `QUOTARING_CLUSTER_SECRET_PREVIOUS`) holds a second secret that
+ * is accepted but never used to sign. A rotation is three rolling restarts (docs/security.md):
+ * accept the new secret (current = old, previous = new), sign with it (current = new, previous =
+ * old), drop the old one.
  */
 import { createHmac, createSecretKey, timingSafeEqual } from 'node:crypto';
 import type { KeyObject } from 'node:crypto';
