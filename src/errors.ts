@@ -180,3 +180,15 @@ export function errorBody(
     error: { message, type: opts.openaiType ?? def.openaiType, param: opts.param ?? null, code },
   };
 }
+
+/** Longest part of a client's path echoed in an error message, characters. */
+const ECHOED_PATH_CHARS = 120;
+
+/**
+ * The message of a 404 for a path no route serves: the method and the path without its query,
+ * cut to {@link ECHOED_PATH_CHARS} characters (a client's 15 kB path is not sent back whole).
+ */
+export function noRouteMessage(method: string, url: string): string {
+  const path = url.split('?')[0] ?? '';
+  return `No route for ${method} ${path.length > ECHOED_PATH_CHARS ? `${path.slice(0, ECHOED_PATH_CHARS)}…` : path}.`;
+}

@@ -7,8 +7,10 @@
  *   too. A node without a secret (a single node) refuses them all.
  * - Client routes (`/v1/*`): `x-quotaring-fallback-for` and `x-quotaring-redirected-for` let a node
  *   decide for a tenant it does not own (and, for a fallback, free the owner's slots); they count
- *   only on a request a router signed. Unsigned (or badly signed), they are removed from the request
- *   before ownership is checked: the request is then answered like any other (421 when not the owner).
+ *   only on a request a router signed with a nonce, once (a replayed signature is refused), and only
+ *   for the tenant the signature names (`x-quotaring-tenant`, checked against the key's tenant in
+ *   `ownership.ts`). Otherwise they are removed from the request before ownership is checked: the
+ *   request is then answered like any other (421 when not the owner).
  *   The signature is checked only when one of them is present: a node's ordinary requests pay nothing.
  *
  * `/healthz`, `/readyz` and `/metrics` stay open: they tell nothing about tenants (orchestrators and
@@ -64,11 +66,16 @@ export function clusterAuthHooks(app: FastifyInstance, signer: RequestSigner | u
       const h = request.headers;
       if (h[FALLBACK_HEADER] === undefined && h[REDIRECTED_HEADER] === undefined) return done();
       const verdict = signer?.verify(signed(request));
-      if (verdict?.ok !== true) {
+      let reason: string | undefined;
+      if (verdict === undefined) reason = 'no_secret';
+      else if (!verdict.ok) reason = verdict.reason;
+      else if (verdict.nonce === '') reason = 'no_nonce';
+      else if (!(replays?.accept(verdict.mac, verdict.timestampMs, Date.now()) ?? false)) reason = 'replayed';
+      if (reason !== undefined) {
         delete h[FALLBACK_HEADER];
         delete h[REDIRECTED_HEADER];
         stats.headersDropped++;
-        request.log.warn({ reason: verdict?.reason ?? 'no_secret' }, 'stand-in headers without a valid cluster signature: ignored');
+        request.log.warn({ reason }, 'stand-in headers without a valid, fresh cluster signature: ignored');
       }
       return done();
     }

@@ -9,7 +9,7 @@
  */
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { ClaimHow, Handoff } from '../coord/handoff.ts';
-import { FALLBACK_HEADER, OWNER_HEADER, OWNER_URL_HEADER, REDIRECTED_HEADER, RING_HEADER } from '../coord/headers.ts';
+import { FALLBACK_HEADER, OWNER_HEADER, OWNER_URL_HEADER, REDIRECTED_HEADER, RING_HEADER, TENANT_HEADER } from '../coord/headers.ts';
 import type { Member, Membership } from '../coord/types.ts';
 import { errorBody } from '../errors.ts';
 import { tenantOf } from './auth.ts';
@@ -46,7 +46,8 @@ export function ownershipHook(cluster: NodeCluster) {
     let how: ClaimHow | undefined = placed.here ? 'owner' : undefined;
     if (how === undefined) {
       // Accepted in place of the owner this node's ring names, when the router says so.
-      const owner = placed.here ? undefined : placed.owner?.id;
+      // The signed tenant must be the key's: a router's signature for one tenant never makes this node stand in for another.
+      const owner = placed.here || request.headers[TENANT_HEADER] !== tenant ? undefined : placed.owner?.id;
       if (owner !== undefined && request.headers[FALLBACK_HEADER] === owner && handoff.place(tenant, owner).here) how = 'fallback';
       else if (owner !== undefined && request.headers[REDIRECTED_HEADER] === owner && handoff.place(tenant, owner).here) how = 'handed';
     }

@@ -22,7 +22,7 @@ import { Handoff } from '../coord/handoff.ts';
 import type { RingOptions } from '../coord/ring.ts';
 import type { TenantStateStore } from '../coord/state-store.ts';
 import type { Member, Membership } from '../coord/types.ts';
-import { GatewayError, errorBody } from '../errors.ts';
+import { GatewayError, errorBody, noRouteMessage } from '../errors.ts';
 import type { ErrorCode } from '../errors.ts';
 import { answerClientFault, dialectOf } from './client-errors.ts';
 import { NODE_HEADER_ALLOWANCE, applyListenerLimits, listenerOptions } from './listener.ts';
@@ -368,7 +368,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     request.log.error({ err }, 'unhandled error');
     return sendError(request, reply, 'internal_error');
   });
-  app.setNotFoundHandler((request, reply) => sendError(request, reply, 'not_found', `No route for ${request.method} ${request.url.split('?')[0]}.`));
+  app.setNotFoundHandler((request, reply) => sendError(request, reply, 'not_found', noRouteMessage(request.method, request.url)));
 
   let ready = false;
   app.get('/healthz', async () => (clusterOpts === undefined || handoff === undefined ? { status: 'ok' } : { status: 'ok', node: clusterOpts.self.id, ring: handoff.ring().version }));

@@ -19,6 +19,7 @@ import type { Departures } from './departures.ts';
 import type { Suspects } from './suspects.ts';
 import { FALLBACK_HEADER, FROM_HEADER, HOPS_HEADER, OWNER_HEADER, OWNER_URL_HEADER, REDIRECTED_HEADER, RING_HEADER, TENANT_HEADER } from '../coord/headers.ts';
 import { CONTENT_DIGEST_HEADER, SIGNATURE_HEADER } from '../security/request-signature.ts';
+import { randomId } from '../security/random-id.ts';
 import type { RequestSigner } from '../security/request-signature.ts';
 
 export { FALLBACK_HEADER, OWNER_HEADER, OWNER_URL_HEADER, REDIRECTED_HEADER, RING_HEADER, TENANT_HEADER } from '../coord/headers.ts';
@@ -218,7 +219,10 @@ async function attempt(
   const { pool, prefix } = ctx.pools.get(member);
   const path = prefix + request.url;
   const h: Record<string, string | string[]> = { ...headers, [RING_HEADER]: ringVersion };
-  h[SIGNATURE_HEADER] = ctx.signer.signature({ method: request.method, path, headers: h });
+  // A stand-in header lets the node decide for a tenant it does not own: such a request carries a
+  // nonce, and the node accepts its signature once (a captured one cannot be replayed with another body).
+  const standIn = h[FALLBACK_HEADER] !== undefined || h[REDIRECTED_HEADER] !== undefined;
+  h[SIGNATURE_HEADER] = ctx.signer.signature({ method: request.method, path, headers: h }, standIn ? randomId() : '');
   let payload: Buffer | Readable | null = null;
   if (body.kind === 'buffer') {
     payload = body.bytes;

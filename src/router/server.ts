@@ -15,6 +15,7 @@ import { Departures } from './departures.ts';
 import { HealthCheck } from './health-check.ts';
 import { MemberPools } from './member-pools.ts';
 import { MAX_REPLAY_BYTES, declaresMoreThan } from './request-body.ts';
+import { noRouteMessage } from '../errors.ts';
 import { answerClientFault } from '../gateway/client-errors.ts';
 import { applyListenerLimits, listenerOptions } from '../gateway/listener.ts';
 import { Suspects } from './suspects.ts';
@@ -118,7 +119,7 @@ export function buildRouter(opts: RouterOptions): FastifyInstance {
     request.log.error({ err }, 'unhandled error');
     return sendError(request, reply, 'internal_error');
   });
-  app.setNotFoundHandler((request, reply) => sendError(request, reply, 'not_found', `No route for ${request.method} ${request.url.split('?')[0]}.`));
+  app.setNotFoundHandler((request, reply) => sendError(request, reply, 'not_found', noRouteMessage(request.method, request.url)));
 
   app.get('/metrics', async (_request, reply) => reply.header('content-type', metrics.registry.contentType).send(await metrics.registry.metrics()));
   app.get('/healthz', async () => ({ status: 'ok', ring: membership.ring().version }));

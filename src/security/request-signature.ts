@@ -6,8 +6,9 @@
  * - the method and the path with its query, exactly as sent on the wire;
  * - the timestamp `t` (ms since the epoch), accepted within ±{@link REPLAY_WINDOW_MS} of the
  *   receiver's wall clock;
- * - the nonce `n` (random, on internal calls; empty on forwarded client requests), so that two
- *   identical internal calls in one millisecond still differ;
+ * - the nonce `n` (random on internal calls and on forwarded client requests that carry a stand-in
+ *   header; empty on other forwarded requests), so that two identical calls in one millisecond still
+ *   differ and the receiver can refuse a replay;
  * - the value (or absence) of each internal request header that grants something
  *   ({@link SIGNED_HEADERS}: stand in for an owner, accept a redirect, who sent a settlement and
  *   through how many hops, the ring and tenant the router routed by);
@@ -65,7 +66,7 @@ export interface SignedRequest {
 
 /** The outcome of {@link RequestSigner.verify}: the signature's timestamp and MAC, or why it was refused. */
 export type Verdict =
-  | { readonly ok: true; readonly timestampMs: number; readonly mac: string }
+  | { readonly ok: true; readonly timestampMs: number; readonly nonce: string; readonly mac: string }
   | { readonly ok: false; readonly reason: 'missing' | 'malformed' | 'expired' | 'bad_signature' };
 
 /** SHA-256 of `body`, base64url (the value of {@link CONTENT_DIGEST_HEADER}). */
@@ -164,7 +165,10 @@ export class RequestSigner {
     const timestampMs = Number(t);
     if (!(Math.abs(this.#clock.now() - timestampMs) <= this.windowMs)) return { ok: false, reason: 'expired' };
     const bytes = Buffer.from(mac, 'base64url');
-    if (bytes.length !== MAC_BYTES || !this.#secret.matches(canonicalRequest(req, t, nonce), bytes)) return { ok: false, reason: 'bad_signature' };
-    return { ok: true, timestampMs, mac };
+    // 43 base64url characters carry 258 bits: the last one's 2 spare bits are ignored by the decoder,
+    // so four spellings decode to one MAC. Only the canonical one is accepted (replays are keyed on it).
+    if (bytes.length !== MAC_BYTES || bytes.toString('base64url') !== mac) return { ok: false, reason: 'malformed' };
+    if (!this.#secret.matches(canonicalRequest(req, t, nonce), bytes)) return { ok: false, reason: 'bad_signature' };
+    return { ok: true, timestampMs, nonce, mac };
   }
 }

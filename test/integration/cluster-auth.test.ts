@@ -12,6 +12,7 @@
  * - a node without a cluster secret (a single node) refuses every internal route; health, readiness
  *   and metrics stay open.
  */
+import { randomId } from '../../src/security/random-id.ts';
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance } from 'fastify';
@@ -204,12 +205,48 @@ describe('cluster signatures on a node (static cluster, real HTTP)', () => {
     assert.equal(await metric('stand_in_headers'), dropped + 2);
   });
 
-  test('the same fallback request signed by a router is accepted: the node stands in for the suspect owner', async () => {
+  test('the same fallback request signed by a router (with a nonce) is accepted once: the node stands in for the suspect owner; its replay, with another body, gets 421', async () => {
     const path = '/v1/chat/completions';
     const headers: Record<string, string> = { authorization: 'Bearer key-theirs-0001', 'content-type': 'application/json', 'x-quotaring-fallback-for': 'node-b', 'x-quotaring-tenant': theirs };
-    headers[SIGNATURE_HEADER] = testSigner.signature({ method: 'POST', path, headers });
+    headers[SIGNATURE_HEADER] = testSigner.signature({ method: 'POST', path, headers }, randomId());
     const res = await request(`${url}${path}`, { method: 'POST', headers, body: chat() });
     assert.equal(res.statusCode, 200, await res.body.text());
+    const dropped = await metric('stand_in_headers');
+    const replay = await request(`${url}${path}`, { method: 'POST', headers, body: JSON.stringify({ model: 'gpt-4o-mini', max_tokens: 5, messages: [{ role: 'user', content: 'replayed' }] }) });
+    assert.equal(replay.statusCode, 421, await replay.body.text());
+    assert.equal(await metric('stand_in_headers'), dropped + 1);
+  });
+
+  test('a router signature without a nonce, or for another tenant than the key\'s, does not make the node stand in: 421', async () => {
+    const path = '/v1/chat/completions';
+    const base = { authorization: 'Bearer key-theirs-0001', 'content-type': 'application/json', 'x-quotaring-fallback-for': 'node-b' };
+    const noNonce: Record<string, string> = { ...base, 'x-quotaring-tenant': theirs };
+    noNonce[SIGNATURE_HEADER] = testSigner.signature({ method: 'POST', path, headers: noNonce });
+    const otherTenant: Record<string, string> = { ...base, 'x-quotaring-tenant': own };
+    otherTenant[SIGNATURE_HEADER] = testSigner.signature({ method: 'POST', path, headers: otherTenant }, randomId());
+    for (const [what, headers] of [['no nonce', noNonce], ['signed for another tenant', otherTenant]] as const) {
+      const res = await request(`${url}${path}`, { method: 'POST', headers, body: chat() });
+      assert.equal(res.statusCode, 421, what);
+      assert.equal(res.headers['x-quotaring-error'], 'misdirected', what);
+      await res.body.dump();
+    }
+  });
+
+  test('a signature whose MAC is spelled another way (the last base64url character\'s spare bits) is refused, so a replay cannot dodge the guard', async () => {
+    const body = { op: 'renew', tenant: own, id: 'no-such-reservation' };
+    // Sign one settlement, then send it with each sibling spelling of the MAC's last character.
+    const target = new URL('/_quotaring/v1/settlements', url);
+    const text = JSON.stringify(body);
+    const headers: Record<string, string> = { 'content-type': 'application/json', ...testSigner.signInternal('POST', target, {}, text) };
+    const sig = headers[SIGNATURE_HEADER] as string;
+    const last = sig.at(-1) as string;
+    const alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_';
+    const index = alphabet.indexOf(last);
+    const siblings = [0, 1, 2, 3].map((i) => alphabet[(index & ~3) + i] as string).filter((c) => c !== last);
+    for (const c of siblings) {
+      const forged = await request(target, { method: 'POST', headers: { ...headers, [SIGNATURE_HEADER]: sig.slice(0, -1) + c }, body: text });
+      assert.match(await expect401(forged, `spelling ${c}`), /malformed/);
+    }
   });
 
   test('rotation: a node whose secret is new and whose previous is the old one accepts calls signed with either', async () => {
