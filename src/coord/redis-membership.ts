@@ -3,7 +3,18 @@
  * pub/sub, and every node and router rebuilds the same ring from the same sorted live list.
  * Redis commands: a handful per heartbeat per process, none per request.
  * Entries are signed with the cluster secret (`src/security/member-entry.ts`): an entry without a
- * valid signature never joins the ring (it is reported once to `onRejectedEntry` listeners and counted).
+ * valid signature never joins the ring (it is counted, and reported to `onRejectedEntry` listeners at
+ * most once per {@link REJECT_REPORT_MS}).
+ *
+ * Freshness: the signature covers `{id,url,weight}`, not the score, so a copy of a real node's entry
+ * verifies forever. Only the score (the heartbeat's Redis time) says it is live, and a score is
+ * believed only inside `[now − deadAfterMs, now + futureSkewMs]`: an entry written with a score far
+ * in the future (a replay at 9e15) is never read into a ring, and nodes delete it. At most
+ * {@link MAX_ENTRIES_READ} entries are read per sync, so junk entries cost a bounded amount of work.
+ * What remains: someone with write access to Redis can keep a departed member's signed entry in the
+ * ring by rewriting it with a current score every heartbeat (and must then also take over its
+ * address to receive anything), or fill the window with junk to crowd out live members. That is why
+ * Redis must stay private (docs/security.md, "What must stay private").
  */
 import type { Redis } from 'ioredis';
 import { systemClock } from '../clock.ts';
@@ -60,8 +71,29 @@ export function membershipChannel(cluster: string): string {
   return `qr:{${cluster}}:membership`;
 }
 
-/** Distinct rejected entries remembered (so each is reported once); past it, the memory starts over. */
-const MAX_REJECTED_REMEMBERED = 1_000;
+/**
+ * Entries read per sync at most (`ZRANGEBYSCORE ... LIMIT 0 n`, oldest live score first): a real
+ * cluster has far fewer members; beyond it, Redis holds junk. Hitting it is counted and reported.
+ */
+export const MAX_ENTRIES_READ = 1_024;
+/** Scores up to this far ahead of Redis time are believed (clock steps between TIME reads), ms; at least 2 heartbeats. */
+const MIN_FUTURE_SKEW_MS = 5_000;
+/** Nodes delete entries scored more than this ahead of Redis time, ms (more than any skew). */
+const FUTURE_PRUNE_MS = 60_000;
+/** Rejected entries are reported to listeners at most once per this many ms (with a count). */
+export const REJECT_REPORT_MS = 10_000;
+/** A read that hit {@link MAX_ENTRIES_READ} is reported at most once per this many ms (with a count). */
+export const CAP_REPORT_MS = 60_000;
+
+/** Work done by one {@link RedisMembership}, for tests and metrics. */
+export interface RedisMembershipStats {
+  /** Entries read from Redis and checked (JSON parse + HMAC), over all syncs. */
+  readonly entriesChecked: number;
+  /** Syncs whose read hit {@link MAX_ENTRIES_READ}. */
+  readonly readCapHits: number;
+  /** Reports sent to `onRejectedEntry` listeners (rejections and cap hits). */
+  readonly reports: number;
+}
 
 /** Parses a join/leave announcement; undefined for anything else. */
 function parseAnnouncement(message: string): { type: 'join' | 'leave'; id: string } | undefined {
@@ -121,9 +153,19 @@ export class RedisMembership implements Membership {
   readonly #onError: (err: Error) => void;
   readonly #listeners = new Set<(ring: Ring) => void>();
   readonly #secret: ClusterSecret;
-  /** Entries ignored so far (reported once each), and who wants to hear of new ones. */
-  readonly #rejected = new Map<string, RejectedMemberEntry>();
+  readonly #futureSkewMs: number;
+  /** Entries rejected in the last read (at most {@link MAX_ENTRIES_READ}): one still there is not counted again. */
+  #rejectedLastRead = new Set<string>();
   #rejectedTotal = 0;
+  /** Rejections and cap hits not reported yet (the first of each kept as the example), the clock ms of the last reports, and the last report (for late listeners). */
+  #pendingRejected: { entry: RejectedMemberEntry; count: number } | undefined;
+  #pendingCapHits = 0;
+  #rejectReportedAt = -Infinity;
+  #capReportedAt = -Infinity;
+  #lastReport: RejectedMemberEntry | undefined;
+  #entriesChecked = 0;
+  #readCapHits = 0;
+  #reports = 0;
   readonly #rejectedListeners = new Set<(entry: RejectedMemberEntry) => void>();
 
   #ring: Ring;
@@ -169,6 +211,7 @@ export class RedisMembership implements Membership {
     this.#channel = membershipChannel(opts.cluster);
     this.#heartbeatMs = heartbeatMs;
     this.#deadAfterMs = deadAfterMs;
+    this.#futureSkewMs = Math.max(MIN_FUTURE_SKEW_MS, 2 * heartbeatMs);
     this.#clock = opts.clock ?? systemClock;
     this.#ringOptions = opts.ring ?? {};
     this.#onError = opts.onError ?? (() => {});
@@ -266,32 +309,57 @@ export class RedisMembership implements Membership {
   }
 
   /**
-   * Calls `listener` once for each entry ignored for a missing or bad signature (or not a member at
-   * all): first for those ignored before the call, then for new ones. Returns the unsubscribe function.
+   * Calls `listener` with reports of ignored entries: at most one per {@link REJECT_REPORT_MS} for
+   * entries with a missing or bad signature (or not a member at all), `count` = entries newly
+   * rejected since the previous report, the entry given being the first of them; and at most one per
+   * {@link CAP_REPORT_MS} with problem `too_many_entries`, `count` = reads that hit
+   * {@link MAX_ENTRIES_READ} since the previous one. A listener added late first hears the last
+   * report. Returns the unsubscribe function.
    */
   onRejectedEntry(listener: (entry: RejectedMemberEntry) => void): () => void {
-    for (const entry of this.#rejected.values()) listener(entry);
+    if (this.#lastReport !== undefined) listener(this.#lastReport);
     this.#rejectedListeners.add(listener);
     return () => {
       this.#rejectedListeners.delete(listener);
     };
   }
 
-  /** Distinct member entries ignored so far (unsigned, badly signed, or not a member). */
+  /**
+   * Member entries ignored so far (unsigned, badly signed, or not a member): an entry is counted when
+   * a read finds it and the previous read did not, so one left in Redis counts once.
+   */
   rejectedEntries(): number {
     return this.#rejectedTotal;
   }
 
-  #reject(raw: string, entry: RejectedMemberEntry): void {
-    if (this.#rejected.has(raw)) return;
-    if (this.#rejected.size >= MAX_REJECTED_REMEMBERED) this.#rejected.clear();
-    this.#rejected.set(raw, entry);
-    this.#rejectedTotal++;
-    for (const listener of [...this.#rejectedListeners]) {
-      try {
-        listener(entry);
-      } catch (err) {
-        this.#onError(asError(err));
+  /** Work counters (entries checked, reads that hit the cap, reports sent). */
+  stats(): RedisMembershipStats {
+    return { entriesChecked: this.#entriesChecked, readCapHits: this.#readCapHits, reports: this.#reports };
+  }
+
+  /** Sends the pending reports whose interval has passed. */
+  #report(): void {
+    const now = this.#clock.now();
+    const due: RejectedMemberEntry[] = [];
+    if (this.#pendingRejected !== undefined && now - this.#rejectReportedAt >= REJECT_REPORT_MS) {
+      due.push({ ...this.#pendingRejected.entry, count: this.#pendingRejected.count });
+      this.#pendingRejected = undefined;
+      this.#rejectReportedAt = now;
+    }
+    if (this.#pendingCapHits > 0 && now - this.#capReportedAt >= CAP_REPORT_MS) {
+      due.push({ problem: 'too_many_entries', count: this.#pendingCapHits });
+      this.#pendingCapHits = 0;
+      this.#capReportedAt = now;
+    }
+    for (const entry of due) {
+      this.#lastReport = entry;
+      this.#reports++;
+      for (const listener of [...this.#rejectedListeners]) {
+        try {
+          listener(entry);
+        } catch (err) {
+          this.#onError(asError(err));
+        }
       }
     }
   }
@@ -349,21 +417,31 @@ export class RedisMembership implements Membership {
       if (inContact && sentAt - this.#contactSince >= this.#deadAfterMs && ++this.#sincePrune * this.#heartbeatMs >= this.#deadAfterMs) {
         this.#sincePrune = 0;
         p.zremrangebyscore(this.#key, '-inf', `(${nowMs - this.#deadAfterMs}`);
+        p.zremrangebyscore(this.#key, `(${nowMs + Math.max(FUTURE_PRUNE_MS, this.#futureSkewMs)}`, '+inf');
       }
-      p.zrange(this.#key, 0, -1, 'WITHSCORES');
+      // Only believable scores, and a bounded number of entries. The read's lower bound is decided
+      // before the answer (contact as of the last sync); #apply applies the exact one.
+      const maxScore = nowMs + this.#futureSkewMs;
+      const readMin = this.#lastSync !== undefined && !this.#failed && sentAt - this.#contactSince >= this.#deadAfterMs ? `${nowMs - this.#deadAfterMs}` : '-inf';
+      p.zrangebyscore(this.#key, readMin, `${maxScore}`, 'WITHSCORES', 'LIMIT', 0, MAX_ENTRIES_READ);
       const results = await p.exec();
       if (results === null) throw new Error('membership pipeline was discarded');
       for (const [err] of results) if (err) throw err;
       const flat = results[results.length - 1]?.[1];
-      if (!Array.isArray(flat)) throw new Error('membership ZRANGE returned no list');
+      if (!Array.isArray(flat)) throw new Error('membership ZRANGEBYSCORE returned no list');
       // Contact is judged when the answer came: a sync that Redis held (a stall) counts as a gap.
       const t = this.#clock.now();
       if (this.#lastSync !== undefined && (this.#failed || t - this.#lastSync > this.#deadAfterMs - this.#heartbeatMs)) this.#contactSince = t;
       // Members older than deadAfterMs are ignored once in contact for deadAfterMs.
       const prune = t - this.#contactSince >= this.#deadAfterMs;
-      this.#apply(flat as string[], prune ? nowMs - this.#deadAfterMs : -Infinity);
+      if (flat.length >= 2 * MAX_ENTRIES_READ) {
+        this.#readCapHits++;
+        this.#pendingCapHits++;
+      }
+      this.#apply(flat as string[], prune ? nowMs - this.#deadAfterMs : -Infinity, maxScore);
       this.#lastSync = this.#clock.now();
       this.#failed = false;
+      this.#report();
     } catch (err) {
       this.#failed = true;
       this.#redisOffsetMs = undefined;
@@ -372,27 +450,35 @@ export class RedisMembership implements Membership {
   }
 
   /**
-   * Takes `[json, score, json, score, ...]`, keeps the newest entry per id above `minScore`, rebuilds
+   * Takes `[json, score, json, score, ...]`, keeps the newest entry per id scored in `[minScore, maxScore]`, rebuilds
    * on change. A member of the current view missing from the read without a leave announcement (a
    * Redis that restarted empty, or was restored from an old snapshot) stays until `deadAfterMs` after
    * this process last saw its heartbeat rise: a Redis restart must not move tenants off live nodes.
    */
-  #apply(flat: readonly string[], minScore: number): void {
+  #apply(flat: readonly string[], minScore: number, maxScore: number): void {
     const now = this.#clock.now();
     const newest = new Map<string, { member: Member; score: number }>();
+    const rejected = new Set<string>();
     for (let i = 0; i + 1 < flat.length; i += 2) {
       const raw = flat[i] ?? '';
       const score = Number(flat[i + 1]);
-      if (!(score >= minScore)) continue;
+      if (!(score >= minScore && score <= maxScore)) continue;
+      this.#entriesChecked++;
       const read = readMemberEntry(raw, this.#secret);
       if (!('member' in read)) {
-        this.#reject(raw, { ...(read.id === undefined ? {} : { id: read.id }), problem: read.problem });
+        rejected.add(raw);
+        if (!this.#rejectedLastRead.has(raw)) {
+          this.#rejectedTotal++;
+          if (this.#pendingRejected === undefined) this.#pendingRejected = { entry: { ...(read.id === undefined ? {} : { id: read.id }), problem: read.problem }, count: 0 };
+          this.#pendingRejected.count++;
+        }
         continue;
       }
       const member = read.member;
       const seen = newest.get(member.id);
       if (seen === undefined || score > seen.score) newest.set(member.id, { member, score });
     }
+    this.#rejectedLastRead = rejected;
     for (const [id, { score }] of newest) {
       const beat = this.#beats.get(id);
       if (beat === undefined || score > beat.score) this.#beats.set(id, { score, seenAt: now });

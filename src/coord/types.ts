@@ -26,11 +26,16 @@ export interface Ring {
   range(tenant: string, k: number): readonly Member[];
 }
 
-/** A member entry a membership ignored: its claimed id (when it has one) and why. */
+/** A report of member entries a membership ignored: the claimed id of one (when it has one), why, and how many. */
 export interface RejectedMemberEntry {
   readonly id?: string;
-  /** `unsigned` / `bad_signature`: not signed with the cluster secret; `not_a_member`: not a member's JSON. */
-  readonly problem: 'not_a_member' | 'unsigned' | 'bad_signature';
+  /**
+   * `unsigned` / `bad_signature`: not signed with the cluster secret; `not_a_member`: not a member's
+   * JSON; `too_many_entries`: reads found more entries than they take (junk in Redis).
+   */
+  readonly problem: 'not_a_member' | 'unsigned' | 'bad_signature' | 'too_many_entries';
+  /** Entries (reads, for `too_many_entries`) since the previous report of this kind; 1 when absent. */
+  readonly count?: number;
 }
 
 /** Where the live member list comes from. Emits the new ring on every change. */
@@ -43,8 +48,8 @@ export interface Membership {
   ring(): Ring;
   /** Called with the new ring after each change of the member list. Returns an unsubscribe function. */
   onChange(listener: (ring: Ring) => void): () => void;
-  /** Memberships read from a shared store (Redis): called once per entry ignored for a missing or bad signature, those before the call included. */
+  /** Memberships read from a shared store (Redis): called with rate-limited reports of ignored entries (see {@link RejectedMemberEntry}); a late listener hears the last one. */
   onRejectedEntry?(listener: (entry: RejectedMemberEntry) => void): () => void;
-  /** Memberships read from a shared store: distinct entries ignored so far. */
+  /** Memberships read from a shared store: entries ignored so far (one left in the store counts once). */
   rejectedEntries?(): number;
 }

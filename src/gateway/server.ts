@@ -354,7 +354,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     memberEntriesRejected: () => clusterOpts?.membership.rejectedEntries?.() ?? 0,
     clusterAuthRefused: () => ({ internalCalls: clusterAuth.stats.refused, standInHeaders: clusterAuth.stats.headersDropped }),
   });
-  clusterOpts?.membership.onRejectedEntry?.((entry) => app.log.warn({ member: entry.id ?? null, problem: entry.problem }, 'member entry in Redis ignored: not signed with the cluster secret'));
+  clusterOpts?.membership.onRejectedEntry?.((entry) => app.log.warn({ member: entry.id ?? null, problem: entry.problem, count: entry.count ?? 1 }, entry.problem === 'too_many_entries' ? 'membership reads hit their entry cap: junk member entries in Redis' : 'member entries in Redis ignored: not signed with the cluster secret'));
   app.decorateRequest('tenant', null);
   app.decorateRequest('tier', null);
   app.decorateRequest('trail', null);

@@ -93,7 +93,7 @@ export function buildRouter(opts: RouterOptions): FastifyInstance {
   applyListenerLimits(app, config.config.router);
   // Wall time, not opts.clock: the other end of a signature is another process.
   const signer = new RequestSigner(opts.clusterSecret);
-  membership.onRejectedEntry?.((entry) => app.log.warn({ member: entry.id ?? null, problem: entry.problem }, 'member entry in Redis ignored: not signed with the cluster secret'));
+  membership.onRejectedEntry?.((entry) => app.log.warn({ member: entry.id ?? null, problem: entry.problem, count: entry.count ?? 1 }, entry.problem === 'too_many_entries' ? 'membership reads hit their entry cap: junk member entries in Redis' : 'member entries in Redis ignored: not signed with the cluster secret'));
   const pools = new MemberPools();
   const suspects = new Suspects(clock);
   const health = new HealthCheck({ ring: () => membership.ring(), pools, suspects, intervalMs: healthCheckMs, log: app.log });

@@ -3,12 +3,12 @@ import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { ManualClock } from '../../src/clock.ts';
-import { RedisMembership, membersKey, membershipChannel } from '../../src/coord/redis-membership.ts';
+import { MAX_ENTRIES_READ, RedisMembership, membersKey, membershipChannel } from '../../src/coord/redis-membership.ts';
 import { signedMemberEntry } from '../../src/security/member-entry.ts';
 import { TEST_SECRET, TEST_SECRET_VALUE } from '../helpers/cluster-secret.ts';
 import { ClusterSecret } from '../../src/security/cluster-secret.ts';
 import { createRing } from '../../src/coord/ring.ts';
-import type { Member, Ring } from '../../src/coord/types.ts';
+import type { Member, RejectedMemberEntry, Ring } from '../../src/coord/types.ts';
 import { freePort } from '../helpers/processes.ts';
 import { startRedis } from '../helpers/redis.ts';
 import type { RunningRedis } from '../helpers/redis.ts';
@@ -215,8 +215,8 @@ describe('RedisMembership (real redis-server)', () => {
     try {
       const node = c.add(member(1));
       await node.start();
-      const [sec] = await client.time();
-      const now = Number(sec) * 1000;
+      const [sec, usec] = await client.time();
+      const now = Number(sec) * 1000 + Math.floor(Number(usec) / 1000);
       const other = new ClusterSecret('not-the-cluster-secret-but-32-chars-long');
       const tampered = JSON.parse(signedMemberEntry(member(3), TEST_SECRET)) as Record<string, unknown>;
       tampered.url = 'http://attacker.example:80';
@@ -233,12 +233,87 @@ describe('RedisMembership (real redis-server)', () => {
       assert.deepEqual(ids(router.ring()), ['node-1']);
       assert.deepEqual(ids(node.ring()), ['node-1']);
       assert.equal(router.rejectedEntries(), 4);
-      // A listener attached late still hears of each entry once.
-      const heard: string[] = [];
-      router.onRejectedEntry((e) => heard.push(`${e.id ?? '?'}:${e.problem}`));
+      // One report (rate-limited) counting the four; a listener attached late hears it.
+      const heard: RejectedMemberEntry[] = [];
+      router.onRejectedEntry((e) => heard.push(e));
       await sleep(250);
-      assert.deepEqual(heard.sort(), ['?:not_a_member', 'evil-1:unsigned', 'evil-2:bad_signature', 'node-3:bad_signature']);
+      assert.equal(heard.length, 1);
+      assert.equal(heard[0]?.count, 4);
       assert.equal(router.rejectedEntries(), 4);
+      assert.equal(router.stats().reports, 1);
+    } finally {
+      await c.stopAll();
+    }
+  });
+
+  test('a departed node\'s signed entry replayed with a far-future score (9e15) never joins a ring and is deleted by a node', async () => {
+    const c = cluster(100, 300);
+    const client = redis.client();
+    try {
+      const router = c.add(undefined);
+      const n1 = c.add(member(1));
+      const n2 = c.add(member(2));
+      for (const m of [router, n1, n2]) await m.start();
+      await waitFor('both nodes in the router\'s ring', () => ids(router.ring()).length === 2, 2_000);
+      const saved = (await client.zrange(membersKey(CLUSTER), 0, -1)).find((e) => e.includes('"node-2"'));
+      assert.equal(saved, signedMemberEntry(member(2), TEST_SECRET));
+      await n2.stop();
+      await waitFor('node-2 gone', () => ids(router.ring()).join() === 'node-1' && ids(n1.ring()).join() === 'node-1', 2_000);
+      const changes: string[][] = [];
+      router.onChange((r) => changes.push(ids(r)));
+      n1.onChange((r) => changes.push(ids(r)));
+      await client.zadd(membersKey(CLUSTER), '9000000000000000', saved ?? '');
+      await client.publish(membershipChannel(CLUSTER), JSON.stringify({ type: 'join', id: 'node-2' }));
+      await sleep(300);
+      assert.deepEqual(ids(router.ring()), ['node-1']);
+      assert.deepEqual(ids(n1.ring()), ['node-1']);
+      // node-1 deletes it (future pruning, once per deadAfterMs); meanwhile nobody took it in.
+      const t0 = performance.now();
+      while ((await client.zscore(membersKey(CLUSTER), saved ?? '')) !== null) {
+        assert.ok(performance.now() - t0 < 3_000, 'the far-future entry was not deleted within 3 s');
+        await sleep(20);
+      }
+      assert.deepEqual(changes, []);
+      assert.equal(router.rejectedEntries(), 0);
+    } finally {
+      await c.stopAll();
+    }
+  });
+
+  test('20,000 junk entries with future scores: each sync checks at most MAX_ENTRIES_READ of them, the ring is unchanged, reports are rate-limited', async () => {
+    const c = cluster(100, 300);
+    const client = redis.client();
+    try {
+      const router = c.add(undefined);
+      const node = c.add(member(1));
+      await node.start();
+      const [sec, usec] = await client.time();
+      const now = Number(sec) * 1000 + Math.floor(Number(usec) / 1000);
+      const key = membersKey(CLUSTER);
+      // 10,000 far in the future (9e15) and 10,000 within the believable skew (now + 2 s, read until they age out).
+      for (let b = 0; b < 20; b++) {
+        const args: (string | number)[] = [];
+        for (let i = b * 1_000; i < (b + 1) * 1_000; i++) args.push(i < 10_000 ? '9000000000000000' : now + 2_000, JSON.stringify({ id: `evil-${i}`, url: 'http://127.0.0.1:1', sig: 'A'.repeat(43) }));
+        await client.zadd(key, ...args);
+      }
+      const heard: RejectedMemberEntry[] = [];
+      router.onRejectedEntry((e) => heard.push(e));
+      await router.start();
+      await sleep(1_000); // about ten syncs each
+      assert.deepEqual(ids(router.ring()), ['node-1']);
+      assert.deepEqual(ids(node.ring()), ['node-1']);
+      for (const m of [router, node]) {
+        const { entriesChecked, readCapHits } = m.stats();
+        // Ten syncs (a loaded machine may run fewer, never many more) of at most the cap each.
+        assert.ok(entriesChecked <= 15 * MAX_ENTRIES_READ, `checked ${entriesChecked} entries`);
+        assert.ok(readCapHits >= 1, 'the cap was hit');
+      }
+      // The same capped slice is read each time: counted once, reported once (plus one cap report).
+      assert.equal(router.rejectedEntries(), MAX_ENTRIES_READ - 1);
+      assert.deepEqual(heard.map((e) => [e.problem, e.count]), [['bad_signature', MAX_ENTRIES_READ - 1], ['too_many_entries', 1]]);
+      assert.equal(router.stats().reports, 2);
+      // The node deleted the far-future ones.
+      assert.equal(await client.zcount(key, `(${now + 120_000}`, '+inf'), 0);
     } finally {
       await c.stopAll();
     }
