@@ -41,13 +41,14 @@
  */
 import type { Clock } from '../clock.ts';
 import type { Limiter } from '../limiter/limiter.ts';
+import { MAX_STATE_BYTES } from '../limiter/snapshot-bounds.ts';
 import { parseTenantSnapshot } from '../limiter/snapshot.ts';
 import type { TenantSnapshot } from '../limiter/snapshot.ts';
 import { isEmptyUsage, windowUsageSince, withOpenRequests, withUsage } from '../limiter/usage-delta.ts';
 import type { UsageDelta } from '../limiter/usage-delta.ts';
 import { createRing } from './ring.ts';
 import type { RingOptions } from './ring.ts';
-import type { HandoffDone, StoredState, TenantStateStore } from './state-store.ts';
+import type { HandoffDone, OversizedState, StoredState, TenantStateStore } from './state-store.ts';
 import type { Member, Membership, Ring } from './types.ts';
 
 /**
@@ -596,9 +597,10 @@ export class Handoff {
         }
       }
     }
-    let json: string | null = null;
+    let json: string | OversizedState | null = null;
     try {
-      // Redis slow or frozen: the claim waits at most wait_ms for the read, as for a handoff.
+      // Redis slow or frozen: the claim waits at most wait_ms for the read, as for a handoff. The
+      // read is bounded (MAX_STATE_BYTES), so a large value cannot be what makes it time out.
       json = await withTimeout(store.read(tenant), this.#waitMs);
     } catch (err) {
       this.#log.warn({ tenant, err: (err as Error).message }, 'tenant state unreadable: starting fresh');
@@ -617,7 +619,7 @@ export class Handoff {
    * Makes `json` (a stored state, or null for fresh) the tenant's state here and claims it, unless
    * the ring changed while it was read and this node no longer owns the tenant (then nothing).
    */
-  #adopt(tenant: string, json: string | null, crashed: boolean, readUnder: Ring): boolean {
+  #adopt(tenant: string, json: string | OversizedState | null, crashed: boolean, readUnder: Ring): boolean {
     if (this.#ring !== readUnder && !this.place(tenant).here) return false;
     try {
       if (json === null) this.#limiter.dropTenant(tenant);
@@ -642,12 +644,14 @@ export class Handoff {
    * Loads a stored state into the limiter. Its values are clamped to the tenant's limits (counted in
    * `stats.clamped`, logged); a state that does not parse is corrupt (`stats.corrupt`, logged with
    * the reason, never the value): the tenant starts in the conservative state, every requests and
-   * tokens limit used up for one window, never with fresh limits.
+   * tokens limit used up for one window, never with fresh limits. So is a value over the byte cap
+   * (`OversizedState`: never read, see `TenantStateStore.read`).
    * @throws RangeError when the tenant's policy is invalid (see `compilePolicy`).
    */
-  #load(tenant: string, json: string, crashed: boolean): void {
+  #load(tenant: string, json: string | OversizedState, crashed: boolean): void {
     let snapshot: TenantSnapshot;
     try {
+      if (typeof json !== 'string') throw new Error(`tenant snapshot: ${json.bytes} bytes, over the ${MAX_STATE_BYTES}-byte cap (not read)`);
       snapshot = parseTenantSnapshot(json);
     } catch (err) {
       this.stats.corrupt++;

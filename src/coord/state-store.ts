@@ -11,7 +11,10 @@
  * a value is replaced by the next write and deleted when its tenant goes idle, so the hash holds at
  * most one value per configured tenant.
  */
+import { readFileSync } from 'node:fs';
+import { luaScriptPath } from '../globalcap/scripts.ts';
 import type { Redis } from 'ioredis';
+import { MAX_STATE_BYTES } from '../limiter/snapshot-bounds.ts';
 
 /** A tenant's state to store: the snapshot JSON and how long Redis keeps it (ms). */
 export interface StoredState {
@@ -38,6 +41,29 @@ export function stateKey(cluster: string): string {
 
 /** Most tenants written or deleted by one command (`HSET`/`HDEL` arguments stay a few MB at most). */
 const WRITE_CHUNK = 1_000;
+
+/**
+ * A stored state over the byte cap ({@link MAX_STATE_BYTES}), left in Redis unread: corrupt to the
+ * reader (the tenant starts in the conservative state).
+ */
+export interface OversizedState {
+  /** Length of the stored value, bytes. */
+  readonly bytes: number;
+}
+
+/**
+ * The values of hash `KEYS[1]` at fields `ARGV[2..]`, each read only when at most `ARGV[1]` bytes
+ * long (`HSTRLEN` first, O(1)); a longer one answers its length (an integer) instead, so a hostile
+ * 80 MB value is never transferred nor parsed. One round trip, as the `HGET`/`HMGET` it replaces.
+ */
+/** The bounded read (`lua/state-read-bounded.lua`): a value over the cap comes back as its length, untransferred. */
+const READ_BOUNDED_LUA = readFileSync(luaScriptPath('state-read-bounded.lua'), 'utf8');
+const READ_BOUNDED = 'qrStateReadBounded';
+const withScript = new WeakSet<Redis>();
+/** The command `defineCommand` adds to the connection. */
+interface BoundedRead {
+  qrStateReadBounded(key: string, ...args: string[]): Promise<unknown>;
+}
 
 /** A stored value: `<expiresAtMs> <json>`. */
 function storedValue(json: string, expiresAtMs: number): string {
@@ -90,6 +116,25 @@ export class TenantStateStore {
     this.#key = stateKey(cluster);
     this.#channel = handoffChannel(cluster);
     this.#now = now;
+    if (!withScript.has(redis)) {
+      redis.defineCommand(READ_BOUNDED, { numberOfKeys: 1, lua: READ_BOUNDED_LUA });
+      withScript.add(redis);
+    }
+  }
+
+  /**
+   * The stored values of `tenants` (null where none), a value over `maxBytes` as its
+   * {@link OversizedState} without transferring it (see `lua/state-read-bounded.lua`). @throws the Redis error.
+   */
+  async #readBounded(tenants: readonly string[], maxBytes: number): Promise<(string | OversizedState | null)[]> {
+    const reply = await (this.#redis as unknown as BoundedRead).qrStateReadBounded(this.#key, String(maxBytes), ...tenants);
+    if (!Array.isArray(reply)) throw new Error('state read: the script answered no list');
+    return tenants.map((_, i): string | OversizedState | null => {
+      const v: unknown = reply[i];
+      if (typeof v === 'string') return v;
+      if (typeof v === 'number') return { bytes: v };
+      return null;
+    });
   }
 
   /**
@@ -124,28 +169,38 @@ export class TenantStateStore {
   }
 
   /**
-   * The stored states (snapshot JSON, unparsed and untrusted) of several tenants (`HMGET`), null
-   * where none or expired; a malformed value whole (see `#live`). @throws the Redis error.
+   * The stored states (snapshot JSON, unparsed and untrusted) of several tenants, null where none
+   * or expired; a malformed value whole (see `#live`); a value over `maxBytes` as its
+   * {@link OversizedState}, never transferred (its expiry unread: corrupt to the caller). One script
+   * call (`HSTRLEN`, then `HGET` when within the cap).
+   * @param maxBytes longest value read, bytes. @default MAX_STATE_BYTES
+   * @throws the Redis error.
    */
-  async readMany(tenants: readonly string[]): Promise<(string | null)[]> {
+  async readMany(tenants: readonly string[], maxBytes: number = MAX_STATE_BYTES): Promise<(string | OversizedState | null)[]> {
     if (tenants.length === 0) return [];
-    const values = await this.#redis.hmget(this.#key, ...tenants);
+    const values = await this.#readBounded(tenants, maxBytes);
     const now = this.#now();
-    return values.map((v) => this.#live(v, now));
+    return values.map((v) => (typeof v === 'string' ? this.#live(v, now) : v));
   }
 
   /**
    * The stored state (snapshot JSON, unparsed and untrusted) of a tenant, or null when none or
-   * expired; a malformed value whole (see `#live`). @throws the Redis error.
+   * expired; a malformed value whole (see `#live`); a value over `maxBytes` as its
+   * {@link OversizedState}, never transferred.
+   * @param maxBytes longest value read, bytes. @default MAX_STATE_BYTES
+   * @throws the Redis error.
    */
-  async read(tenant: string): Promise<string | null> {
-    return this.#live(await this.#redis.hget(this.#key, tenant), this.#now());
+  async read(tenant: string, maxBytes: number = MAX_STATE_BYTES): Promise<string | OversizedState | null> {
+    return (await this.readMany([tenant], maxBytes))[0] ?? null;
   }
 
-  /** When the stored state of a tenant expires (epoch ms), or null when none. @throws the Redis error. */
+  /**
+   * When the stored state of a tenant expires (epoch ms), or null when none, or when it is over
+   * {@link MAX_STATE_BYTES} (not transferred). @throws the Redis error.
+   */
   async expiresAt(tenant: string): Promise<number | null> {
-    const value = await this.#redis.hget(this.#key, tenant);
-    return value === null ? null : (parseStoredValue(value)?.expiresAtMs ?? null);
+    const [value] = await this.#readBounded([tenant], MAX_STATE_BYTES);
+    return typeof value === 'string' ? (parseStoredValue(value)?.expiresAtMs ?? null) : null;
   }
 
   /**

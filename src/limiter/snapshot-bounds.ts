@@ -17,6 +17,27 @@ import type { LimitSpec } from './types.ts';
  */
 export const MAX_CLOCK_SKEW_MS = 1_000;
 
+/**
+ * Most bytes of a tenant's stored state (`<expiresAtMs> <json>`) a node reads from Redis: 4 MiB. A
+ * larger value is never transferred (the store checks its length in Redis first) and counts as
+ * corrupt: the tenant starts in the conservative state. What a node exports stays well under it:
+ * a lease, a window entry or a reservation is 30 to 150 bytes of JSON (a 45-character request id,
+ * 13-digit times), so 4 MiB holds some 30,000 of the largest, more than a tenant has in flight or
+ * in a window but for sliding logs of tens of thousands of requests a window (such a tenant's next
+ * owner then starts it with its limits used up for one window: never more than the limit). Parsing
+ * 4 MiB of JSON takes tens of ms and tens of MB at most, where an unbounded value (80 MB of leases)
+ * froze a node for seconds and left it at GBs of RSS.
+ */
+export const MAX_STATE_BYTES = 4 * 1024 * 1024;
+
+/**
+ * Most entries a restored sliding window keeps, and most open reservations a restored tenant
+ * keeps: 100,000, more than a node holds in practice (a window's entries are its admissions, not
+ * bounded by its limit: a tokens entry may cost 0). Bounds what a value under
+ * {@link MAX_STATE_BYTES} can make the limiter hold, whatever the policy's limits.
+ */
+export const MAX_RESTORED_ENTRIES = 100_000;
+
 /** A token bucket's restored numbers, and how many of them were out of range. */
 export interface BoundedBucket {
   /** Units × windowMs, in [−limit × windowMs, limit × windowMs]. */
@@ -89,6 +110,39 @@ export function boundWindowEntries(
 }
 
 /**
+ * Bounds the number of a sliding window's stored entries (timestamp order) to `max` (≥ 1): the
+ * oldest entries over the bound are merged into one entry (id `''`, as usage carried over) at the
+ * newest of their timestamps, with the sum of their costs. Conservative: no usage is lost, and the
+ * merged usage leaves the window no earlier than its parts would have.
+ * @returns the entries (`entries` itself when within the bound) and how many were merged away.
+ */
+export function boundWindowCount(
+  entries: readonly (readonly [number, number, string])[],
+  max: number,
+): { readonly entries: readonly (readonly [number, number, string])[]; readonly clamped: number } {
+  if (entries.length <= max) return { entries, clamped: 0 };
+  const merge = entries.length - max + 1;
+  let cost = 0;
+  for (let i = 0; i < merge; i++) cost += (entries[i] as readonly [number, number, string])[1];
+  const ts = (entries[merge - 1] as readonly [number, number, string])[0];
+  return { entries: [[ts, cost, ''], ...entries.slice(merge)], clamped: merge - 1 };
+}
+
+/**
+ * Keeps the `max` latest-expiring of `items` (in their order); the others are dropped.
+ * Conservative for a semaphore's leases (the slots held longest stay held) and for reservations
+ * (a dropped reservation's usage stays charged; only its refund is lost).
+ * @returns the items (`items` itself when within the bound) and how many were dropped.
+ */
+export function keepLatest<T>(items: readonly T[], max: number, expiresAt: (item: T) => number): { readonly items: readonly T[]; readonly clamped: number } {
+  if (items.length <= max) return { items, clamped: 0 };
+  if (max <= 0) return { items: [], clamped: items.length };
+  const order = items.map((item, i) => i).sort((a, b) => expiresAt(items[b] as T) - expiresAt(items[a] as T));
+  const kept = new Set(order.slice(0, max));
+  return { items: items.filter((_, i) => kept.has(i)), clamped: items.length - max };
+}
+
+/**
  * Clamps a concurrency lease's stored expiry to `nowMs + leaseTtlMs`: a slot is never held
  * longer than one lease from now (a lease is renewed at most to now + leaseTtlMs).
  */
@@ -121,7 +175,10 @@ export function boundReservation(
 /**
  * A snapshot with every value of `snap` moved into the range the tenant's policy `c` allows at
  * `nowMs` (see {@link boundBucket}, {@link boundWindowEntries}, {@link boundLeaseExpiry},
- * {@link boundReservation}). Limits matched to the policy by name, as `restoreLimits` does; a
+ * {@link boundReservation}), and no more entries than the policy can use: a semaphore's leases
+ * at most its limit (the latest-expiring kept), a window's entries at most
+ * {@link MAX_RESTORED_ENTRIES} (the oldest merged, {@link boundWindowCount}), reservations at most
+ * {@link MAX_RESTORED_ENTRIES} (the latest-expiring kept). Limits matched to the policy by name, as `restoreLimits` does; a
  * snapshot limit the policy lacks, or of another algorithm, is passed on untouched (it is ignored
  * on restore). A bucket is bounded by the spec it was measured under (its own `limit` and
  * `windowMs`); a restore onto a changed spec clamps the units used to [0, limit] anyway.
@@ -146,23 +203,27 @@ export function boundSnapshot(c: CompiledPolicy, snap: TenantSnapshot, nowMs: nu
     }
     if (l.algorithm === 'sliding_window') {
       if (spec === undefined || spec.kind === 'concurrent') return l;
-      const w = boundWindowEntries(l.entries, spec.limit, nowMs);
-      if (w.clamped === 0) return l;
-      clamped += w.clamped;
+      const counted = boundWindowCount(l.entries, MAX_RESTORED_ENTRIES);
+      const w = boundWindowEntries(counted.entries, spec.limit, nowMs);
+      if (counted.clamped + w.clamped === 0) return l;
+      clamped += counted.clamped + w.clamped;
       return { ...l, entries: w.entries };
     }
     if (spec === undefined || spec.kind !== 'concurrent') return l;
     let n = 0;
-    const leases = l.leases.map(([id, exp]): [string, number] => {
+    const expiring = l.leases.map(([id, exp]): [string, number] => {
       const e = boundLeaseExpiry(exp, spec.leaseTtlMs, nowMs);
       if (e !== exp) n++;
       return [id, e];
     });
-    if (n === 0) return l;
-    clamped += n;
-    return { ...l, leases };
+    const kept = keepLatest(expiring, spec.limit, ([, e]) => e);
+    if (n + kept.clamped === 0) return l;
+    clamped += n + kept.clamped;
+    return { ...l, leases: kept.items };
   });
-  const reservations = snap.reservations.map((r) => {
+  const latest = keepLatest(snap.reservations, MAX_RESTORED_ENTRIES, (r) => r.expiresAt);
+  clamped += latest.clamped;
+  const reservations = latest.items.map((r) => {
     const b = boundReservation(r, c.reservationTtlMs, maxTokens, maxRequests, nowMs);
     clamped += b.clamped;
     return b.reservation;

@@ -268,7 +268,7 @@ describe('handoff through a real Redis', () => {
       [10_000 - 3_000 - 500 - 200 - 1_500 - 600, 100 - 5 + 1, 1],
     );
     // B's stand-in state was never checkpointed over A's.
-    const stored = JSON.parse((await new TenantStateStore(connections[0]!, `t${cluster}`).read(U)) ?? '{}') as { limits: { name: string; entries?: unknown[] }[] };
+    const stored = JSON.parse(((await new TenantStateStore(connections[0]!, `t${cluster}`).read(U)) as string | null) ?? '{}') as { limits: { name: string; entries?: unknown[] }[] };
     assert.deepEqual(stored.limits.find((l) => l.name === 'tokens/1m')?.entries?.length, 1);
     // A router routing around A again: B starts over from A's checkpoint, standing in afresh.
     await b.handoff.ready(U, 'fallback');

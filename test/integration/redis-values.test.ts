@@ -60,9 +60,9 @@ describe('tenant state (handoff and checkpoints) read back from Redis', () => {
   }
 
   /** A single node that owns T, loads its stored state, and records its warnings. */
-  async function claim(): Promise<{ limiter: Limiter; handoff: Handoff; warnings: string[] }> {
+  async function claim(policy: Policy = POLICY): Promise<{ limiter: Limiter; handoff: Handoff; warnings: string[] }> {
     const warnings: string[] = [];
-    const limiter = new Limiter({ clock, policyFor: () => POLICY });
+    const limiter = new Limiter({ clock, policyFor: () => policy });
     const handoff = new Handoff({
       self: A,
       membership: new TestMembership(createRing([A])),
@@ -158,6 +158,52 @@ describe('tenant state (handoff and checkpoints) read back from Redis', () => {
       assert.equal(admitted(limiter, 100, 5_000, 'c'), 4);
     });
   }
+
+  test('an 80 MB state (3,000,000 leases) is never read: the claim completes, the tenant starts conservative, counted as corrupt, RSS grows < 100 MB (was ~10 s and 2.5 GB, or fresh limits on the read timeout)', async () => {
+    const exp = clock.now() + 50_000;
+    const head = `${clock.now() + 120_000} {"v":1,"at":${clock.now()},"limits":[{"name":"concurrent","algorithm":"semaphore","leases":[`;
+    const parts: string[] = [];
+    for (let i = 0; i < 3_000_000; i++) parts.push(`["l${i}",${exp}]`);
+    const value = Buffer.from(`${head}${parts.join(',')}]}],"reservations":[]}`);
+    parts.length = 0;
+    assert.ok(value.length > 75_000_000, `${value.length} bytes`);
+    await redis.client().hset(stateKey(`rv${cluster}`), T, value);
+    global.gc?.();
+    const rss = process.memoryUsage().rss;
+    const started = Date.now();
+    const { limiter, handoff, warnings } = await claim();
+    const ms = Date.now() - started;
+    const grown = process.memoryUsage().rss - rss;
+    assert.ok(ms < 5_000, `claim took ${ms} ms`);
+    assert.ok(grown < 100 * 1024 * 1024, `RSS grew ${Math.round(grown / 1024 / 1024)} MB`);
+    assert.equal(handoff.stats.corrupt, 1);
+    assert.equal(handoff.stats.loaded, 0);
+    assert.deepEqual(warnings, ['tenant state in Redis is corrupt: its requests and tokens limits start used up for one window']);
+    const refused = limiter.acquire(T, { id: 'a', tokens: 1 });
+    assert.equal(refused.ok ? 0 : refused.retryAfterMs, 60_000);
+    clock.advance(60_000);
+    assert.equal(admitted(limiter, 100, 5_000, 'c'), 4);
+  });
+
+  test('100,000 leases (2.5 MB, under the byte cap) for a limit of 4: exactly the 4 latest-expiring are held, counted as clamped (was 100,000)', async () => {
+    const now = clock.now();
+    const policy: Policy = { limits: [{ name: 'concurrent', kind: 'concurrent', limit: 4, leaseTtlMs: 30_000 }] };
+    // Lease i expires at now + 10 s + i/10 ms: the 4 latest at now + 19,999.6 … 19,999.9 ms.
+    const leases = Array.from({ length: 100_000 }, (_, i): [string, number] => [`l${i}`, now + 10_000 + i / 10]);
+    await store({ v: 1, at: now, limits: [{ name: 'concurrent', algorithm: 'semaphore', leases }], reservations: [] });
+    const { limiter, handoff, warnings } = await claim(policy);
+    assert.equal(handoff.stats.loaded, 1);
+    assert.equal(handoff.stats.corrupt, 0);
+    assert.equal(handoff.stats.clamped, 1);
+    assert.deepEqual(warnings, ['tenant state in Redis out of range: values clamped to the limits']);
+    const held = limiter.exportTenant(T)?.limits.find((l) => l.name === 'concurrent');
+    assert.deepEqual(held?.algorithm === 'semaphore' ? held.leases.map(([id]) => id) : undefined, ['l99996', 'l99997', 'l99998', 'l99999']);
+    assert.equal(limiter.acquire(T, { id: 'a', tokens: 1 }).ok, false);
+    clock.advance(19_999);
+    assert.equal(limiter.acquire(T, { id: 'b', tokens: 1 }).ok, false);
+    clock.advance(1);
+    assert.equal(limiter.acquire(T, { id: 'c', tokens: 1 }).ok, true);
+  });
 });
 
 describe('global cap buckets (deployment quotas, spread tenants) read back by the Lua scripts', () => {

@@ -46,6 +46,19 @@ describe('tenant state store', () => {
     assert.deepEqual(await store.readMany(['tenant-0', 'tenant-2499']), [null, null]);
   });
 
+  test('a value over the byte cap is answered by its length, never transferred; one within it reads whole', async () => {
+    const store = new TenantStateStore(redis.client(), 'cap', () => 0);
+    await store.write([
+      { tenant: 'small', json: '{"v":1}', ttlMs: 60_000 },
+      { tenant: 'big', json: 'x'.repeat(100), ttlMs: 60_000 },
+    ]);
+    // Stored as `60000 <json>`: 6 + 100 bytes.
+    assert.deepEqual(await store.readMany(['small', 'big', 'none'], 106), ['{"v":1}', 'x'.repeat(100), null]);
+    assert.deepEqual(await store.readMany(['small', 'big', 'none'], 105), ['{"v":1}', { bytes: 106 }, null]);
+    assert.deepEqual(await store.read('big', 105), { bytes: 106 });
+    assert.equal(await store.read('small', 105), '{"v":1}');
+  });
+
   test('an expired value reads as absent, and the next write replaces it', async () => {
     let now = 5_000;
     const store = new TenantStateStore(redis.client(), 'expiry', () => now);

@@ -13,9 +13,12 @@ import {
   boundLeaseExpiry,
   boundReservation,
   boundSnapshot,
+  boundWindowCount,
   boundWindowEntries,
   conservativeSnapshot,
+  keepLatest,
   MAX_CLOCK_SKEW_MS,
+  MAX_RESTORED_ENTRIES,
 } from '../../src/limiter/snapshot-bounds.ts';
 import type { ReservationSnapshot, TenantSnapshot } from '../../src/limiter/snapshot.ts';
 import type { Policy } from '../../src/limiter/types.ts';
@@ -70,6 +73,60 @@ describe('clamp functions', () => {
     assert.deepEqual(b, { reservation: { ...r, tokens: 20_000, requests: 10, expiresAt: NOW + 60_000 }, clamped: 3 });
     const ok = { ...r, tokens: 20_000, requests: 1, expiresAt: NOW + 60_000 };
     assert.equal(boundReservation(ok, 60_000, 20_000, 10, NOW).reservation, ok);
+  });
+
+  test('boundWindowCount: the oldest entries over the bound merged into one at the newest of their times, their costs summed; within it, the entries themselves', () => {
+    const entries: [number, number, string][] = [
+      [1, 1, 'a'],
+      [2, 2, 'b'],
+      [3, 3, 'c'],
+      [4, 4, 'd'],
+    ];
+    assert.deepEqual(boundWindowCount(entries, 2), { entries: [[3, 6, ''], [4, 4, 'd']], clamped: 2 });
+    assert.deepEqual(boundWindowCount(entries, 1), { entries: [[4, 10, '']], clamped: 3 });
+    const same = boundWindowCount(entries, 4);
+    assert.equal(same.entries, entries);
+    assert.equal(same.clamped, 0);
+  });
+
+  test('keepLatest: the latest-expiring kept in their order, the count of the others dropped', () => {
+    const items = [5, 1, 9, 3, 7];
+    assert.deepEqual(keepLatest(items, 2, (x) => x), { items: [9, 7], clamped: 3 });
+    assert.deepEqual(keepLatest(items, 3, (x) => x), { items: [5, 9, 7], clamped: 2 });
+    assert.deepEqual(keepLatest(items, 0, (x) => x), { items: [], clamped: 5 });
+    assert.equal(keepLatest(items, 5, (x) => x).items, items);
+  });
+
+  test('boundSnapshot bounds counts: leases to the semaphore limit, window entries and reservations to MAX_RESTORED_ENTRIES', () => {
+    const c = compilePolicy({
+      limits: [
+        { name: 'requests/1m', kind: 'requests', limit: 1_000_000, windowMs: 60_000, algorithm: 'sliding_window' },
+        { name: 'concurrent', kind: 'concurrent', limit: 4, leaseTtlMs: 30_000 },
+      ],
+    });
+    const n = MAX_RESTORED_ENTRIES + 10;
+    const reservation = (i: number): ReservationSnapshot => ({ id: `r${i}`, tokens: 0, requests: 1, expiresAt: NOW + 1 + i / 1_000, settled: false, released: false, limits: ['requests/1m'] });
+    const { snapshot, clamped } = boundSnapshot(
+      c,
+      {
+        v: 1,
+        at: NOW,
+        limits: [
+          { name: 'requests/1m', algorithm: 'sliding_window', kind: 'requests', entries: Array.from({ length: n }, (_, i): [number, number, string] => [NOW - n + i, 1, `e${i}`]) },
+          { name: 'concurrent', algorithm: 'semaphore', leases: Array.from({ length: 100 }, (_, i): [string, number] => [`l${i}`, NOW + 1_000 + ((i * 37) % 100)]) },
+        ],
+        reservations: Array.from({ length: n }, (_, i) => reservation(i)),
+      },
+      NOW,
+    );
+    // 11 entries merged into 1 (10 fewer), 96 leases and 10 reservations dropped.
+    assert.equal(clamped, 10 + 96 + 10);
+    const [window, semaphore] = snapshot.limits;
+    assert.equal(window?.algorithm === 'sliding_window' ? window.entries.length : 0, MAX_RESTORED_ENTRIES);
+    assert.deepEqual(window?.algorithm === 'sliding_window' ? window.entries[0] : undefined, [NOW - n + 10, 11, '']);
+    assert.deepEqual(semaphore?.algorithm === 'semaphore' ? semaphore.leases.map(([, e]) => e - NOW - 1_000).sort((a, b) => a - b) : [], [96, 97, 98, 99]);
+    assert.equal(snapshot.reservations.length, MAX_RESTORED_ENTRIES);
+    assert.equal(snapshot.reservations[0]?.id, 'r10');
   });
 
   test('boundSnapshot returns the snapshot itself when nothing is out of range', () => {
