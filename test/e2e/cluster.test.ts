@@ -251,7 +251,7 @@ describe('cluster with Redis membership', () => {
     const send = async (node: string, headers: Record<string, string>): Promise<number> => {
       const res = await request(`${node}/v1/chat/completions`, {
         method: 'POST',
-        headers: routerSigned('POST', '/v1/chat/completions', { authorization: 'Bearer key-tpm-0000', 'content-type': 'application/json', ...headers }),
+        headers: routerSigned('POST', '/v1/chat/completions', { authorization: 'Bearer key-tpm-0000', 'content-type': 'application/json', 'x-quotaring-tenant': 'tpm', ...headers }),
         body: JSON.stringify(chat(300, 20)),
       });
       assert.equal(res.statusCode, 200);

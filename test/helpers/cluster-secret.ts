@@ -7,6 +7,7 @@ import { request } from 'undici';
 import type { Dispatcher } from 'undici';
 import { ClusterSecret, DEFAULT_SECRET_ENV } from '../../src/security/cluster-secret.ts';
 import { RequestSigner, SIGNATURE_HEADER } from '../../src/security/request-signature.ts';
+import { randomId } from '../../src/security/random-id.ts';
 
 /** The secret's value (≥ 32 characters). */
 export const TEST_SECRET_VALUE = 'quotaring-test-cluster-secret-0123456789';
@@ -37,5 +38,7 @@ export async function signedRequest(
  * the internal `x-quotaring-*` headers among `headers`), for tests that play the router.
  */
 export function routerSigned(method: string, path: string, headers: Record<string, string>): Record<string, string> {
-  return { ...headers, [SIGNATURE_HEADER]: testSigner.signature({ method, path, headers }) };
+  // As a router does: a request asking a node to stand in carries a nonce (the node accepts it once).
+  const standIn = headers['x-quotaring-fallback-for'] !== undefined || headers['x-quotaring-redirected-for'] !== undefined;
+  return { ...headers, [SIGNATURE_HEADER]: testSigner.signature({ method, path, headers }, standIn ? randomId() : '') };
 }
