@@ -12,16 +12,17 @@ import { createRing } from '../../src/coord/ring.ts';
 import type { Member } from '../../src/coord/types.ts';
 import { freePort, runCli, writeConfig } from '../helpers/processes.ts';
 import type { Running } from '../helpers/processes.ts';
+import { startRedis } from '../helpers/redis.ts';
 
 const LIMIT = 10;
 const CHECKPOINT_MS = 500;
 const TENANTS = ['r0', 'r1', 'r2', 'r3', 'r4', 'r5'];
 const env = { QUOTARING_SIM_KEY: 'sim-restart-key' };
 
-function config(simPort: number): string {
+function config(simPort: number, redisUrl?: string): string {
   return writeConfig({
     server: { log_level: 'warn' },
-    cluster: { health_check: '200ms', handoff: { checkpoint: `${CHECKPOINT_MS}ms`, drain: '300ms' } },
+    cluster: { ...(redisUrl === undefined ? {} : { name: `restarts-${process.pid}`, redis: { url: redisUrl }, heartbeat: '200ms', dead_after: '1s' }), health_check: '200ms', handoff: { checkpoint: `${CHECKPOINT_MS}ms`, drain: '300ms' } },
     tenants: TENANTS.map((id) => ({ id, keys: [`key-${id}-0000`], limits: [{ requests: LIMIT, window: '1m', algorithm: 'sliding_window' }] })),
     models: [{ name: 'gpt-4o-mini', encoding: 'o200k_base', estimator: 'estimate', deployments: ['sim'] }],
     deployments: [{ name: 'sim', provider: 'openai', base_url: `http://127.0.0.1:${simPort}`, api_key_env: 'QUOTARING_SIM_KEY' }],
@@ -112,6 +113,49 @@ describe('static members (no Redis): limits kept through restarts', () => {
     await sleep(100);
     for (let i = 0; i < 10; i++) if ((await send(c.router, tenant)) === 200) admitted++;
     // Bound: limit + what the owner admitted after its last delivered checkpoint (0 here).
+    assert.equal(admitted, LIMIT);
+  });
+});
+
+describe('Redis membership with Redis down: a graceful leave hands over HTTP', () => {
+  const procs: Running[] = [];
+  let redis: Awaited<ReturnType<typeof startRedis>> | undefined;
+  after(async () => {
+    await Promise.all(procs.map((p) => p.stop()));
+    await redis?.stop();
+  });
+
+  // A node cannot start while Redis is down today (issue 13 item 5, another part): only the leave is tested here.
+  test(`Redis stopped, then the owner SIGTERMed: its stand-in decides from the pushed state (nothing beyond ${LIMIT}/1m)`, async () => {
+    redis = await startRedis();
+    const simPort = await freePort();
+    procs.push(await runCli(['simulate', '--port', String(simPort)], `http://127.0.0.1:${simPort}/sim/stats`, env));
+    const cfg = config(simPort, redis.url);
+    const ports = [await freePort(), await freePort(), await freePort()];
+    const members = ports.map((port, i) => ({ id: `node-${i + 1}`, url: `http://127.0.0.1:${port}` }));
+    const nodes = new Map<string, Running>();
+    for (const m of members) {
+      const p = await runCli(['node', '--config', cfg, '--id', m.id, '--port', new URL(m.url).port], `${m.url}/healthz`, env);
+      procs.push(p);
+      nodes.set(m.id, p);
+    }
+    const routerPort = await freePort();
+    procs.push(await runCli(['router', '--config', cfg, '--port', String(routerPort)], `http://127.0.0.1:${routerPort}/readyz`, env));
+    const router = `http://127.0.0.1:${routerPort}`;
+    await sleep(1_000);
+    const tenant = 'r0';
+    const owner = createRing(members).owner(tenant) as Member;
+    let admitted = 0;
+    for (let i = 0; i < LIMIT; i++) if ((await send(router, tenant)) === 200) admitted++;
+    assert.equal(admitted, LIMIT);
+    await redis.kill();
+    const proc = nodes.get(owner.id)?.proc;
+    const exited = new Promise((resolve) => proc?.once('exit', resolve));
+    proc?.kill('SIGTERM');
+    await exited;
+    await sleep(600);
+    for (let i = 0; i < 5; i++) if ((await send(router, tenant)) === 200) admitted++;
+    // Before: the handoff went only to Redis (down): the stand-in started the tenant fresh.
     assert.equal(admitted, LIMIT);
   });
 });
