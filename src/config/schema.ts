@@ -236,6 +236,12 @@ export const ServerSchema = z.strictObject({
   ...listenerLimits,
   /** Period of the idle-tenant sweep. @default 10s */
   sweep_interval: duration.default(10_000),
+  /**
+   * Directory where a node saves its limiter state on a graceful stop (SIGTERM) and loads it on
+   * start (`<state_dir>/<node id>.json`, written atomically), so a restarted single node or cluster
+   * keeps every limit; relative to the working directory; `''` turns it off. @default .quotaring-state
+   */
+  state_dir: z.string().max(4_096).default('.quotaring-state'),
   /** Logging level: one line per request at info, one per decision at debug. @default info */
   log_level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   /** `json` (pino's lines) or `pretty` (pino-pretty, for a terminal; `--pretty-logs`). @default json */

@@ -36,8 +36,13 @@
  *   the stand-in loads the owner's state (its handoff, or its last checkpoint) like any moved
  *   tenant's and adds its own usage to it.
  *
- * Without a store (static members, no Redis) nothing is handed over: a tenant moves only when a
- * router routes around a dead owner, and then starts fresh on the next member.
+ * With `peers` (every cluster node; `src/coord/transfer-http.ts`, `src/coord/replicas.ts`), states
+ * also travel straight between nodes over signed HTTP, with or without Redis: a handoff is pushed to
+ * each new owner before it is written to Redis; every checkpoint goes to each tenant's replica (the
+ * next member of its range, the member that takes over if the owner dies); a claim loads the replica
+ * held here first (no Redis read) and reads Redis only when there is none. With static members
+ * (no store, the ring never changes) see `src/coord/static-handoff.ts` for the leave, stand-in and
+ * restart rules and their bounds.
  */
 import type { Clock } from '../clock.ts';
 import type { Limiter } from '../limiter/limiter.ts';
@@ -46,6 +51,7 @@ import { parseTenantSnapshot } from '../limiter/snapshot.ts';
 import type { TenantSnapshot } from '../limiter/snapshot.ts';
 import { isEmptyUsage, windowUsageSince, withOpenRequests, withUsage } from '../limiter/usage-delta.ts';
 import type { UsageDelta } from '../limiter/usage-delta.ts';
+import type { PeerTransport, ReplicaStore, TransferKind, WireState } from './replicas.ts';
 import { createRing } from './ring.ts';
 import type { RingOptions } from './ring.ts';
 import type { HandoffDone, OversizedState, StoredState, TenantStateStore } from './state-store.ts';
@@ -86,8 +92,10 @@ export interface HandoffOptions {
   readonly self: Member;
   readonly membership: Membership;
   readonly limiter: Limiter;
-  /** Redis state store; absent with static members (no handoff). */
+  /** Redis state store; absent with static members. */
   readonly store?: TenantStateStore;
+  /** States straight between nodes (handoffs, replicated checkpoints): see the module comment. */
+  readonly peers?: { readonly replicas: ReplicaStore; readonly transport: PeerTransport };
   readonly clock: Clock;
   /** Options the membership builds its rings with (for the ring without this node on leave). */
   readonly ringOptions?: RingOptions;
@@ -143,6 +151,12 @@ export interface HandoffStats {
   corrupt: number;
   /** Stored states loaded with values out of range, clamped (see `boundSnapshot`). */
   clamped: number;
+  /** Tenant states sent to replicas with checkpoints (peers). */
+  replicated: number;
+  /** Tenant states pushed to new owners or stand-ins on a handoff (peers). */
+  pushed: number;
+  /** Tenant states a restarted static member took back from the others (see `recover`). */
+  recovered: number;
 }
 
 /** A tenant this node holds in place of its suspect owner. */
@@ -169,6 +183,9 @@ export class Handoff {
   readonly #membership: Membership;
   readonly #limiter: Limiter;
   readonly #store: TenantStateStore | undefined;
+  readonly #peers: HandoffOptions['peers'];
+  /** Claims load state (from a store or peers): without either, every tenant is decided fresh here. */
+  readonly #tracks: boolean;
   readonly #clock: Clock;
   readonly #ringOptions: RingOptions;
   readonly #waitMs: number;
@@ -220,6 +237,9 @@ export class Handoff {
     absorbed: 0,
     corrupt: 0,
     clamped: 0,
+    replicated: 0,
+    pushed: 0,
+    recovered: 0,
   };
 
   /** Builds (does not start) a node's handoff; see {@link HandoffOptions} for units and defaults. */
@@ -228,6 +248,8 @@ export class Handoff {
     this.#membership = opts.membership;
     this.#limiter = opts.limiter;
     this.#store = opts.store;
+    this.#peers = opts.peers;
+    this.#tracks = opts.store !== undefined || opts.peers !== undefined;
     this.#clock = opts.clock;
     this.#ringOptions = opts.ringOptions ?? {};
     this.#waitMs = opts.waitMs ?? 250;
@@ -252,7 +274,7 @@ export class Handoff {
       (err) => this.#log.warn({ err: err.message }, 'handoff subscriber error'),
     );
     this.#unsubscribe = this.#membership.onChange((ring) => this.#ringChanged(ring));
-    if (this.#store !== undefined) {
+    if (this.#tracks) {
       this.#timer = setInterval(() => {
         void this.checkpoint();
         void this.returnStandIns();
@@ -309,24 +331,24 @@ export class Handoff {
   }
 
   #ready(tenant: string, how: ClaimHow, again: boolean): Promise<void> | undefined {
-    if (this.#store === undefined || this.#claimed.has(tenant)) return undefined;
+    if (!this.#tracks || this.#claimed.has(tenant)) return undefined;
     const pending = this.#loading.get(tenant);
     // Another load (a prefetch chunk, another request) is under way: wait for it, then claim
     // ourselves if it did not (once).
     if (pending !== undefined) return again ? pending.then(() => this.#ready(tenant, how, false)) : pending;
-    const loading = this.#claim(tenant, this.#store, how).finally(() => this.#loading.delete(tenant));
+    const loading = this.#claim(tenant, how).finally(() => this.#loading.delete(tenant));
     this.#loading.set(tenant, loading);
     return loading;
   }
 
   /** True when this node's limiter holds the tenant's state now (settle it here, synchronously). */
   holds(tenant: string): boolean {
-    return this.#store === undefined || this.#claimed.has(tenant);
+    return !this.#tracks || this.#claimed.has(tenant);
   }
 
   /** Marks a tenant's state as changed, for the next checkpoint. */
   touched(tenant: string): void {
-    if (this.#store !== undefined) this.#dirty.add(tenant);
+    if (this.#tracks) this.#dirty.add(tenant);
   }
 
   /**
@@ -373,7 +395,7 @@ export class Handoff {
   /** Writes the tenants touched since the last checkpoint (one `HSET` per 1,000 tenants). Never rejects. */
   async checkpoint(): Promise<void> {
     const store = this.#store;
-    if (store === undefined || this.#dirty.size === 0) return;
+    if (!this.#tracks || this.#dirty.size === 0) return;
     const states: StoredState[] = [];
     for (const tenant of this.#dirty) {
       // A stand-in's state is not the owner's: Redis keeps the owner's checkpoint.
@@ -382,6 +404,8 @@ export class Handoff {
       if (state !== undefined) states.push(state);
     }
     this.#dirty.clear();
+    const replicated = this.#replicate(states);
+    if (store === undefined) return replicated;
     try {
       await store.write(states);
       for (const s of states) if (this.#claimed.has(s.tenant)) this.#stored.add(s.tenant);
@@ -389,6 +413,59 @@ export class Handoff {
     } catch (err) {
       this.#log.warn({ err: (err as Error).message, tenants: states.length }, 'checkpoint failed');
     }
+    await replicated;
+  }
+
+  /**
+   * Sends checkpoint `states` to each tenant's replica under the ring: the second member of its
+   * range (one push per replica). Never rejects: a replica that cannot be reached misses this
+   * checkpoint (logged), and gets the tenant's next one.
+   */
+  async #replicate(states: readonly StoredState[]): Promise<void> {
+    if (this.#peers === undefined || states.length === 0) return;
+    const byReplica = new Map<string, { member: Member; states: WireState[] }>();
+    const at = this.#clock.now();
+    for (const s of states) {
+      const replica = this.#ring.range(s.tenant, 2)[1];
+      if (replica === undefined || replica.id === this.#self.id) continue;
+      let group = byReplica.get(replica.id);
+      if (group === undefined) byReplica.set(replica.id, (group = { member: replica, states: [] }));
+      group.states.push({ tenant: s.tenant, json: s.json, at });
+    }
+    await Promise.all([...byReplica.values()].map((g) => this.#push(g.member, 'checkpoint', g.states)));
+  }
+
+  /** Pushes states to a member; never rejects (logged). @returns whether it stored them. */
+  async #push(to: Member, kind: TransferKind, states: readonly WireState[]): Promise<boolean> {
+    if (this.#peers === undefined || states.length === 0) return true;
+    try {
+      await this.#peers.transport.push(this.#self, to, kind, states);
+      if (kind === 'checkpoint') this.stats.replicated += states.length;
+      else this.stats.pushed += states.length;
+      return true;
+    } catch (err) {
+      this.#log.warn({ to: to.id, kind, tenants: states.length, err: (err as Error).message }, kind === 'checkpoint' ? 'replica checkpoint not delivered' : 'handoff to a peer not delivered');
+      return false;
+    }
+  }
+
+  /**
+   * Stores states another node sent (its handoff or its replicated checkpoint) among this node's
+   * replicas, each expiring after the tenant's state TTL; tenants this node claims already keep
+   * their own state (what arrives later is older than what they decided since). Tenants `known`
+   * rejects (not in the config) are ignored.
+   * @returns how many were stored.
+   */
+  receive(states: readonly WireState[], known: (tenant: string) => boolean): number {
+    const replicas = this.#peers?.replicas;
+    if (replicas === undefined) return 0;
+    let stored = 0;
+    const now = Date.now();
+    for (const s of states) {
+      if (!known(s.tenant) || this.#claimed.has(s.tenant)) continue;
+      if (replicas.put({ tenant: s.tenant, json: s.json, at: s.at, expiresAtMs: now + this.#ttlMs(s.tenant) })) stored++;
+    }
+    return stored;
   }
 
   /**
@@ -469,7 +546,7 @@ export class Handoff {
    * @returns false when this node does not own the tenant under its ring (nothing changes).
    */
   async absorb(tenant: string, usage: UsageDelta): Promise<boolean> {
-    if (this.#store === undefined || !this.place(tenant).here || this.#standIns.has(tenant)) return false;
+    if (!this.#tracks || !this.place(tenant).here || this.#standIns.has(tenant)) return false;
     await this.ready(tenant);
     if (!this.#claimed.has(tenant) || !this.place(tenant).here) return false;
     this.#limiter.absorbUsage(tenant, usage);
@@ -491,6 +568,48 @@ export class Handoff {
     this.#claimed.delete(tenant);
     this.#dirty.delete(tenant);
     this.#stored.delete(tenant);
+  }
+
+  /**
+   * Gives `owner` back every tenant of it held here: the stand-in claims for it (their state now,
+   * requests admitted here included; the claim is dropped and the state kept as a replica, so a
+   * request still routed here before routers see the owner again starts from it) and the replicas
+   * of its tenants (its checkpoints, kept). Called when a restarted static member asks
+   * (`src/coord/static-handoff.ts`). Settlements of requests still running here are then forwarded to it.
+   */
+  surrender(owner: string): WireState[] {
+    const at = this.#clock.now();
+    const out: WireState[] = [];
+    const replicas = this.#peers?.replicas;
+    for (const e of replicas?.entries() ?? []) if (typeof e.json === 'string' && this.#ring.owner(e.tenant)?.id === owner) out.push({ tenant: e.tenant, json: e.json, at: e.at });
+    for (const [tenant, standIn] of [...this.#standIns]) {
+      if (standIn.owner !== owner) continue;
+      const snapshot = this.#limiter.exportTenant(tenant);
+      this.#unclaim(tenant);
+      if (snapshot === undefined) continue;
+      const json = JSON.stringify(snapshot);
+      out.push({ tenant, json, at });
+      replicas?.put({ tenant, json, at, expiresAtMs: Date.now() + this.#ttlMs(tenant) });
+      this.stats.returned++;
+    }
+    return out;
+  }
+
+  /** The state of every tenant claimed here and of every replica held (for the local state file). */
+  states(): WireState[] {
+    const at = this.#clock.now();
+    const out: WireState[] = [];
+    for (const e of this.#peers?.replicas.entries() ?? []) if (typeof e.json === 'string' && !this.#claimed.has(e.tenant)) out.push({ tenant: e.tenant, json: e.json, at: e.at });
+    for (const tenant of this.#claimed) {
+      const snapshot = this.#limiter.exportTenant(tenant);
+      if (snapshot !== undefined) out.push({ tenant, json: JSON.stringify(snapshot), at });
+    }
+    return out;
+  }
+
+  /** The transport and replicas of this node's peers (undefined without). */
+  get peers(): HandoffOptions['peers'] {
+    return this.#peers;
   }
 
   /** Tenants held here in place of their suspect owner. */
@@ -534,7 +653,7 @@ export class Handoff {
 
   /** True when the tenant is held here (after loading it if this node owns it); false after forwarding. */
   async #holdsOrForwards(tenant: string, settlement: ReservationOp, hops: number, from: string | undefined): Promise<boolean> {
-    if (this.#store === undefined || this.#claimed.has(tenant)) return true;
+    if (!this.#tracks || this.#claimed.has(tenant)) return true;
     const placed = this.place(tenant);
     if (placed.here) {
       await this.ready(tenant);
@@ -579,7 +698,8 @@ export class Handoff {
     }
   }
 
-  async #claim(tenant: string, store: TenantStateStore, how: ClaimHow): Promise<void> {
+  async #claim(tenant: string, how: ClaimHow): Promise<void> {
+    const store = this.#store;
     const fallback = how === 'fallback';
     const previous = this.#previous.owner(tenant);
     const ring = this.#ring;
@@ -587,7 +707,7 @@ export class Handoff {
     // The previous owner died (routed around, or gone from the ring without announcing a handoff):
     // the requests it had in flight died with it, so their concurrency slots are freed on load.
     const crashed = fallback || (previous !== undefined && previous.id !== this.#self.id && !previousAlive && !this.#seen.has(`${previous.id}|${ring.version}`));
-    if (how === 'owner' && previous !== undefined && previous.id !== this.#self.id && previousAlive) {
+    if (store !== undefined && how === 'owner' && previous !== undefined && previous.id !== this.#self.id && previousAlive) {
       const key = `${previous.id}|${ring.version}`;
       if (!this.#seen.has(key)) {
         if (await this.#waitFor(key)) this.stats.waited++;
@@ -598,14 +718,18 @@ export class Handoff {
       }
     }
     let json: string | OversizedState | null = null;
-    try {
+    // The replica held here (a checkpoint, a handoff pushed here, a state given back): no Redis read.
+    const replica = this.#peers?.replicas.take(tenant);
+    if (replica !== undefined) json = replica.json;
+    else if (store !== undefined) try {
       // Redis slow or frozen: the claim waits at most wait_ms for the read, as for a handoff. The
       // read is bounded (MAX_STATE_BYTES), so a large value cannot be what makes it time out.
       json = await withTimeout(store.read(tenant), this.#waitMs);
     } catch (err) {
       this.#log.warn({ tenant, err: (err as Error).message }, 'tenant state unreadable: starting fresh');
     }
-    if (this.#adopt(tenant, json, crashed, ring) && fallback && !this.place(tenant).here) {
+    // Without a store the ring never moves a tenant: a request handed here by a leaving owner stands in for it too.
+    if (this.#adopt(tenant, json, crashed, ring) && (fallback || (store === undefined && how === 'handed')) && !this.place(tenant).here) {
       const owner = this.#ring.owner(tenant);
       if (owner !== undefined) {
         this.#standIns.set(tenant, { owner: owner.id, base: this.#limiter.exportTenant(tenant), lastMs: this.#clock.now(), returning: false });
@@ -637,6 +761,8 @@ export class Handoff {
       this.#dirty.add(tenant);
     }
     this.#claimed.add(tenant);
+    // Loaded from elsewhere: its replica may not hold it (a restarted replica); the next checkpoint sends it there.
+    if (json !== null && this.#peers !== undefined) this.#dirty.add(tenant);
     return true;
   }
 
@@ -741,6 +867,8 @@ export class Handoff {
   #ringChanged(ring: Ring): void {
     const next = this.#leaving ? this.#without(ring) : ring;
     if (next.version === this.#ring.version) return;
+    // Replicas of tenants this node is no longer owner nor replica of: their new replica gets the owner's next checkpoint.
+    this.#peers?.replicas.retain((t) => next.range(t, 2).some((m) => m.id === this.#self.id));
     // The first ring (this node joining): the tenants it gains come from the ring without it.
     this.#previous = this.#ring.members.length === 0 ? this.#without(ring) : this.#ring;
     this.#ring = next;
@@ -784,8 +912,23 @@ export class Handoff {
       this.#unclaim(tenant);
     }
     for (const tenant of this.#carried.keys()) if (this.#leaving || ring.owner(tenant)?.id !== this.#self.id) this.#carried.delete(tenant);
-    if (store === undefined) return this.#chain;
+    if (store === undefined && this.#peers === undefined) return this.#chain;
     const run = async (): Promise<void> => {
+      // Straight to each new owner first (it loads without a Redis read), then to Redis.
+      const at = this.#clock.now();
+      const json = new Map(states.map((s) => [s.tenant, s.json]));
+      const pushes = Object.entries(byOwner).map(([id, tenants]) => {
+        const member = ring.members.find((m) => m.id === id);
+        const wire = tenants.flatMap((t) => { const j = json.get(t); return j === undefined ? [] : [{ tenant: t, json: j, at }]; });
+        return member === undefined ? Promise.resolve(false) : this.#push(member, 'handoff', wire);
+      });
+      await Promise.all(pushes);
+      if (store === undefined) {
+        this.stats.handedOff += states.length;
+        this.stats.lastHandoffMs = this.#clock.now() - started;
+        this.#onMoved?.('out', this.stats.lastHandoffMs, states.length);
+        return;
+      }
       try {
         await store.write(states);
         this.stats.handedOff += states.length;

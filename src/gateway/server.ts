@@ -53,6 +53,10 @@ import type { ClusterSecret } from '../security/cluster-secret.ts';
 import { missingSecret } from '../security/cluster-secret.ts';
 import { RequestSigner } from '../security/request-signature.ts';
 import { clusterAuthHooks } from './cluster-auth.ts';
+import { ReplicaStore } from '../coord/replicas.ts';
+import { httpPeerTransport, transferRoutes } from '../coord/transfer-http.ts';
+import { loadLocalState, saveLocalState } from '../coord/local-state.ts';
+import { parseTenantSnapshot } from '../limiter/snapshot.ts';
 
 /** Options of {@link buildGateway}. */
 export interface GatewayOptions {
@@ -75,6 +79,12 @@ export interface GatewayOptions {
    * internal route (`/_quotaring/v1/*`).
    */
   readonly clusterSecret?: ClusterSecret;
+  /**
+   * Directory of the node's state file (`server.state_dir`, see `src/coord/local-state.ts`): saved
+   * by {@link nodeLocalState}`.save()` on a graceful stop, loaded by `.restore()` before listening.
+   * Absent: neither (tests, embedding).
+   */
+  readonly stateDir?: string;
 }
 
 /** A node's place in a cluster. Handoff timings come from the config's `cluster.handoff`. */
@@ -91,6 +101,19 @@ export interface NodeClusterOptions {
 }
 
 const handoffs = new WeakMap<FastifyInstance, Handoff>();
+/** A node's state file: load before listening, save on a graceful stop. */
+export interface NodeLocalState {
+  /** Loads the state file (a single node: into its limiter; a cluster node: among its replicas). Never rejects (logged). */
+  restore(): Promise<void>;
+  /** Saves every tenant's state (a cluster node: the tenants it decides for and its replicas). Never rejects (logged). */
+  save(): Promise<void>;
+}
+const localStates = new WeakMap<FastifyInstance, NodeLocalState>();
+
+/** The state file of a node built by {@link buildGateway} with `stateDir`; undefined without. */
+export function nodeLocalState(app: FastifyInstance): NodeLocalState | undefined {
+  return localStates.get(app);
+}
 const adminSources = new WeakMap<FastifyInstance, Omit<NodeAdminSources, 'drain'> & { readonly drained: () => void }>();
 
 /**
@@ -261,6 +284,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
           membership: clusterOpts.membership,
           limiter,
           ...(clusterOpts.store === undefined ? {} : { store: clusterOpts.store }),
+          ...(signer === undefined ? {} : { peers: { replicas: new ReplicaStore(), transport: httpPeerTransport(signer) } }),
           clock,
           ...(clusterOpts.ringOptions === undefined ? {} : { ringOptions: clusterOpts.ringOptions }),
           waitMs: handoffSettings.wait_ms,
@@ -389,7 +413,67 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     anthropicRoutes(v1, ctx);
   });
 
-  if (handoff !== undefined) settlementRoutes(app, config, handoff);
+  if (handoff !== undefined) {
+    settlementRoutes(app, config, handoff);
+    transferRoutes(app, config, handoff);
+  }
+  if (opts.stateDir !== undefined) {
+    const dir = opts.stateDir;
+    localStates.set(app, {
+      restore: async () => {
+        try {
+          const loaded = await loadLocalState(dir, nodeId());
+          const configured = config.config.tenants.map((t) => t.id);
+          if (loaded.kind === 'none') return;
+          if (loaded.kind === 'corrupt') {
+            app.log.warn({ dir, reason: loaded.reason }, 'state file is corrupt: every tenant it may hold starts with its requests and tokens limits used up for one window');
+            if (handoff === undefined) for (const t of configured) limiter.importConservative(t);
+            // An unparseable value at time 0: loaded as corrupt (conservative) unless a member gives a real state back.
+            else handoff.receive(configured.filter((t) => handoff.ring().range(t, 2).some((m) => m.id === nodeId())).map((t) => ({ tenant: t, json: '', at: 0 })), (t) => config.policies.has(t));
+            return;
+          }
+          if (handoff !== undefined) {
+            const n = handoff.receive(loaded.states, (t) => config.policies.has(t));
+            app.log.info({ dir, tenants: n, expired: loaded.expired }, 'state file loaded');
+            return;
+          }
+          let corrupt = 0;
+          for (const s of loaded.states) {
+            if (!config.policies.has(s.tenant)) continue;
+            try {
+              limiter.importTenant(s.tenant, parseTenantSnapshot(s.json));
+            } catch {
+              corrupt++;
+              limiter.importConservative(s.tenant);
+            }
+          }
+          app.log.info({ dir, tenants: loaded.states.length, expired: loaded.expired, corrupt }, 'state file loaded');
+        } catch (err) {
+          app.log.warn({ dir, err: (err as Error).message }, 'state file unreadable: starting fresh');
+        }
+      },
+      save: async () => {
+        const now = Date.now();
+        const states =
+          handoff?.states() ??
+          [...limiter.tenants()].flatMap((tenant) => {
+            const snapshot = limiter.exportTenant(tenant);
+            return snapshot === undefined ? [] : [{ tenant, json: JSON.stringify(snapshot), at: snapshot.at }];
+          });
+        try {
+          const file = await saveLocalState(
+            dir,
+            nodeId(),
+            states.map((s) => ({ ...s, expiresAtMs: now + stateTtlMs(config.policies.get(s.tenant)) })),
+            now,
+          );
+          app.log.info({ file, tenants: states.length }, 'state saved');
+        } catch (err) {
+          app.log.warn({ dir, err: (err as Error).message }, 'state not saved');
+        }
+      },
+    });
+  }
   /** A tenant's limits where this node decides for it, else its owner (admin API and `/_quotaring/v1/tenants/:id`). */
   const tenantUsage = async (tenant: string): Promise<TenantUsage | undefined> => {
     if (!config.policies.has(tenant)) return undefined;

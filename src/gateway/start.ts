@@ -1,15 +1,19 @@
 /**
- * Starts a gateway node from a config file and stops it gracefully on SIGTERM/SIGINT: in a cluster
- * with Redis, a graceful stop hands every tenant over, deregisters, keeps answering 421 for
- * `cluster.handoff.drain` so routers catch up, then finishes in-flight requests within
- * `cluster.handoff.grace` and exits 0.
+ * Starts a gateway node from a config file and stops it gracefully on SIGTERM/SIGINT: a graceful
+ * stop saves the node's state file (`server.state_dir`), and in a cluster hands every tenant over
+ * (over HTTP to the new owner, or with static members to the member that stands in; and to Redis
+ * when configured), deregisters, keeps answering 421 for `cluster.handoff.drain` so routers catch
+ * up, then finishes in-flight requests within `cluster.handoff.grace` and exits 0. On start, the
+ * state file is loaded and a static member takes its tenants back from the others
+ * (`src/coord/static-handoff.ts`) before it listens.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { loadConfig } from '../config/load.ts';
 import { membershipFromConfig } from '../coord/from-config.ts';
 import { TenantStateStore } from '../coord/state-store.ts';
 import type { Member } from '../coord/types.ts';
-import { buildGateway, nodeHandoff, registerNodeAdmin } from './server.ts';
+import { buildGateway, nodeHandoff, nodeLocalState, registerNodeAdmin } from './server.ts';
+import { recoverFromPeers } from '../coord/static-handoff.ts';
 import { ReloadableConfig } from '../config/reloadable.ts';
 import { startAdminServer } from '../ops/admin-server.ts';
 import { clusterSecretFor } from '../security/cluster-secret.ts';
@@ -63,6 +67,7 @@ export async function startGateway(opts: StartGatewayOptions): Promise<{ url: st
     nodeId: () => opts.id ?? `node-${listenedPort}`,
     ...(opts.prettyLogs === true ? { prettyLogs: true } : {}),
     ...(clusterSecret === undefined ? {} : { clusterSecret }),
+    ...(server.state_dir === '' ? {} : { stateDir: server.state_dir }),
     ...(configured === undefined
       ? {}
       : {
@@ -75,9 +80,17 @@ export async function startGateway(opts: StartGatewayOptions): Promise<{ url: st
           },
         }),
   });
+  const handoff = nodeHandoff(app);
+  const localState = nodeLocalState(app);
+  // Before listening: a restarted node decides its first request from its saved state, and a static
+  // member from what the others held for it (no stand-in's usage can race a decision here).
+  const idKnown = opts.id !== undefined || port !== 0;
+  if (idKnown) await localState?.restore();
+  if (handoff !== undefined && store === undefined) await recoverFromPeers(handoff, (t) => config.policies.has(t), app.log);
   const url = await app.listen({ host, port });
   listenedPort = Number(new URL(url).port);
-  const handoff = nodeHandoff(app);
+  // Port 0: the node id (and its file) is known only now.
+  if (!idKnown) await localState?.restore();
   // Join the ring only once this node can serve.
   await handoff?.start();
   await configured?.membership.start();
@@ -88,7 +101,7 @@ export async function startGateway(opts: StartGatewayOptions): Promise<{ url: st
   /** Hands every tenant over and leaves the ring (once); resolves to the tenants handed over. */
   const leave = (): Promise<number> =>
     (left ??= (async () => {
-      if (handoff === undefined || store === undefined) return 0;
+      if (handoff === undefined) return 0;
       const before = handoff.stats.handedOff;
       // Hand over first (the new owners find the states before they see the new ring), then leave.
       await handoff.leave();
@@ -113,7 +126,9 @@ export async function startGateway(opts: StartGatewayOptions): Promise<{ url: st
   let closing: Promise<void> | undefined;
   const close = (): Promise<void> => {
     closing ??= (async () => {
-      if (handoff !== undefined && store !== undefined) {
+      // A cluster node saves before its handoff (the leave gives every tenant away).
+      if (handoff !== undefined) await localState?.save();
+      if (handoff !== undefined) {
         await leave();
         await sleep(settings.handoff.drain);
       }
@@ -127,6 +142,8 @@ export async function startGateway(opts: StartGatewayOptions): Promise<{ url: st
       clearTimeout(grace);
       // Settlements of the last streams go to the tenants' new owners: wait until they are delivered.
       await handoff?.flush();
+      // A single node saves once its last requests are settled.
+      if (handoff === undefined) await localState?.save();
       // In-flight settlements were forwarded during close; now stop the Redis connection.
       await configured?.close();
     })();

@@ -54,11 +54,22 @@ export async function freePortRun(count: number): Promise<number> {
   throw new Error(`no run of ${count} free ports found in 20000-32000`);
 }
 
-/** Writes a config object as YAML to a temp file; returns its path. */
+/**
+ * A config whose nodes keep their state files (`server.state_dir`) in `dir` unless it names one: a
+ * test never loads what an earlier run left in the working directory.
+ */
+function withStateDir(config: unknown, dir: string): unknown {
+  if (typeof config !== 'object' || config === null || Array.isArray(config)) return config;
+  const c = config as { server?: Record<string, unknown> };
+  if (c.server?.state_dir !== undefined) return config;
+  return { ...c, server: { ...c.server, state_dir: dir } };
+}
+
+/** Writes a config object as YAML to a temp file (nodes' state files beside it, see `withStateDir`); returns its path. */
 export function writeConfig(config: unknown): string {
   const dir = mkdtempSync(join(tmpdir(), 'quotaring-test-'));
   const file = join(dir, 'quotaring.yaml');
-  writeFileSync(file, stringify(config));
+  writeFileSync(file, stringify(withStateDir(config, join(dir, 'state'))));
   return file;
 }
 

@@ -1,0 +1,111 @@
+/**
+ * Tenant states straight between nodes over HTTP, with or without Redis: handoffs to new owners
+ * (or to the member that stands in for a leaving static member), replicated checkpoints to each
+ * tenant's replica, and the pull of a restarted static member. Two internal routes, reachable only
+ * with a call signed with the cluster secret (`src/gateway/cluster-auth.ts`):
+ *
+ * - `POST /_quotaring/v1/handoff/tenants` `{kind, states: [{tenant, json, at}]}`: stores the states
+ *   among the receiver's replicas (`src/coord/replicas.ts`); 200 `{stored}`.
+ * - `POST /_quotaring/v1/handoff/pull` `{owner}`: gives back every state the receiver holds for
+ *   tenants `owner` owns (see `Handoff.surrender`); 200 `{states}`.
+ *
+ * The states are untrusted JSON wherever they land: the claim that loads one parses and clamps it
+ * like a value read from Redis (corrupt: the conservative state).
+ */
+import type { FastifyInstance } from 'fastify';
+import { request as httpRequest } from 'undici';
+import { z } from 'zod';
+import type { LoadedConfig } from '../config/load.ts';
+import { errorBody } from '../errors.ts';
+import { MAX_STATE_BYTES } from '../limiter/snapshot-bounds.ts';
+import type { RequestSigner } from '../security/request-signature.ts';
+import type { Handoff } from './handoff.ts';
+import { FROM_HEADER } from './headers.ts';
+import type { PeerTransport, TransferKind, WireState } from './replicas.ts';
+import type { Member } from './types.ts';
+
+/** Path of the route that takes states pushed by another node. */
+export const HANDOFF_TENANTS_PATH = '/_quotaring/v1/handoff/tenants';
+/** Path of the route a restarted static member pulls its tenants' states from. */
+export const HANDOFF_PULL_PATH = '/_quotaring/v1/handoff/pull';
+
+/** Largest body of a push, bytes: one state at the cap ({@link MAX_STATE_BYTES}) with its JSON escaping, and more. */
+export const MAX_PUSH_BYTES = 3 * MAX_STATE_BYTES;
+/** A push carries at most about this much state JSON (one state over it goes alone). */
+const PUSH_CHUNK_CHARS = 1024 * 1024;
+/** Longest wait for a peer's answer, ms. */
+const PEER_TIMEOUT_MS = 2_000;
+
+const WireStateSchema = z.strictObject({ tenant: z.string().min(1).max(256), json: z.string(), at: z.number().finite() });
+const PushSchema = z.strictObject({ kind: z.enum(['handoff', 'checkpoint']), states: z.array(WireStateSchema).max(100_000) });
+const PullSchema = z.strictObject({ owner: z.string().min(1).max(256) });
+const PullReplySchema = z.strictObject({ states: z.array(WireStateSchema) });
+
+/**
+ * Registers both routes on a node. 400 for a body that is not what the route takes; 413 (fastify)
+ * for a push over {@link MAX_PUSH_BYTES}.
+ */
+export function transferRoutes(app: FastifyInstance, config: LoadedConfig, handoff: Handoff): void {
+  const known = (tenant: string): boolean => config.policies.has(tenant);
+  app.post(HANDOFF_TENANTS_PATH, { bodyLimit: MAX_PUSH_BYTES }, async (request, reply) => {
+    const parsed = PushSchema.safeParse(request.body);
+    if (!parsed.success) return reply.code(400).header('x-quotaring-error', 'invalid_request').send(errorBody('openai', 'invalid_request', `Not a state push: ${parsed.error.issues[0]?.message ?? 'invalid'}.`));
+    return { stored: handoff.receive(parsed.data.states, known) };
+  });
+  app.post(HANDOFF_PULL_PATH, async (request, reply) => {
+    const parsed = PullSchema.safeParse(request.body);
+    if (!parsed.success) return reply.code(400).header('x-quotaring-error', 'invalid_request').send(errorBody('openai', 'invalid_request', `Not a state pull: ${parsed.error.issues[0]?.message ?? 'invalid'}.`));
+    const states = handoff.surrender(parsed.data.owner);
+    request.log.info({ owner: parsed.data.owner, tenants: states.length }, 'tenant states given back to a restarted member');
+    return { states };
+  });
+}
+
+/** Signed POST of `body` to `path` at `to`; the reply's text. @throws Error for a status other than 200. */
+async function post(signer: RequestSigner, from: Member, to: Member, path: string, body: string): Promise<string> {
+  const url = new URL(path, to.url);
+  const headers: Record<string, string> = { 'content-type': 'application/json', [FROM_HEADER]: from.id };
+  const res = await httpRequest(url, {
+    method: 'POST',
+    headers: { ...headers, ...signer.signInternal('POST', url, headers, body) },
+    body,
+    headersTimeout: PEER_TIMEOUT_MS,
+    bodyTimeout: PEER_TIMEOUT_MS,
+  });
+  const text = await res.body.text();
+  if (res.statusCode !== 200) throw new Error(`${to.id} answered ${res.statusCode}: ${text.slice(0, 200)}`);
+  return text;
+}
+
+/** States in pushes of about {@link PUSH_CHUNK_CHARS} of JSON each. */
+function chunks(states: readonly WireState[]): WireState[][] {
+  const out: WireState[][] = [];
+  let current: WireState[] = [];
+  let chars = 0;
+  for (const s of states) {
+    if (current.length > 0 && chars + s.json.length > PUSH_CHUNK_CHARS) {
+      out.push(current);
+      current = [];
+      chars = 0;
+    }
+    current.push(s);
+    chars += s.json.length;
+  }
+  if (current.length > 0) out.push(current);
+  return out;
+}
+
+/** The {@link PeerTransport} over signed HTTP (2 s timeout per call). */
+export function httpPeerTransport(signer: RequestSigner): PeerTransport {
+  return {
+    async push(from: Member, to: Member, kind: TransferKind, states: readonly WireState[]): Promise<void> {
+      for (const chunk of chunks(states)) await post(signer, from, to, HANDOFF_TENANTS_PATH, JSON.stringify({ kind, states: chunk }));
+    },
+    async pull(from: Member, to: Member): Promise<WireState[]> {
+      const text = await post(signer, from, to, HANDOFF_PULL_PATH, JSON.stringify({ owner: from.id }));
+      const parsed = PullReplySchema.safeParse(JSON.parse(text));
+      if (!parsed.success) throw new Error(`${to.id}: not a state pull reply (${parsed.error.issues[0]?.message ?? 'invalid'})`);
+      return parsed.data.states;
+    },
+  };
+}
