@@ -229,6 +229,12 @@ export const ServerSchema = z.strictObject({
   body_limit: byteSize.default(4 * 1_048_576),
   /** Deepest nesting of arrays and objects in a JSON body; deeper gets 400 `invalid_request`. 1..1000. @default 64 */
   json_depth: z.number().int().min(1).max(1_000).default(64),
+  /**
+   * Most members in a JSON body: keys, and array elements other than numbers (each costs the parse an
+   * allocation; number arrays such as embedding token ids are free). More gets 400 `invalid_request`
+   * before parsing: it bounds how long one request's parse blocks the node (200,000: 30-40 ms on one core). @default 200000
+   */
+  json_max_members: positiveInt.default(200_000),
   /** Most `messages` in one chat or messages request; more gets 400 `invalid_request`. @default 10000 */
   max_messages: positiveInt.default(10_000),
   /** Most tool definitions (`tools`, and `functions`) in one request; more gets 400 `invalid_request`. @default 512 */

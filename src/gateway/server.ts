@@ -382,7 +382,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
   app.decorateRequest('tenant', null);
   app.decorateRequest('tier', null);
   app.decorateRequest('trail', null);
-  registerJsonBody(app, server.body_limit, server.json_depth);
+  registerJsonBody(app, server.body_limit, server.json_depth, server.json_max_members);
   const clusterAuth = clusterAuthHooks(app, signer);
 
   app.setErrorHandler((err: FastifyError | GatewayError, request, reply) => {

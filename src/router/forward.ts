@@ -41,6 +41,8 @@ export interface ForwardContext {
   readonly bodyLimit: () => number;
   /** Told of each retry on another member. */
   readonly onRetry?: (reason: '421' | 'unreachable') => void;
+  /** Told of each member that answered a forwarded request (status and headers came): it is alive (the health check counts it). */
+  readonly onAnswer?: (memberId: string) => void;
 }
 
 /**
@@ -103,7 +105,8 @@ type Attempt = { readonly ok: true; readonly res: Dispatcher.ResponseData } | { 
  * Proxies `request` for `tenant` (a spread tenant, `spread` = k: to one of `ring.range(tenant, k)` in
  * turn) and sends the node's answer (status, end-to-end headers, body
  * streamed chunk by chunk) on `reply`. Errors the router answers itself:
- * 503 `no_healthy_node` (empty ring, or every member suspect), 502 `upstream_unavailable` (the
+ * 503 `no_healthy_node` (empty ring, or every member suspect and the owner unreachable; an owner
+ * suspect only for slow health checks still gets its tenants' requests), 502 `upstream_unavailable` (the
  * chosen member failed and no retry was possible or the retry failed too).
  * A 421 that cannot be retried (large body, no other owner) is relayed as the node sent it.
  * A request sent to a member other than the ring owner because the owner is suspect carries
@@ -111,8 +114,9 @@ type Attempt = { readonly ok: true; readonly res: Dispatcher.ResponseData } | { 
  */
 export async function forward(ctx: ForwardContext, request: FastifyRequest, reply: FastifyReply, tenant: string, spread?: number): Promise<FastifyReply> {
   const isSuspect = (id: string): boolean => ctx.suspects.has(id);
+  const isUnreachable = (id: string): boolean => ctx.suspects.unreachable(id);
   const choose = (r: Ring, excludeId?: string): Member | undefined =>
-    spread === undefined ? chooseMember(r, tenant, isSuspect, excludeId) : chooseSpreadMember(r, tenant, spread, isSuspect, excludeId);
+    spread === undefined ? chooseMember(r, tenant, isSuspect, excludeId, isUnreachable) : chooseSpreadMember(r, tenant, spread, isSuspect, excludeId, isUnreachable);
   let ring = ctx.membership.ring();
   const first = choose(ring);
   if (first === undefined) return sendError(request, reply, 'no_healthy_node');
@@ -233,6 +237,7 @@ async function attempt(
   }
   try {
     const res = await pool.request({ method: request.method as Dispatcher.HttpMethod, path, headers: h, body: payload, signal: abort });
+    ctx.onAnswer?.(member.id);
     return { ok: true, res };
   } catch (err) {
     return { ok: false, err };

@@ -96,7 +96,8 @@ export function buildRouter(opts: RouterOptions): FastifyInstance {
   membership.onRejectedEntry?.((entry) => app.log.warn({ member: entry.id ?? null, problem: entry.problem, count: entry.count ?? 1 }, entry.problem === 'too_many_entries' ? 'membership reads hit their entry cap: junk member entries in Redis' : 'member entries in Redis ignored: not signed with the cluster secret'));
   const pools = new MemberPools();
   const suspects = new Suspects(clock);
-  const health = new HealthCheck({ ring: () => membership.ring(), pools, suspects, intervalMs: healthCheckMs, log: app.log });
+  // A member that only misses health checks is suspect after dead_after, like membership's own patience.
+  const health = new HealthCheck({ ring: () => membership.ring(), pools, suspects, intervalMs: healthCheckMs, graceMs: config.config.cluster.dead_after, clock, log: app.log });
   const departures = new Departures(clock);
   const metrics = new RouterMetrics({
     ring: () => ({ members: membership.ring().members.length, version: membership.ring().version }),
@@ -104,7 +105,7 @@ export function buildRouter(opts: RouterOptions): FastifyInstance {
     liveClients: () => opts.liveClients?.() ?? 0,
     memberEntriesRejected: () => membership.rejectedEntries?.() ?? 0,
   });
-  const ctx: ForwardContext = { membership, pools, signer, suspects, departures, suspectMs: healthCheckMs, maxReplayBytes: MAX_REPLAY_BYTES, bodyLimit: () => config.config.server.body_limit, onRetry: (reason) => metrics.retry(reason) };
+  const ctx: ForwardContext = { membership, pools, signer, suspects, departures, suspectMs: healthCheckMs, maxReplayBytes: MAX_REPLAY_BYTES, bodyLimit: () => config.config.server.body_limit, onRetry: (reason) => metrics.retry(reason), onAnswer: (id) => health.noteAnswer(id) };
   controls.set(app, { checkHealth: () => health.checkOnce(), suspects: () => suspects.list(), pooledUrls: () => pools.urls() });
 
   // The request's tenant, once its key is resolved (for its log line).

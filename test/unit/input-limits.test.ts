@@ -8,7 +8,7 @@ import { describe, test } from 'node:test';
 import { ConfigError, buildConfig } from '../../src/config/load.ts';
 import { GatewayError } from '../../src/errors.ts';
 import { clientErrorOf } from '../../src/gateway/client-errors.ts';
-import { nestsDeeperThan } from '../../src/gateway/json-body.ts';
+import { jsonShapeFault, nestsDeeperThan } from '../../src/gateway/json-body.ts';
 import { listenerOptions } from '../../src/gateway/listener.ts';
 import { parseMessagesRequest } from '../../src/providers/anthropic/messages.ts';
 import { parseChatRequest } from '../../src/providers/openai/chat.ts';
@@ -36,6 +36,32 @@ describe('JSON depth scan', () => {
   });
   test('an unterminated string is left to JSON.parse', () => {
     assert.equal(deeper('["[[[[[', 1), false);
+  });
+});
+
+describe('JSON members scan (issue 13: one request\'s parse is bounded)', () => {
+  const fault = (text: string, max: number): string | undefined => jsonShapeFault(Buffer.from(text), 64, max);
+  test('keys and non-number elements count; the boundary is exact', () => {
+    // 3 keys + 2 commas before keys = 5 members.
+    assert.equal(fault('{"a":1,"b":"x","c":[]}', 5), undefined);
+    assert.equal(fault('{"a":1,"b":"x","c":[]}', 4), 'members');
+    // Array elements after the first: strings, objects, arrays, literals.
+    assert.equal(fault('["a","b",{},[],true,null]', 5), undefined);
+    assert.equal(fault('["a","b",{},[],true,null]', 4), 'members');
+  });
+  test('number elements are free, pretty-printed or not (embedding token ids)', () => {
+    const tokens = JSON.stringify({ input: Array.from({ length: 300_000 }, (_, i) => i - 5) });
+    assert.equal(fault(tokens, 1), undefined);
+    assert.equal(fault(JSON.stringify({ input: [1, -2, 3.5] }, null, 2), 1), undefined);
+    assert.equal(fault('[1, \n\t "x"]', 0), 'members');
+  });
+  test('colons and commas inside strings do not count', () => {
+    assert.equal(fault(JSON.stringify({ content: 'a:b,c,d:e,"f":,'.repeat(1_000) }), 1), undefined);
+  });
+  test('the hostile body (280,000 keys, 3 MB) is refused; depth is still judged', () => {
+    const body = JSON.stringify(Object.fromEntries(Array.from({ length: 280_000 }, (_, i) => [`k${i}`, i])));
+    assert.equal(fault(body, 200_000), 'members');
+    assert.equal(jsonShapeFault(Buffer.from('[[[]]]'), 2, 10), 'depth');
   });
 });
 
@@ -112,7 +138,7 @@ describe('listener settings', () => {
   test('defaults', () => {
     const { server, router } = buildConfig(base(), 'q.yaml', {}).config;
     const listener = { headers_timeout: 10_000, request_timeout: 60_000, keep_alive_timeout: 72_000, idle_timeout: 300_000, max_header_size: 16_384, max_headers: 100 };
-    assert.deepEqual({ ...server, host: undefined, port: undefined, sweep_interval: undefined, state_dir: undefined, log_level: undefined, log_format: undefined }, { host: undefined, port: undefined, sweep_interval: undefined, log_level: undefined, state_dir: undefined, log_format: undefined, body_limit: 4 * 1_048_576, json_depth: 64, max_messages: 10_000, max_tools: 512, ...listener });
+    assert.deepEqual({ ...server, host: undefined, port: undefined, sweep_interval: undefined, state_dir: undefined, log_level: undefined, log_format: undefined }, { host: undefined, port: undefined, sweep_interval: undefined, log_level: undefined, state_dir: undefined, log_format: undefined, body_limit: 4 * 1_048_576, json_depth: 64, json_max_members: 200_000, max_messages: 10_000, max_tools: 512, ...listener });
     assert.deepEqual(router, { host: '127.0.0.1', port: 8080, ...listener });
   });
   test('contradictions are refused with the key path', () => {
