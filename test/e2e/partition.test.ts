@@ -84,7 +84,13 @@ const prompts = new PromptBuilder({ model: 'gpt-4o-mini' });
 const jsonBody = JSON.stringify({ ...prompts.body(PROMPT_TOKENS), max_tokens: OUTPUT_TOKENS });
 const streamBody = JSON.stringify({ ...prompts.body(PROMPT_TOKENS), max_tokens: OUTPUT_TOKENS, stream: true, stream_options: { include_usage: true } });
 
-/** Worst window of one tenant for one measure, against `limit` + its admissions in `extra` intervals overlapping the window. */
+/**
+ * Worst window of one tenant for one measure, against `limit` + its admissions in each `extra`
+ * interval that lies within one window length of it. An interval counts for windows after it too: a
+ * node that missed admissions made at time x (a stale checkpoint, a stand-in's usage not yet given
+ * back) sees sliding windows [t − W, t] short of them for every t < x + W, so the extra admissions
+ * it makes then land in windows that start after x.
+ */
 function worstWindow(
   ok: readonly Sent[],
   fromRange: Interval,
@@ -100,7 +106,7 @@ function worstWindow(
     for (const s of ok) if (s.start >= from && s.end < to) admitted += measure(s);
     let allowed = limit;
     for (const [a, b] of extra) {
-      if (b < from || a >= to) continue;
+      if (b < from - WINDOW_MS || a >= to) continue;
       for (const s of ok) if (s.start <= b && s.end >= a) allowed += measure(s);
     }
     if (admitted - allowed > worst.excess) worst = { excess: admitted - allowed, at: from, admitted, allowed };
@@ -307,8 +313,9 @@ describe('partitions across hosts (network namespaces)', { skip: unavailable ===
   // sending to it (dead_after + a heartbeat + a health check). On healing it rejoins and the tenants
   // come back to it by handoff: bound 0 there.
   //
-  // Fails today (first measured: p1 1,700 tokens against 1,000, p2 14 requests against 8, p3 1,700
-  // tokens, in the window from the cut): node-1 never sees the ring without it (it cannot read
+  // Fails today (measured over three runs: 1,600-1,700 tokens against 1,000 and 13-14 requests
+  // against 8 in the window from the heal, the bound's interval holding no admission): node-1 never
+  // sees the ring without it (it cannot read
   // Redis), so on healing it decides its tenants from the RAM state it had at the cut, while the
   // interim owners' admissions stay in the window; the handoff they send back is not applied.
   test(
@@ -317,17 +324,21 @@ describe('partitions across hosts (network namespaces)', { skip: unavailable ===
       todo:
         'issue 13: a node that was out of the others\' ring while cut from Redis keeps deciding from its stale RAM state when it returns ' +
         '(it never saw the ring change, so it neither dropped its tenants nor loads the interim owners\' handoff): ' +
-        'measured 1,700 tokens against 1,000 and 14 requests against 8 in one 10 s window',
+        'measured 1,600-1,700 tokens against 1,000 and 13-14 requests against 8 in one 10 s window, with nothing admitted in the bound\'s interval',
     },
     async () => {
-    const phaseStart = Date.now();
-    const node = 'node-1';
-    net.cut(node, 'redis');
-    const cutAt = Date.now();
-    await sleep(FAULT_MS);
-    net.heal(node, 'redis');
-    process.stderr.write(`# node-1 cut from Redis at +${cutAt - t0} ms, healed at +${Date.now() - t0} ms\n`);
-    await check('node cut from Redis', phaseStart, (t) => (t.owner === node ? [[cutAt - CHECKPOINT_MS, cutAt + DEAD_AFTER_MS + HEARTBEAT_MS + HEALTH_CHECK_MS]] : []));
+      // Cut when the tenants are being refused (each window's first half admits, its second refuses:
+      // the load started at t0 and asks twice the limit), so the bound's interval holds few admissions
+      // and what the return of node-1 does stands out.
+      await sleep((16_000 - ((Date.now() - t0) % WINDOW_MS)) % WINDOW_MS);
+      const phaseStart = Date.now();
+      const node = 'node-1';
+      net.cut(node, 'redis');
+      const cutAt = Date.now();
+      await sleep(FAULT_MS);
+      net.heal(node, 'redis');
+      process.stderr.write(`# node-1 cut from Redis at +${cutAt - t0} ms, healed at +${Date.now() - t0} ms\n`);
+      await check('node cut from Redis', phaseStart, (t) => (t.owner === node ? [[cutAt - CHECKPOINT_MS, cutAt + DEAD_AFTER_MS + HEARTBEAT_MS + HEALTH_CHECK_MS]] : []));
     },
   );
 
