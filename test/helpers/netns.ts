@@ -67,7 +67,7 @@ function alive(pid: number): boolean {
   }
 }
 
-/** Kills every process inside namespace `ns` (SIGKILL, after SIGCONT is irrelevant) and deletes it. */
+/** Kills every process inside namespace `ns` (SIGKILL: works on stopped ones too) and deletes it. */
 function removeNamespace(ns: string): void {
   const pids = spawnSync('ip', ['netns', 'pids', ns], { encoding: 'utf8' }).stdout ?? '';
   for (const pid of pids.split(/\s+/).filter((p) => p !== '')) {
