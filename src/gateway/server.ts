@@ -90,6 +90,9 @@ export interface NodeClusterOptions {
   readonly store?: TenantStateStore;
 }
 
+/** What `/readyz` names while a node is not ready yet (see `buildGateway`). */
+export type ReadinessWait = 'start' | 'ring' | 'handoff' | 'scripts';
+
 const handoffs = new WeakMap<FastifyInstance, Handoff>();
 const adminSources = new WeakMap<FastifyInstance, Omit<NodeAdminSources, 'drain'> & { readonly drained: () => void }>();
 
@@ -373,7 +376,28 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
   let ready = false;
   app.get('/healthz', async () => (clusterOpts === undefined || handoff === undefined ? { status: 'ok' } : { status: 'ok', node: clusterOpts.self.id, ring: handoff.ring().version }));
   let drained = false;
-  app.get('/readyz', async (_request, reply) => (ready ? { status: 'ready' } : reply.code(503).send({ status: drained ? 'drained' : 'starting' })));
+  /**
+   * What a node waits for before it is ready, in this order: `start` (listening and warmed up),
+   * `ring` (its own id is in its membership's ring: static members at once, a Redis node after its
+   * first heartbeat), `handoff` (the handoffs of the ring it joined received, or `cluster.handoff.wait_ms`
+   * waited: `Handoff.handoffsReceived`), `scripts` (Redis configured for the leases: connected and
+   * every script loaded). Empty when ready.
+   */
+  const waitingFor = (): ReadinessWait[] => {
+    const waiting: ReadinessWait[] = [];
+    if (!ready) waiting.push('start');
+    if (clusterOpts !== undefined && handoff !== undefined) {
+      if (!handoff.ring().members.some((m) => m.id === clusterOpts.self.id)) waiting.push('ring');
+      if (!handoff.handoffsReceived) waiting.push('handoff');
+    }
+    if (quotas !== undefined && !quotas.scriptsLoaded()) waiting.push('scripts');
+    return waiting;
+  };
+  app.get('/readyz', async (_request, reply) => {
+    if (drained) return reply.code(503).send({ status: 'drained' });
+    const waiting = waitingFor();
+    return waiting.length === 0 ? { status: 'ready' } : reply.code(503).send({ status: 'starting', waiting });
+  });
 
   app.register(async (v1) => {
     // One info line per request: exchanges write theirs (with the decision); this covers the rest (400, 401, 404 ...).

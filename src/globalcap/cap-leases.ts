@@ -649,6 +649,17 @@ export class CapLeases {
   }
 
   /**
+   * Redis answered a background probe (`quotas-from-config.ts`, every `cluster.redis.probe_interval`):
+   * the node leaves fallback as if a renewal had been answered, so it does not wait for a request to
+   * call Redis. No-op while the connection is held (lost, `reconnected` not yet called: a restarted
+   * Redis must first be told this node's usage), without Redis, or after `close`.
+   */
+  probeAnswered(): void {
+    if (this.#closed || this.#localOnly || this.#held) return;
+    this.#setFallback(false);
+  }
+
+  /**
    * Waits for renewals in flight, then returns each bucket's unspent, unexpired balance to Redis
    * (token-bucket call with a negative cost; a negative balance, i.e. debt, is charged with force).
    * Later calls of `take` throw. There are no timers to stop: renewals are started by takes.
