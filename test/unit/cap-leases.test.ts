@@ -355,6 +355,18 @@ describe('CapLeases', () => {
     assert.deepEqual(t(10_000), { ok: true });
   });
 
+  test('probeAnswered leaves fallback without a take, but not while the connection is held (before reconnected)', () => {
+    const { leases } = setup();
+    leases.connectionLost();
+    assert.equal(leases.inFallback, true);
+    leases.probeAnswered();
+    assert.equal(leases.inFallback, true, 'held: a restarted Redis must first hear of the usage');
+    leases.reconnected(false);
+    assert.equal(leases.inFallback, true, 'reconnected alone waits for an answer');
+    leases.probeAnswered();
+    assert.equal(leases.inFallback, false);
+  });
+
   test('reconnected without a restart charges nothing', async () => {
     const { scripts, leases } = setup();
     leases.take('gpt', { tokens: 1000 });
