@@ -4,6 +4,7 @@
  */
 import { SpreadTenants } from './spread.ts';
 import { CentralLimiter } from '../central/central-limiter.ts';
+import { loadCentralScripts } from '../central/scripts.ts';
 import { RedisGuard } from '../globalcap/redis-guard.ts';
 import type { GuardStats } from '../globalcap/redis-guard.ts';
 import { redisForDecisions } from '../globalcap/redis-connection.ts';
@@ -196,17 +197,22 @@ function centralDecisions(config: LoadedConfig): (CentralDecisions & { ready(): 
   return {
     limiter: new CentralLimiter({ redis, cluster: config.config.cluster.name, policyFor: (tenant) => config.policies.get(tenant) }),
     guard: new RedisGuard({ clock: systemClock, timeoutMs: CENTRAL_TIMEOUT_MS }),
-    // The decision connection queues nothing while connecting: serve once it is up (or after 5 s anyway).
+    // The decision connection queues nothing while connecting: serve once it is up and the scripts
+    // are loaded (or after 5 s anyway; a failed load leaves ioredis to EVAL them on first use).
     ready: () =>
-      redis.status === 'ready'
-        ? Promise.resolve()
-        : new Promise<void>((resolve) => {
-            const timer = setTimeout(resolve, 5_000);
-            redis.once('ready', () => {
+      new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, 5_000);
+        const load = (): void => {
+          loadCentralScripts(redis)
+            .catch(() => undefined)
+            .finally(() => {
               clearTimeout(timer);
               resolve();
             });
-          }),
+        };
+        if (redis.status === 'ready') load();
+        else redis.once('ready', load);
+      }),
     close: () => redis.disconnect(),
   };
 }

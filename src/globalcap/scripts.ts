@@ -186,13 +186,20 @@ export async function loadCapScripts(redis: Redis): Promise<{ readonly tokenBuck
     lease: readLua(CAP_SCRIPT_FILES.lease),
   };
   const texts = scriptTexts;
-  const load = async (text: string, file: string): Promise<string> => {
-    const sha = String(await redis.script('LOAD', text));
-    if (sha !== createHash('sha1').update(text).digest('hex')) throw new Error(`SCRIPT LOAD of ${file} answered ${sha}, not the script's SHA1`);
-    return sha;
-  };
-  const [tokenBucket, lease] = await Promise.all([load(texts.tokenBucket, CAP_SCRIPT_FILES.tokenBucket), load(texts.lease, CAP_SCRIPT_FILES.lease)]);
+  const [tokenBucket, lease] = await Promise.all([scriptLoad(redis, texts.tokenBucket, CAP_SCRIPT_FILES.tokenBucket), scriptLoad(redis, texts.lease, CAP_SCRIPT_FILES.lease)]);
   return { tokenBucket, lease };
+}
+
+/**
+ * `SCRIPT LOAD` of one script's text on `redis`.
+ * @param file the script's file name, for the error message.
+ * @returns its SHA1.
+ * @throws the Redis error (as a rejection); Error when Redis answers another SHA1 than the text's.
+ */
+export async function scriptLoad(redis: Redis, text: string, file: string): Promise<string> {
+  const sha = String(await redis.script('LOAD', text));
+  if (sha !== createHash('sha1').update(text).digest('hex')) throw new Error(`SCRIPT LOAD of ${file} answered ${sha}, not the script's SHA1`);
+  return sha;
 }
 
 /**
