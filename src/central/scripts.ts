@@ -8,7 +8,7 @@
  * retries a NOSCRIPT as EVAL itself.
  */
 import type { Redis } from 'ioredis';
-import { readLua } from '../globalcap/scripts.ts';
+import { readLua, scriptLoad } from '../globalcap/scripts.ts';
 
 /** The script files of central-store mode, by wrapper name (files in `lua/`). */
 export const CENTRAL_SCRIPT_FILES = { acquire: 'central-acquire.lua', settle: 'central-settle.lua' } as const;
@@ -82,6 +82,16 @@ interface CentralCommands {
 
 let scriptTexts: { readonly acquire: string; readonly settle: string } | undefined;
 const defined = new WeakMap<Redis, CentralScripts>();
+
+/**
+ * Loads central-store mode's scripts into Redis's script cache (`SCRIPT LOAD`) on `redis`, so the
+ * node's first decisions do not compile them. Call once the connection is ready.
+ * @throws the Redis error (as a rejection) when a load fails; Error for a SHA1 mismatch.
+ */
+export async function loadCentralScripts(redis: Redis): Promise<void> {
+  scriptTexts ??= { acquire: readLua(CENTRAL_SCRIPT_FILES.acquire), settle: readLua(CENTRAL_SCRIPT_FILES.settle) };
+  await Promise.all([scriptLoad(redis, scriptTexts.acquire, CENTRAL_SCRIPT_FILES.acquire), scriptLoad(redis, scriptTexts.settle, CENTRAL_SCRIPT_FILES.settle)]);
+}
 
 /**
  * Defines central-store mode's scripts on `redis` (once per connection; a second call returns the

@@ -307,6 +307,12 @@ export const RedisSchema = z
     url_env: envName.optional(),
     /** Environment variable holding the password (ACL user: put it in the URL, `redis://user@host`). */
     password_env: envName.optional(),
+    /**
+     * How often a node in fallback probes Redis (one PING through the circuit breaker, with or
+     * without traffic), and how long the breaker stays open before its next probe: a node leaves
+     * fallback within about this long after Redis answers again. @default 1s
+     */
+    probe_interval: duration.refine((ms) => ms >= 10, 'probe_interval: at least 10ms').default(1_000),
   })
   .superRefine((redis, ctx) => {
     if ((redis.url === undefined) === (redis.url_env === undefined)) ctx.addIssue({ code: 'custom', message: 'set exactly one of url and url_env' });

@@ -289,12 +289,46 @@ export class Handoff {
    */
   joined(): void {
     const ring = this.#membership.ring();
-    if (ring.version === this.#ring.version) return;
-    this.#previous = createRing(
-      ring.members.filter((m) => m.id !== this.#self.id),
-      this.#ringOptions,
-    );
-    this.#ring = ring;
+    if (ring.version !== this.#ring.version) {
+      this.#previous = createRing(
+        ring.members.filter((m) => m.id !== this.#self.id),
+        this.#ringOptions,
+      );
+      this.#ring = ring;
+    }
+    this.#awaitHandoffs();
+  }
+
+  /**
+   * True once this node has received its handoffs after {@link joined}: every member of the ring
+   * before it joined that is still in the ring announced its handoff for the ring it joined (and
+   * the states announced for this node are loaded), or `waitMs` passed without an announcement.
+   * True as soon as `joined()` ran without a store (nothing is handed over) or when nobody held
+   * tenants before. False before `joined()` (`/readyz` waits for it: `handoff`).
+   */
+  get handoffsReceived(): boolean {
+    return this.#handoffsReceived;
+  }
+
+  #handoffsReceived = false;
+  #awaitingHandoffs = false;
+
+  #awaitHandoffs(): void {
+    if (this.#awaitingHandoffs) return;
+    this.#awaitingHandoffs = true;
+    const ring = this.#ring;
+    const inRing = new Set(ring.members.map((m) => m.id));
+    const from = this.#store === undefined ? [] : this.#previous.members.filter((m) => m.id !== this.#self.id && inRing.has(m.id));
+    if (from.length === 0) {
+      this.#handoffsReceived = true;
+      return;
+    }
+    void Promise.all(from.map((m) => (this.#seen.has(`${m.id}|${ring.version}`) ? true : this.#waitFor(`${m.id}|${ring.version}`))))
+      // The announcements start loading this node's tenants (prefetch): wait for those loads too.
+      .then(() => Promise.allSettled([...this.#loading.values()]))
+      .then(() => {
+        this.#handoffsReceived = true;
+      });
   }
 
   /** The ring this node decides by (without itself once leaving). */

@@ -4,6 +4,7 @@
  */
 import { SpreadTenants } from './spread.ts';
 import { CentralLimiter } from '../central/central-limiter.ts';
+import { loadCentralScripts } from '../central/scripts.ts';
 import { RedisGuard } from '../globalcap/redis-guard.ts';
 import type { GuardStats } from '../globalcap/redis-guard.ts';
 import { redisForDecisions } from '../globalcap/redis-connection.ts';
@@ -99,6 +100,9 @@ export interface NodeClusterOptions {
   /** Where tenant state is handed over and checkpointed (Redis membership); absent with static members. */
   readonly store?: TenantStateStore;
 }
+
+/** What `/readyz` names while a node is not ready yet (see `buildGateway`). */
+export type ReadinessWait = 'start' | 'ring' | 'handoff' | 'scripts';
 
 const handoffs = new WeakMap<FastifyInstance, Handoff>();
 /** A node's state file: load before listening, save on a graceful stop. */
@@ -216,17 +220,22 @@ function centralDecisions(config: LoadedConfig): (CentralDecisions & { ready(): 
   return {
     limiter: new CentralLimiter({ redis, cluster: config.config.cluster.name, policyFor: (tenant) => config.policies.get(tenant) }),
     guard: new RedisGuard({ clock: systemClock, timeoutMs: CENTRAL_TIMEOUT_MS }),
-    // The decision connection queues nothing while connecting: serve once it is up (or after 5 s anyway).
+    // The decision connection queues nothing while connecting: serve once it is up and the scripts
+    // are loaded (or after 5 s anyway; a failed load leaves ioredis to EVAL them on first use).
     ready: () =>
-      redis.status === 'ready'
-        ? Promise.resolve()
-        : new Promise<void>((resolve) => {
-            const timer = setTimeout(resolve, 5_000);
-            redis.once('ready', () => {
+      new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, 5_000);
+        const load = (): void => {
+          loadCentralScripts(redis)
+            .catch(() => undefined)
+            .finally(() => {
               clearTimeout(timer);
               resolve();
             });
-          }),
+        };
+        if (redis.status === 'ready') load();
+        else redis.once('ready', load);
+      }),
     close: () => redis.disconnect(),
   };
 }
@@ -397,7 +406,28 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
   let ready = false;
   app.get('/healthz', async () => (clusterOpts === undefined || handoff === undefined ? { status: 'ok' } : { status: 'ok', node: clusterOpts.self.id, ring: handoff.ring().version }));
   let drained = false;
-  app.get('/readyz', async (_request, reply) => (ready ? { status: 'ready' } : reply.code(503).send({ status: drained ? 'drained' : 'starting' })));
+  /**
+   * What a node waits for before it is ready, in this order: `start` (listening and warmed up),
+   * `ring` (its own id is in its membership's ring: static members at once, a Redis node after its
+   * first heartbeat), `handoff` (the handoffs of the ring it joined received, or `cluster.handoff.wait_ms`
+   * waited: `Handoff.handoffsReceived`), `scripts` (Redis configured for the leases: connected and
+   * every script loaded). Empty when ready.
+   */
+  const waitingFor = (): ReadinessWait[] => {
+    const waiting: ReadinessWait[] = [];
+    if (!ready) waiting.push('start');
+    if (clusterOpts !== undefined && handoff !== undefined) {
+      if (!handoff.ring().members.some((m) => m.id === clusterOpts.self.id)) waiting.push('ring');
+      if (!handoff.handoffsReceived) waiting.push('handoff');
+    }
+    if (quotas !== undefined && !quotas.scriptsLoaded()) waiting.push('scripts');
+    return waiting;
+  };
+  app.get('/readyz', async (_request, reply) => {
+    if (drained) return reply.code(503).send({ status: 'drained' });
+    const waiting = waitingFor();
+    return waiting.length === 0 ? { status: 'ready' } : reply.code(503).send({ status: 'starting', waiting });
+  });
 
   app.register(async (v1) => {
     // One info line per request: exchanges write theirs (with the decision); this covers the rest (400, 401, 404 ...).

@@ -649,6 +649,30 @@ export class CapLeases {
   }
 
   /**
+   * Redis answered a background probe (`quotas-from-config.ts`, every `cluster.redis.probe_interval`),
+   * so the node does not wait for a request to call Redis. A bucket holding usage Redis has not been
+   * told (units spent from the fallback share, or the known usage to charge to a restarted Redis)
+   * is charged now, and the node leaves fallback when that charge is answered, as after a take's
+   * renewal (until then it keeps deciding from its shares, never leasing from a bucket that lacks
+   * its usage); with nothing to charge it leaves fallback at once. No-op while the connection is
+   * held (lost, `reconnected` not yet called), without Redis, or after `close`.
+   */
+  probeAnswered(): void {
+    if (this.#closed || this.#localOnly || this.#held || !this.#inFallback) return;
+    const now = this.#clock.now();
+    const owing = [...this.#buckets.values()].filter((b) => b.unreconciled > 0);
+    if (owing.length === 0) {
+      this.#setFallback(false);
+      return;
+    }
+    for (const b of owing) {
+      // A charge failed or refused earlier may have set a retry time: the probe just proved Redis answers.
+      if (b.renewing === undefined) b.retryAt = -Infinity;
+      this.#maybeRenew(b, now, 0);
+    }
+  }
+
+  /**
    * Waits for renewals in flight, then returns each bucket's unspent, unexpired balance to Redis
    * (token-bucket call with a negative cost; a negative balance, i.e. debt, is charged with force).
    * Later calls of `take` throw. There are no timers to stop: renewals are started by takes.

@@ -11,7 +11,7 @@ import { CapLeases } from './cap-leases.ts';
 import type { CapCall, DeploymentQuota } from './cap-leases.ts';
 import { redisForDecisions } from './redis-connection.ts';
 import { RedisGuard, guardedCall } from './redis-guard.ts';
-import { defineCapScripts } from './scripts.ts';
+import { defineCapScripts, loadCapScripts } from './scripts.ts';
 import type { CapScripts } from './scripts.ts';
 
 /** Log sink (pino's shape). */
@@ -29,6 +29,12 @@ export interface ConfiguredQuotas {
   readonly closedOnFailure: boolean;
   /** The guard of the leases' Redis calls (its counters feed the metrics); absent without Redis. */
   readonly guard?: RedisGuard;
+  /**
+   * True once the node can decide from Redis without a cold start: without Redis at once; with
+   * Redis once the connection was ready and `SCRIPT LOAD` of every script answered (`/readyz`
+   * waits for it: `scripts`).
+   */
+  scriptsLoaded(): boolean;
   /** Returns unspent leases to Redis and closes the connection. Never rejects. */
   close(): Promise<void>;
 }
@@ -68,6 +74,73 @@ const NO_REDIS: CapScripts = {
 const LOCAL_ONLY: CapCall = async () => ({ ok: false });
 
 /**
+ * Longest warm-up of the guard, ms: when the scripts could not be loaded within this long after
+ * the node was built (Redis unreachable at start), failures count towards the breaker anyway, so
+ * a node started without Redis still falls back.
+ */
+export const WARM_UP_MAX_MS = 5_000;
+
+/**
+ * Start-up and recovery of the Redis side of the leases: loads the scripts on each `ready` of the
+ * connection (then ends the guard's warm-up), and while the node is in fallback probes Redis every
+ * `probeMs` (one PING through the breaker, with or without traffic) so the node leaves fallback
+ * within one probe interval after Redis answers again (plus the connection's reconnect delay, at
+ * most `RECONNECT_MAX_MS`, when the connection itself dropped).
+ */
+class RedisUpkeep {
+  #loaded = false;
+  #closed = false;
+  readonly #timers: NodeJS.Timeout[] = [];
+  constructor(
+    private readonly redis: Redis,
+    private readonly guard: RedisGuard,
+    private readonly leases: CapLeases,
+    private readonly probeMs: number,
+    private readonly log: QuotaLog,
+  ) {}
+
+  get loaded(): boolean {
+    return this.#loaded;
+  }
+
+  start(): void {
+    const load = (): void => {
+      loadCapScripts(this.redis).then(
+        () => {
+          this.#loaded = true;
+          this.guard.warmedUp();
+        },
+        (err: unknown) => {
+          // Retried on the next `ready` (the connection drops and reconnects when Redis is away).
+          if (!this.#closed) this.log.warn({ err: (err as Error).message }, 'loading the Redis scripts failed');
+        },
+      );
+    };
+    this.redis.on('ready', load);
+    if (this.redis.status === 'ready') load();
+    const warmUp = setTimeout(() => this.guard.warmedUp(), WARM_UP_MAX_MS);
+    const probe = setInterval(() => this.probe(), this.probeMs);
+    warmUp.unref();
+    probe.unref();
+    this.#timers.push(warmUp, probe);
+  }
+
+  /** One probe when the node is in fallback and the connection is up; a no-op otherwise. */
+  probe(): void {
+    const leases = this.leases;
+    if (this.#closed || !leases.inFallback || this.redis.status !== 'ready') return;
+    void this.guard.probe(() => this.redis.ping()).then((r) => {
+      if (r.ok && !this.#closed) leases.probeAnswered();
+    });
+  }
+
+  stop(): void {
+    this.#closed = true;
+    for (const t of this.#timers) clearTimeout(t);
+  }
+}
+
+/**
  * @param liveNodes nodes sharing the quotas now (the ring's members; at least 1).
  * @param always build the leases even when nothing in the config needs them yet (hot tenant detection).
  * @returns undefined when no deployment has a quota, no tenant is spread and `always` is not set.
@@ -99,9 +172,16 @@ export function quotasFromConfig(
   if (cluster.redis !== undefined) {
     redis = redisForDecisions(cluster.redis.url);
     scripts = defineCapScripts(redis);
-    guard = new RedisGuard({ clock: opts.clock, onChange: (state, reason) => opts.log.info({ breaker: state, reason }, 'Redis circuit breaker') });
+    guard = new RedisGuard({
+      clock: opts.clock,
+      // Open for one probe interval: the background probe then finds Redis back at its next tick.
+      openMs: cluster.redis.probe_interval,
+      warmUp: true,
+      onChange: (state, reason) => opts.log.info({ breaker: state, reason }, 'Redis circuit breaker'),
+    });
     call = guardedCall(guard);
   }
+
   const restarts = redis === undefined ? undefined : new RestartWatch(redis);
   const leases = new CapLeases({
     cluster: cluster.name,
@@ -111,6 +191,7 @@ export function quotasFromConfig(
     call,
     liveNodes: () => Math.max(1, opts.liveNodes()),
     localOnly: redis === undefined,
+    ...(cluster.redis === undefined ? {} : { probeIntervalMs: cluster.redis.probe_interval }),
     ...(redis === undefined
       ? {}
       : {
@@ -121,11 +202,15 @@ export function quotasFromConfig(
           },
         }),
   });
+  const upkeep = redis === undefined || guard === undefined || cluster.redis === undefined ? undefined : new RedisUpkeep(redis, guard, leases, cluster.redis.probe_interval, opts.log);
+  upkeep?.start();
   restarts?.watch({
     lost: () => leases.connectionLost(),
     back: (restarted, runId) => {
       if (restarted) opts.log.warn({ runId }, 'Redis restarted (new run_id): charging this node\'s in-window usage to the global cap before leasing again');
       leases.reconnected(restarted);
+      // Back and told: leave fallback now rather than at the next probe tick.
+      upkeep?.probe();
     },
   });
   return {
@@ -133,7 +218,9 @@ export function quotasFromConfig(
     limited,
     ...(guard === undefined ? {} : { guard }),
     closedOnFailure: redis !== undefined && cluster.on_redis_failure === 'closed',
+    scriptsLoaded: () => upkeep === undefined || upkeep.loaded,
     close: async () => {
+      upkeep?.stop();
       try {
         await leases.close();
       } catch (err) {

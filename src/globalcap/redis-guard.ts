@@ -87,6 +87,12 @@ export interface RedisGuardOptions {
    * rejects.
    */
   readonly onChange?: (state: BreakerState, reason: BreakerChangeReason) => void;
+  /**
+   * Start warming up: until {@link RedisGuard.warmedUp} is called, timeouts and errors are returned
+   * to the caller as usual but do not count towards opening the breaker (see `warmedUp`).
+   * @default false
+   */
+  readonly warmUp?: boolean;
 }
 
 /** How one attempt ended, before the breaker looks at it. */
@@ -132,6 +138,7 @@ export class RedisGuard {
   #generation = 0;
   #consecutiveFailures = 0;
   #openedAt = 0;
+  #warming: boolean;
   #stats = { calls: 0, ok: 0, timeouts: 0, errors: 0, noscript: 0, rejectedOpen: 0, opened: 0, closed: 0 };
 
   /**
@@ -150,6 +157,29 @@ export class RedisGuard {
     this.#openMs = openMs;
     this.#clock = options.clock;
     this.#onChange = options.onChange;
+    this.#warming = options.warmUp === true;
+  }
+
+  /**
+   * Ends the warm-up (idempotent): from now on failures count towards opening the breaker.
+   *
+   * Why a warm-up: a node's first calls after it connects are not evidence about Redis. The
+   * decision connection rejects every command at once until its socket is ready (offline queue
+   * off), the first script calls of a process run cold code, and a node's first burst of requests
+   * keeps its own event loop busy past the 15 ms timeout while Redis's answers wait in the socket.
+   * Counting those would open the breaker, and put the node in fallback, against a healthy Redis.
+   * The caller still never waits longer than the timeout (a failure is returned as usual); only the
+   * breaker ignores it. The owner calls this once the connection is ready and every script is
+   * loaded (`SCRIPT LOAD` answered: Redis proved healthy), or after a bounded wait when Redis is
+   * unreachable at start (so a node that starts without Redis still falls back).
+   */
+  warmedUp(): void {
+    this.#warming = false;
+  }
+
+  /** True until {@link warmedUp}. */
+  get warming(): boolean {
+    return this.#warming;
   }
 
   /**
@@ -208,6 +238,19 @@ export class RedisGuard {
     }
   }
 
+  /**
+   * The background probe of a node in fallback (`quotas-from-config.ts` runs it every
+   * `cluster.redis.probe_interval`): like {@link run}, except that an open breaker lets it through
+   * at once as its half-open probe instead of waiting for the rest of `openMs` (so a Redis that came
+   * back is seen on the next probe tick, not up to `openMs` later). While another probe is in flight
+   * (`half_open`) it answers `open` without calling Redis.
+   * @returns as {@link run}; never rejects.
+   */
+  async probe<T>(call: () => Promise<T>): Promise<GuardResult<T>> {
+    if (this.#state === 'open') this.#openedAt = -Infinity;
+    return this.run(call);
+  }
+
   /** Starts `call` and settles with the first of its result and the timeout; never rejects. */
   #attempt<T>(call: () => Promise<T>): Promise<Outcome<T>> {
     return new Promise<Outcome<T>>((resolve) => {
@@ -220,7 +263,11 @@ export class RedisGuard {
       };
       let pending: Promise<T> = Promise.reject(new Error('not called'));
       pending.catch(() => undefined);
-      const timer = setTimeout(() => settle({ kind: 'timeout', late: pending }), this.#timeoutMs);
+      // When the timer fires, give I/O one more turn of the event loop (setImmediate runs after the
+      // poll phase): an answer that arrived while this process's own event loop was busy past the
+      // timeout (a burst of requests, a cold start) is sitting in the socket and is taken, not
+      // counted as Redis being slow. The caller waits at most `timeoutMs` plus that one turn.
+      const timer = setTimeout(() => setImmediate(() => settle({ kind: 'timeout', late: pending })), this.#timeoutMs);
       try {
         pending = Promise.resolve(call());
       } catch (err) {
@@ -245,6 +292,7 @@ export class RedisGuard {
 
   /** A timeout or an error (not NOSCRIPT). */
   #failed(reason: 'timeout' | 'error'): void {
+    if (this.#warming) return;
     if (this.#state === 'half_open') {
       this.#open(reason);
       return;

@@ -8,6 +8,7 @@
  * Do not enable `enableAutoPipelining` on the connection given here: measured on this project's
  * machine it halves these scripts' throughput.
  */
+import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
@@ -167,6 +168,38 @@ export function defineCapScripts(redis: Redis): CapScripts {
   };
   defined.set(redis, scripts);
   return scripts;
+}
+
+/**
+ * Loads the global cap's scripts into Redis's script cache (`SCRIPT LOAD`, one per script, in
+ * parallel) on `redis`, the connection {@link defineCapScripts} defined them on, so that Redis has
+ * compiled every script before the node's first decision. Call it once the connection is ready
+ * (ioredis `ready`), again after each reconnect (a restarted Redis lost its cache); the wrappers
+ * keep working without it (ioredis falls back to EVAL on NOSCRIPT).
+ * @returns the SHA1 of each script, by wrapper name.
+ * @throws the Redis error (as a rejection) when a load fails (connection down); Error when Redis
+ *   answers another SHA1 than the script's.
+ */
+export async function loadCapScripts(redis: Redis): Promise<{ readonly tokenBucket: string; readonly lease: string }> {
+  scriptTexts ??= {
+    tokenBucket: readLua(CAP_SCRIPT_FILES.tokenBucket),
+    lease: readLua(CAP_SCRIPT_FILES.lease),
+  };
+  const texts = scriptTexts;
+  const [tokenBucket, lease] = await Promise.all([scriptLoad(redis, texts.tokenBucket, CAP_SCRIPT_FILES.tokenBucket), scriptLoad(redis, texts.lease, CAP_SCRIPT_FILES.lease)]);
+  return { tokenBucket, lease };
+}
+
+/**
+ * `SCRIPT LOAD` of one script's text on `redis`.
+ * @param file the script's file name, for the error message.
+ * @returns its SHA1.
+ * @throws the Redis error (as a rejection); Error when Redis answers another SHA1 than the text's.
+ */
+export async function scriptLoad(redis: Redis, text: string, file: string): Promise<string> {
+  const sha = String(await redis.script('LOAD', text));
+  if (sha !== createHash('sha1').update(text).digest('hex')) throw new Error(`SCRIPT LOAD of ${file} answered ${sha}, not the script's SHA1`);
+  return sha;
 }
 
 /**

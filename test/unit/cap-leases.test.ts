@@ -355,6 +355,38 @@ describe('CapLeases', () => {
     assert.deepEqual(t(10_000), { ok: true });
   });
 
+  test('probeAnswered leaves fallback without a take, but not while the connection is held (before reconnected)', () => {
+    const { leases } = setup();
+    leases.connectionLost();
+    assert.equal(leases.inFallback, true);
+    leases.probeAnswered();
+    assert.equal(leases.inFallback, true, 'held: a restarted Redis must first hear of the usage');
+    leases.reconnected(false);
+    assert.equal(leases.inFallback, true, 'reconnected alone waits for an answer');
+    leases.probeAnswered();
+    assert.equal(leases.inFallback, false);
+  });
+
+  test('probeAnswered with usage Redis was not told: charges it first, and leaves fallback when the charge is answered', async () => {
+    const { scripts, leases } = setup({ liveNodes: () => 2 });
+    leases.take('gpt', { tokens: 1000, requests: 0 });
+    await leases.whenRenewed('gpt');
+    assert.deepEqual(leases.take('gpt', { tokens: 1000, requests: 0 }), { ok: true });
+    await leases.whenRenewed('gpt');
+    leases.connectionLost();
+    scripts.levels.clear(); // restarted empty
+    leases.reconnected(true);
+    const owed = leases.view('gpt').tokens?.unreconciled ?? 0;
+    assert.ok(owed > 0);
+    const before = scripts.calls.length;
+    leases.probeAnswered();
+    assert.equal(leases.inFallback, true, 'still on the shares while the charge is in flight');
+    await leases.whenRenewed('gpt');
+    assert.equal(leases.inFallback, false);
+    assert.ok(scripts.calls.length > before, 'the charge was sent without a take');
+    assert.equal(leases.view('gpt').tokens?.unreconciled, 0);
+  });
+
   test('reconnected without a restart charges nothing', async () => {
     const { scripts, leases } = setup();
     leases.take('gpt', { tokens: 1000 });

@@ -361,6 +361,61 @@ describe('RedisGuard open and half-open', () => {
   });
 });
 
+describe('RedisGuard probe and warm-up', () => {
+  test('probe goes through an open breaker at once (no wait for openMs), as its half-open probe; success closes it', async (t) => {
+    const { guard, changes, counted, started, open, clock } = setup(t);
+    await open();
+    clock.advance(10);
+    assert.deepEqual(await guard.run(counted(ok(1))), { ok: false, reason: 'open' });
+    assert.equal(started(), 0);
+    assert.deepEqual(await guard.probe(counted(ok('PONG'))), { ok: true, value: 'PONG' });
+    assert.equal(started(), 1);
+    assert.equal(guard.state, 'closed');
+    assert.deepEqual(changes, [['open', 'error'], ['half_open', 'open_elapsed'], ['closed', 'probe_ok']]);
+  });
+
+  test('a failed probe re-opens for openMs; a probe while another is in flight is answered open without a call', async (t) => {
+    const { guard, counted, started, open, clock } = setup(t);
+    await open();
+    const d = deferred<string>();
+    const first = guard.probe(counted(() => d.promise));
+    assert.equal(guard.state, 'half_open');
+    assert.deepEqual(await guard.probe(counted(ok('x'))), { ok: false, reason: 'open' });
+    assert.equal(started(), 1);
+    d.reject(new Error('ECONNREFUSED'));
+    assert.deepEqual(await first, { ok: false, reason: 'error' });
+    assert.equal(guard.state, 'open');
+    clock.advance(999);
+    assert.deepEqual(await guard.run(counted(ok(1))), { ok: false, reason: 'open' });
+    assert.equal(started(), 1);
+  });
+
+  test('probe on a closed breaker is an ordinary call', async (t) => {
+    const { guard, changes } = setup(t);
+    assert.deepEqual(await guard.probe(ok('PONG')), { ok: true, value: 'PONG' });
+    assert.deepEqual(changes, []);
+  });
+
+  test('warming up: failures are returned but do not open the breaker, until warmedUp()', async (t) => {
+    const { guard, changes, tick } = setup(t, { warmUp: true });
+    assert.equal(guard.warming, true);
+    for (let i = 0; i < 10; i++) assert.deepEqual(await guard.run(fail), { ok: false, reason: 'error' });
+    const late = guard.run(() => new Promise<never>(() => undefined));
+    tick(15);
+    await flush();
+    assert.equal((await late).ok, false);
+    assert.equal(guard.state, 'closed');
+    assert.deepEqual(changes, []);
+    assert.equal(guard.stats.errors, 10);
+    assert.equal(guard.stats.timeouts, 1);
+    guard.warmedUp();
+    guard.warmedUp();
+    assert.equal(guard.warming, false);
+    for (let i = 0; i < 3; i++) await guard.run(fail);
+    assert.equal(guard.state, 'open');
+  });
+});
+
 describe('RedisGuard options', () => {
   test('invalid options throw RangeError', () => {
     const clock = new ManualClock(0);
