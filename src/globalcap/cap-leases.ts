@@ -669,9 +669,8 @@ export class CapLeases {
       const now = this.#clock.now();
       for (const b of this.#buckets.values()) {
         b.unreconciled = this.#deficit(b, b.known, now);
-        // Leased from the Redis that is gone: still spendable until expiry, never given back to this one.
-        for (const lot of b.lots) lot.returnable = false;
       }
+      this.#leasedFromLostRedis();
     }
     this.#held = false;
     for (const b of this.#buckets.values()) if (b.renewing === undefined) b.retryAt = -Infinity;
@@ -766,6 +765,15 @@ export class CapLeases {
     const d = this.#groups.get(name);
     if (d === undefined) throw new RangeError(`unknown group ${JSON.stringify(name)} (not a deployment with a quota, nor defined)`);
     return d;
+  }
+
+  /**
+   * Redis restarted or was restored from an older snapshot: the units the node holds were leased from
+   * a bucket that is gone, so they stay spendable until their leases expire but are never given back
+   * (the new bucket never took them).
+   */
+  #leasedFromLostRedis(): void {
+    for (const b of this.#buckets.values()) for (const lot of b.lots) lot.returnable = false;
   }
 
   /**

@@ -140,3 +140,65 @@ describe('leases that give back, on a real Redis', () => {
     assert.ok(level >= 9500 && level < 9501, `level ${level}`);
   });
 });
+
+describe('give-back never admits beyond capacity nor loses units (random traffic, real Redis)', () => {
+  let redis: RunningRedis;
+  let admin: Redis;
+  before(async () => {
+    redis = await startRedis();
+    admin = redis.client();
+  });
+  after(async () => {
+    await redis.stop();
+  });
+
+  test('2 nodes, 300 random takes, refunds, abandoned leases and clock jumps: admitted ≤ capacity + refill; after close Redis holds exactly capacity − net usage (+ refill)', async () => {
+    let seed = 13;
+    const rnd = (): number => {
+      // mulberry32
+      seed = (seed + 0x6d2b79f5) | 0;
+      let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+      t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+      return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+    };
+    const clock = new ManualClock(Date.now());
+    const nodes = [0, 1].map(() => {
+      const n = new CapLeases({ cluster: 'rnd', scripts: defineCapScripts(redis.client()), clock, sweepMs: 0 });
+      n.define('t', { buckets: [{ ...TOKENS }], share: () => 2 });
+      return n;
+    });
+    const key = capKey('rnd', TOKENS.name);
+    const rate = 10_000 / 86_400_000; // tokens per ms
+    const start = Date.now();
+    let net = 0;
+    for (let i = 0; i < 300; i++) {
+      const n = nodes[Math.floor(rnd() * 2)] as CapLeases;
+      const cost = 1 + Math.floor(rnd() * 3000);
+      const r = rnd();
+      if (r < 0.6) {
+        const taken = await n.takeAfterRenewals('t', { tokens: cost }, n.take('t', { tokens: cost }));
+        if (taken.ok) {
+          net += cost;
+          if (rnd() < 0.3) {
+            const back = Math.floor(rnd() * cost);
+            n.refund('t', { tokens: back });
+            net -= back;
+          }
+        }
+      } else if (r < 0.8) {
+        n.take('t', { tokens: cost }); // a lease asked for a request that goes away
+        await n.whenRenewed('t');
+      } else {
+        clock.advance(Math.floor(rnd() * 3000));
+        await Promise.all(nodes.map((m) => m.sweep()));
+      }
+      const refill = (Date.now() - start) * rate;
+      assert.ok(net <= 10_000 + refill, `step ${i}: admitted ${net} > 10,000 + ${refill}`);
+    }
+    assert.ok(net > 5000, `admitted only ${net}`);
+    await Promise.all(nodes.map((m) => m.close()));
+    const refill = (Date.now() - start) * rate;
+    const level = await storedLevel(admin, key, 10_000);
+    assert.ok(level >= 10_000 - net - 1e-6 && level <= Math.min(10_000, 10_000 - net + refill + 1e-6), `level ${level}, net usage ${net}, refill ≤ ${refill}`);
+  });
+});
