@@ -17,8 +17,9 @@
  *   or fresh limits when Redis holds nothing. What Redis holds is not trusted: its values are
  *   clamped to the tenant's limits, and a value that does not parse starts the tenant with its
  *   requests and tokens limits used up for one window (docs/security.md, "Values read from Redis").
- *   When the previous owner crashed, the concurrency slots of its in-flight requests are freed
- *   (those requests died with it; their tokens stay charged).
+ *   When the previous owner crashed (left the ring), the concurrency slots of its in-flight requests
+ *   are freed (those requests died with it; their tokens stay charged). A stand-in for an owner that
+ *   is still a member never frees them: `src/coord/stand-in.ts` states that rule and its bound.
  * - Every `checkpointMs` the tenants touched since the last checkpoint are written (one `HSET` per
  *   1,000 tenants). A tenant swept idle (its state fresh) has its stored state deleted and stays
  *   claimed, so a light tenant costs no Redis command per request nor per idle sweep.
@@ -53,6 +54,7 @@ import { isEmptyUsage, windowUsageSince, withOpenRequests, withUsage } from '../
 import type { UsageDelta } from '../limiter/usage-delta.ts';
 import type { PeerTransport, ReplicaStore, TransferKind, WireState } from './replicas.ts';
 import { createRing } from './ring.ts';
+import { slotsDiedWithOwner } from './stand-in.ts';
 import type { RingOptions } from './ring.ts';
 import type { HandoffDone, OversizedState, StoredState, TenantStateStore } from './state-store.ts';
 import type { Member, Membership, Ring } from './types.ts';
@@ -352,8 +354,9 @@ export class Handoff {
    * Resolves once this node may decide for `tenant` (its state loaded). Undefined when it already
    * may: the per-request fast path. Never rejects: a Redis failure starts the tenant fresh (logged).
    * @param how `owner`: this node owns the tenant (waits for a live previous owner's handoff);
-   *   `fallback`: a router routes around the suspect owner (no wait; the slots of the requests the
-   *   owner had in flight are freed); `handed`: the node that handed the tenant here said so (its
+   *   `fallback`: a router routes around the suspect owner (no wait; the slots and reservations of
+   *   the requests the owner had in flight stay counted until their leases expire, see
+   *   `src/coord/stand-in.ts`); `handed`: the node that handed the tenant here said so (its
    *   handoff is stored already: no wait). @default owner
    */
   ready(tenant: string, how: ClaimHow = 'owner'): Promise<void> | undefined {
@@ -738,9 +741,11 @@ export class Handoff {
     const previous = this.#previous.owner(tenant);
     const ring = this.#ring;
     const previousAlive = previous !== undefined && ring.members.some((m) => m.id === previous.id);
-    // The previous owner died (routed around, or gone from the ring without announcing a handoff):
-    // the requests it had in flight died with it, so their concurrency slots are freed on load.
-    const crashed = fallback || (previous !== undefined && previous.id !== this.#self.id && !previousAlive && !this.#seen.has(`${previous.id}|${ring.version}`));
+    // The previous owner died (gone from the ring without announcing a handoff): the requests it had
+    // in flight died with it, so their concurrency slots are freed on load. A stand-in (`fallback`)
+    // never frees them: its owner is still a member, maybe only stalled, and its streams may go on
+    // (see `src/coord/stand-in.ts`: the slots stay counted until their leases expire or are settled).
+    const crashed = slotsDiedWithOwner(fallback, previous?.id, this.#self.id, previousAlive, previous !== undefined && this.#seen.has(`${previous.id}|${ring.version}`));
     if (store !== undefined && how === 'owner' && previous !== undefined && previous.id !== this.#self.id && previousAlive) {
       const key = `${previous.id}|${ring.version}`;
       if (!this.#seen.has(key)) {

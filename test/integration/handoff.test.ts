@@ -183,7 +183,7 @@ describe('handoff through a real Redis', () => {
     b.handoff.stop();
   });
 
-  test('crash: a router routes around the dead owner; the next member starts from its checkpoint without waiting', async () => {
+  test('a router routes around a suspect owner (still a member): the stand-in starts from its checkpoint without waiting and keeps its slots until their leases expire', async () => {
     const a = await node(A, [A, B]);
     const U = Array.from({ length: 100 }, (_, i) => `u-${i}`).find((t) => ringAB.owner(t)?.id === A.id) as string;
     await a.handoff.ready(U);
@@ -198,6 +198,33 @@ describe('handoff through a real Redis', () => {
     const started = Date.now();
     await b.handoff.ready(U, 'fallback');
     assert.ok(Date.now() - started < 1_000);
+    // The owner may only be stalled: its request keeps its 4,000 tokens charged and its slot held.
+    assert.deepEqual(
+      b.limiter.peek(U).map((l) => l.remaining),
+      [6_000, 99, 1],
+    );
+    assert.equal(b.handoff.stats.slotsFreed, 0);
+    assert.equal(b.limiter.acquire(U, { id: 's1', tokens: 100 }).ok, true);
+    // Two slots held across both nodes (the owner's r0, the stand-in's s1): a third is refused.
+    assert.equal(b.limiter.acquire(U, { id: 's2', tokens: 100 }).ok, false);
+    // The owner's lease (60 s, never renewed while it is silent) expires: its slot frees.
+    clock.advance(60_000);
+    assert.equal(b.limiter.acquire(U, { id: 's3', tokens: 100 }).ok, true);
+    b.handoff.stop();
+  });
+
+  test('crash: the owner left the ring without a handoff; its successor starts from its checkpoint and frees its slots', async () => {
+    const a = await node(A, [A, B]);
+    const U = Array.from({ length: 100 }, (_, i) => `u-${i}`).find((t) => ringAB.owner(t)?.id === A.id) as string;
+    await a.handoff.ready(U);
+    assert.equal(a.limiter.acquire(U, { id: 'r0', tokens: 4_000 }).ok, true);
+    a.handoff.touched(U);
+    await a.handoff.checkpoint();
+    a.handoff.stop(); // SIGKILL: nothing more is written
+
+    const b = await node(B, [A, B], { waitMs: 5_000 });
+    b.membership.set(createRing([B]));
+    await b.handoff.ready(U);
     // The dead owner's request keeps its 4,000 tokens charged, and its slot is free.
     assert.deepEqual(
       b.limiter.peek(U).map((l) => l.remaining),
