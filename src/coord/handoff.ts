@@ -54,6 +54,7 @@ import { isEmptyUsage, windowUsageSince, withOpenRequests, withUsage } from '../
 import type { UsageDelta } from '../limiter/usage-delta.ts';
 import type { PeerTransport, ReplicaStore, TransferKind, WireState } from './replicas.ts';
 import { createRing } from './ring.ts';
+import { Rejoined } from './rejoin.ts';
 import { slotsDiedWithOwner } from './stand-in.ts';
 import type { RingOptions } from './ring.ts';
 import type { HandoffDone, OversizedState, StoredState, TenantStateStore } from './state-store.ts';
@@ -210,6 +211,8 @@ export class Handoff {
    */
   readonly #carried = new Map<string, { readonly usage: UsageDelta; readonly current: TenantSnapshot | undefined; readonly base: ReadonlySet<string> }>();
   readonly #loading = new Map<string, Promise<void>>();
+  /** States of the tenants this node decided for when the others dropped it from their ring (see `#dropped`). */
+  readonly #rejoined = new Rejoined();
   readonly #dirty = new Set<string>();
   /** Claimed tenants whose state Redis may hold (checkpointed here, or loaded from a handoff or checkpoint). */
   readonly #stored = new Set<string>();
@@ -782,8 +785,10 @@ export class Handoff {
    * Makes `json` (a stored state, or null for fresh) the tenant's state here and claims it, unless
    * the ring changed while it was read and this node no longer owns the tenant (then nothing).
    */
-  #adopt(tenant: string, json: string | OversizedState | null, crashed: boolean, readUnder: Ring): boolean {
+  #adopt(tenant: string, loaded: string | OversizedState | null, crashed: boolean, readUnder: Ring): boolean {
     if (this.#ring !== readUnder && !this.place(tenant).here) return false;
+    // Held here when the others dropped this node: used only when nothing newer came.
+    const json = this.#rejoined.newer(tenant, loaded);
     try {
       if (json === null) this.#limiter.dropTenant(tenant);
       else this.#load(tenant, json, crashed);
@@ -906,6 +911,10 @@ export class Handoff {
   #ringChanged(ring: Ring): void {
     const next = this.#leaving ? this.#without(ring) : ring;
     if (next.version === this.#ring.version) return;
+    if (!this.#leaving && this.#ring.members.length > 0 && !ring.members.some((m) => m.id === this.#self.id)) {
+      this.#dropped(ring);
+      return;
+    }
     // Replicas of tenants this node is no longer owner nor replica of: their new replica gets the owner's next checkpoint.
     this.#peers?.replicas.retain((t) => next.range(t, 2).some((m) => m.id === this.#self.id));
     // The first ring (this node joining): the tenants it gains come from the ring without it.
@@ -913,6 +922,30 @@ export class Handoff {
     this.#ring = next;
     this.#log.info({ ring: next.version, members: next.members.map((m) => m.id) }, 'ring changed');
     void this.#handOver(next);
+  }
+
+  /**
+   * The membership found that the other nodes dropped this node from their ring while it could not
+   * reach Redis (`RedisMembership`, `#rejoin`): they took its tenants over from its checkpoints and
+   * have decided for them since. It hands nothing over (its states are the stale ones) and keeps
+   * deciding for none of them: every claim is dropped, its state kept aside ({@link Rejoined}) in
+   * case no newer one arrives (a Redis that restarted empty), and the announcements seen are
+   * forgotten (ring versions repeat: the ring it rejoins has the version of the one it had), so that
+   * when the ring with it comes next each tenant is loaded like any moved tenant's: the interim
+   * owner's handoff (waited for), or its checkpoint, whichever is newer than this node's own state.
+   */
+  #dropped(ring: Ring): void {
+    const at = this.#membership.lastSyncMs?.() ?? this.#clock.now();
+    for (const tenant of [...this.#claimed]) {
+      const snapshot = this.#limiter.exportTenant(tenant);
+      if (snapshot !== undefined) this.#rejoined.keep(tenant, snapshot, at);
+      this.#unclaim(tenant);
+    }
+    this.#carried.clear();
+    this.#seen.clear();
+    this.#previous = this.#ring;
+    this.#ring = ring;
+    this.#log.warn({ ring: ring.version, tenants: this.#rejoined.size }, 'dropped from the ring while cut from Redis: deciding for no tenant until they are handed back');
   }
 
   /** Exports, drops and stores every claimed tenant not owned here under `ring`, then announces. */

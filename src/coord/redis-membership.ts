@@ -408,11 +408,14 @@ export class RedisMembership implements Membership {
       this.#sinceTime++;
       const nowMs = Date.now() + this.#redisOffsetMs;
       const p = this.#redis.pipeline();
+      const sentAt = this.#clock.now();
+      // Back after losing contact: was our own entry still live for the others (see #rejoin)?
+      const askOwn = this.#selfJson !== undefined && this.#stopping === undefined && this.#lastSync !== undefined && (this.#failed || sentAt - this.#lastSync > this.#deadAfterMs - this.#heartbeatMs);
+      if (askOwn) p.zscore(this.#key, this.#selfJson as string);
       // Checked after TIME: stop() may have sent the ZREM meanwhile, and a ZADD now would re-add us.
       if (this.#selfJson !== undefined && this.#stopping === undefined) p.zadd(this.#key, nowMs, this.#selfJson);
       // Stale members are deleted once per deadAfterMs, and only while in contact (the threshold is
       // this send's time: a sync stalled by Redis deletes nothing newer than that).
-      const sentAt = this.#clock.now();
       const inContact = this.#lastSync !== undefined && !this.#failed && sentAt - this.#lastSync <= this.#deadAfterMs - this.#heartbeatMs;
       if (inContact && sentAt - this.#contactSince >= this.#deadAfterMs && ++this.#sincePrune * this.#heartbeatMs >= this.#deadAfterMs) {
         this.#sincePrune = 0;
@@ -438,6 +441,10 @@ export class RedisMembership implements Membership {
         this.#readCapHits++;
         this.#pendingCapHits++;
       }
+      // Our entry deleted: a process in contact with Redis for deadAfterMs pruned it, so the others
+      // dropped us (an entry only old is not enough: after a Redis stall every entry is old and no
+      // one dropped anyone). A Redis that restarted empty looks the same: harmless, see #rejoin.
+      if (askOwn && results[0]?.[1] === null) this.#rejoin();
       this.#apply(flat as string[], prune ? nowMs - this.#deadAfterMs : -Infinity, maxScore);
       this.#lastSync = this.#clock.now();
       this.#failed = false;
@@ -490,7 +497,35 @@ export class RedisMembership implements Membership {
       if (beat !== undefined && now - beat.seenAt < this.#deadAfterMs) newest.set(member.id, { member, score: beat.score });
     }
     for (const id of this.#beats.keys()) if (!newest.has(id)) this.#beats.delete(id);
-    const members = sortMembers([...newest.values()].map((e) => e.member));
+    this.#setMembers([...newest.values()].map((e) => e.member));
+  }
+
+  /**
+   * This node is back in contact with Redis after a gap in which its entry was deleted (pruned by a
+   * process in contact: every other process dropped it from its ring meanwhile and gave its tenants
+   * to other nodes, though it never saw that ring; or Redis restarted empty: then the tenants come
+   * back from this node's own states, `src/coord/rejoin.ts`). Its listeners see that ring now (this
+   * node absent, `Handoff` drops the tenants it decided for: their interim owners hold newer
+   * states), then the ring with it again (the read that follows), so its tenants come back by
+   * handoff like any moved tenant's. Counted in {@link rejoins}.
+   */
+  #rejoin(): void {
+    const self = this.#self;
+    if (self === undefined || !this.#ring.members.some((m) => m.id === self.id)) return;
+    this.#rejoins++;
+    this.#setMembers(this.#ring.members.filter((m) => m.id !== self.id));
+  }
+
+  #rejoins = 0;
+
+  /** Times this node found on reconnecting that the others had dropped it from the ring (see `#rejoin`). */
+  rejoins(): number {
+    return this.#rejoins;
+  }
+
+  /** Rebuilds the ring from `list` and tells the listeners, unless the sorted list is unchanged. */
+  #setMembers(list: readonly Member[]): void {
+    const members = sortMembers([...list]);
     const listKey = members.map(memberJson).join('\n');
     if (listKey === this.#listKey) return;
     this.#listKey = listKey;

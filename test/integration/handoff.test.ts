@@ -376,6 +376,54 @@ describe('handoff through a real Redis', () => {
     b.handoff.stop();
   });
 
+  test('a node dropped from the others\' ring while cut from Redis decides for none of its tenants, then reloads them from the interim owner\'s handoff', async () => {
+    const b = await node(B, [A, B]);
+    await b.handoff.ready(T);
+    assert.equal(b.limiter.acquire(T, { id: 'b1', tokens: 1_000 }).ok, true);
+    b.limiter.release(T, 'b1');
+    b.handoff.touched(T);
+    await b.handoff.checkpoint(); // Redis: 1,000 tokens
+    assert.equal(b.limiter.acquire(T, { id: 'b2', tokens: 500 }).ok, true); // after the checkpoint, before the cut
+    b.limiter.release(T, 'b2');
+
+    // B cut from Redis: A drops it and takes T over from its checkpoint, admitting 3,000 more.
+    const a = await node(A, [A, B]);
+    a.membership.set(createRing([A]));
+    await a.handoff.ready(T);
+    assert.equal(a.limiter.acquire(T, { id: 'a1', tokens: 3_000 }).ok, true);
+    a.limiter.release(T, 'a1');
+    a.handoff.touched(T);
+    clock.advance(10);
+
+    // The link heals: B's membership finds its entry pruned: the ring without B, then with B.
+    b.membership.set(createRing([A]));
+    assert.equal(b.handoff.claimed().has(T), false);
+    assert.deepEqual(b.handoff.place(T), { here: false, owner: A });
+    b.membership.set(createRing([A, B]));
+    const claim = b.handoff.ready(T);
+    // A sees B again and hands T back.
+    a.membership.set(createRing([A, B]));
+    await a.handoff.settledDown();
+    await claim;
+    assert.equal(b.handoff.stats.waited, 1);
+    // Both nodes' admissions count: 1,000 + 3,000 (B's 500 after its last checkpoint is the bound).
+    assert.equal(b.limiter.peek(T)[0]?.remaining, 10_000 - 4_000);
+    a.handoff.stop();
+    b.handoff.stop();
+  });
+
+  test('a node that rejoins and finds no newer state of its tenant (Redis restarted empty) keeps its own', async () => {
+    const b = await node(B, [A, B], { waitMs: 50 });
+    await b.handoff.ready(T);
+    assert.equal(b.limiter.acquire(T, { id: 'b1', tokens: 2_500 }).ok, true);
+    b.limiter.release(T, 'b1');
+    b.membership.set(createRing([A]));
+    b.membership.set(createRing([A, B]));
+    await b.handoff.ready(T);
+    assert.equal(b.limiter.peek(T)[0]?.remaining, 10_000 - 2_500);
+    b.handoff.stop();
+  });
+
   test('graceful leave: every tenant is handed over before the node deregisters; the next owner needs no wait', async () => {
     const nodes: { b?: Awaited<ReturnType<typeof node>> } = {};
     const a = await node(A, [A, B], {

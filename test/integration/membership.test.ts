@@ -167,6 +167,40 @@ describe('RedisMembership (real redis-server)', () => {
     }
   });
 
+  test('a node cut from Redis long enough to be pruned sees, on its return, the ring without it, then the ring with it (rejoin)', async () => {
+    const c = cluster(100, 300);
+    try {
+      const cutClient = redis.client();
+      const nodes = [c.add(member(1)), c.add(member(2), cutClient), c.add(member(3))];
+      for (const n of nodes) await n.start();
+      const three = createRing([member(1), member(2), member(3)]).version;
+      const two = createRing([member(1), member(3)]).version;
+      await waitFor('agreement', () => nodes.every((m) => m.ring().version === three), 2_000);
+      const seen: string[] = [];
+      nodes[1]!.onChange((ring) => seen.push(ring.version));
+
+      cutClient.disconnect();
+      await waitFor('drop of node-2', () => nodes[0]!.ring().version === two && nodes[2]!.ring().version === two, 2_000);
+      // Pruned by a node in contact (once per deadAfterMs, after deadAfterMs of contact).
+      const admin = redis.client();
+      const deadline = performance.now() + 3_000;
+      while ((await admin.zrange(`qr:{${CLUSTER}}:members`, 0, -1)).some((e) => e.includes('"node-2"'))) {
+        assert.ok(performance.now() < deadline, 'node-2 never pruned');
+        await sleep(20);
+      }
+      admin.disconnect();
+      assert.deepEqual(seen, [], 'the cut node never saw a change while cut');
+
+      await cutClient.connect();
+      await waitFor('rejoin', () => nodes.every((m) => m.ring().version === three), 2_000);
+      assert.deepEqual(seen, [createRing([member(1), member(3)]).version, three]);
+      assert.equal(nodes[1]!.rejoins(), 1);
+      assert.equal(nodes[0]!.rejoins(), 0);
+    } finally {
+      await c.stopAll();
+    }
+  });
+
   test('the ring is rebuilt only when the member list changes', async () => {
     const c = cluster(100, 300);
     try {
