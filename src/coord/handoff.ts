@@ -112,6 +112,12 @@ export interface HandoffOptions {
   readonly stateTtlMs: (tenant: string) => number;
   /** Sends forwarded settlements. */
   readonly send: SettlementSender;
+  /**
+   * Whether a member's process is gone (its port refuses connections: `listenerGone`): a stand-in
+   * then frees the slots of the owner's requests in flight (see `src/coord/stand-in.ts`).
+   * @default never (the slots stay held until their leases expire)
+   */
+  readonly ownerGone?: (owner: Member) => Promise<boolean>;
   readonly log: HandoffLog;
   /**
    * Told after each handoff (`out`: states written for new owners), prefetch (`prefetch`: states
@@ -172,6 +178,8 @@ interface StandIn {
   lastMs: number;
   /** A return is being sent. */
   returning: boolean;
+  /** The owner's requests in flight in `base` hold slots here until the owner is known gone. */
+  ownerSlots: boolean;
 }
 
 const SEEN_ANNOUNCEMENTS = 256;
@@ -198,6 +206,7 @@ export class Handoff {
   readonly #send: SettlementSender;
   readonly #log: HandoffLog;
   readonly #onMoved: HandoffOptions['onMoved'];
+  readonly #ownerGone: HandoffOptions['ownerGone'];
 
   #ring: Ring;
   #previous: Ring;
@@ -264,6 +273,7 @@ export class Handoff {
     this.#send = opts.send;
     this.#log = opts.log;
     this.#onMoved = opts.onMoved;
+    this.#ownerGone = opts.ownerGone;
     this.#ring = createRing([], this.#ringOptions);
     this.#previous = this.#ring;
   }
@@ -539,9 +549,36 @@ export class Handoff {
    */
   async returnStandIns(): Promise<void> {
     const now = this.#clock.now();
+    const holding = [...this.#standIns].filter(([, s]) => s.ownerSlots);
+    for (const id of new Set(holding.map(([, s]) => s.owner))) {
+      const owner = this.#ring.members.find((m) => m.id === id);
+      if (owner !== undefined) await this.#freeIfOwnerGone(holding.filter(([, s]) => s.owner === id), owner);
+    }
     const due: [string, StandIn][] = [];
     for (const [tenant, standIn] of this.#standIns) if (!standIn.returning && now - standIn.lastMs >= this.#standInIdleMs) due.push([tenant, standIn]);
     await Promise.all(due.map(([tenant, standIn]) => this.#giveBack(tenant, standIn, false)));
+  }
+
+  /**
+   * Frees the slots of the owner's requests in flight that `standIns` loaded from its checkpoint,
+   * when `ownerGone` says its process is gone (see `src/coord/stand-in.ts`). Never rejects.
+   */
+  async #freeIfOwnerGone(standIns: readonly (readonly [string, StandIn])[], owner: Member): Promise<void> {
+    if (this.#ownerGone === undefined || standIns.length === 0) return;
+    let gone = false;
+    try {
+      gone = await this.#ownerGone(owner);
+    } catch {
+      gone = false;
+    }
+    if (!gone) return;
+    for (const [tenant, standIn] of standIns) {
+      if (this.#standIns.get(tenant) !== standIn || !standIn.ownerSlots) continue;
+      standIn.ownerSlots = false;
+      for (const r of standIn.base?.reservations ?? []) if (!r.released && this.#limiter.release(tenant, r.id)) this.stats.slotsFreed++;
+      this.touched(tenant);
+    }
+    this.#log.info({ owner: owner.id, tenants: standIns.length }, 'owner gone (connection refused): the slots of its requests in flight are freed');
   }
 
   /** Gives one stand-in claim back (see {@link returnStandIns}); `force`: also while requests admitted here run. */
@@ -774,9 +811,12 @@ export class Handoff {
     if (this.#adopt(tenant, json, crashed, ring) && (fallback || (store === undefined && how === 'handed')) && !this.place(tenant).here) {
       const owner = this.#ring.owner(tenant);
       if (owner !== undefined) {
-        this.#standIns.set(tenant, { owner: owner.id, base: this.#limiter.exportTenant(tenant), lastMs: this.#clock.now(), returning: false });
+        const base = this.#limiter.exportTenant(tenant);
+        const standIn: StandIn = { owner: owner.id, base, lastMs: this.#clock.now(), returning: false, ownerSlots: base?.reservations.some((r) => !r.released) === true };
+        this.#standIns.set(tenant, standIn);
         this.#limiter.startTally(tenant);
         this.stats.stoodIn++;
+        if (standIn.ownerSlots) await this.#freeIfOwnerGone([[tenant, standIn]], owner);
       }
     }
   }
@@ -929,7 +969,7 @@ export class Handoff {
    * reach Redis (`RedisMembership`, `#rejoin`): they took its tenants over from its checkpoints and
    * have decided for them since. It hands nothing over (its states are the stale ones) and keeps
    * deciding for none of them: every claim is dropped, its state kept aside ({@link Rejoined}) in
-   * case no newer one arrives (a Redis that restarted empty), and the announcements seen are
+   * case no newer one arrives (no interim owner decided for the tenant, Redis holds none), and the announcements seen are
    * forgotten (ring versions repeat: the ring it rejoins has the version of the one it had), so that
    * when the ring with it comes next each tenant is loaded like any moved tenant's: the interim
    * owner's handoff (waited for), or its checkpoint, whichever is newer than this node's own state.

@@ -66,6 +66,18 @@ export function membersKey(cluster: string): string {
   return `qr:{${cluster}}:members`;
 }
 
+/**
+ * The hash of drops: member id → the Redis time (ms) when a process in contact with Redis last
+ * dropped that member from its ring without a leave announcement (its heartbeats stopped). A node
+ * back from a gap reads its own field to learn whether the others dropped it meanwhile (see
+ * `RedisMembership`, `#rejoin`). Expires a day after the last write.
+ */
+export function dropsKey(cluster: string): string {
+  return `qr:{${cluster}}:dropped`;
+}
+
+const DROPS_TTL_MS = 86_400_000;
+
 /** The pub/sub channel of join/leave announcements (`{"type":"join"|"leave","id":...}`). */
 export function membershipChannel(cluster: string): string {
   return `qr:{${cluster}}:membership`;
@@ -145,6 +157,9 @@ export class RedisMembership implements Membership {
   readonly #self: Member | undefined;
   readonly #selfJson: string | undefined;
   readonly #key: string;
+  readonly #dropsKey: string;
+  /** Redis time (ms) of this node's last heartbeat that Redis answered. */
+  #lastBeat: number | undefined;
   readonly #channel: string;
   readonly #heartbeatMs: number;
   readonly #deadAfterMs: number;
@@ -208,6 +223,7 @@ export class RedisMembership implements Membership {
     this.#secret = opts.secret;
     this.#selfJson = opts.self === undefined ? undefined : signedMemberEntry(opts.self, opts.secret);
     this.#key = membersKey(opts.cluster);
+    this.#dropsKey = dropsKey(opts.cluster);
     this.#channel = membershipChannel(opts.cluster);
     this.#heartbeatMs = heartbeatMs;
     this.#deadAfterMs = deadAfterMs;
@@ -409,9 +425,10 @@ export class RedisMembership implements Membership {
       const nowMs = Date.now() + this.#redisOffsetMs;
       const p = this.#redis.pipeline();
       const sentAt = this.#clock.now();
-      // Back after losing contact: was our own entry still live for the others (see #rejoin)?
-      const askOwn = this.#selfJson !== undefined && this.#stopping === undefined && this.#lastSync !== undefined && (this.#failed || sentAt - this.#lastSync > this.#deadAfterMs - this.#heartbeatMs);
-      if (askOwn) p.zscore(this.#key, this.#selfJson as string);
+      // Back after losing contact: did the others drop us meanwhile (see #rejoin)?
+      const askOwn = this.#self !== undefined && this.#stopping === undefined && this.#lastBeat !== undefined && (this.#failed || sentAt - (this.#lastSync ?? sentAt) > this.#deadAfterMs - this.#heartbeatMs);
+      if (askOwn) p.hget(this.#dropsKey, (this.#self as Member).id);
+      const beats = this.#selfJson !== undefined && this.#stopping === undefined;
       // Checked after TIME: stop() may have sent the ZREM meanwhile, and a ZADD now would re-add us.
       if (this.#selfJson !== undefined && this.#stopping === undefined) p.zadd(this.#key, nowMs, this.#selfJson);
       // Stale members are deleted once per deadAfterMs, and only while in contact (the threshold is
@@ -441,11 +458,13 @@ export class RedisMembership implements Membership {
         this.#readCapHits++;
         this.#pendingCapHits++;
       }
-      // Our entry deleted: a process in contact with Redis for deadAfterMs pruned it, so the others
-      // dropped us (an entry only old is not enough: after a Redis stall every entry is old and no
-      // one dropped anyone). A Redis that restarted empty looks the same: harmless, see #rejoin.
-      if (askOwn && results[0]?.[1] === null) this.#rejoin();
-      this.#apply(flat as string[], prune ? nowMs - this.#deadAfterMs : -Infinity, maxScore);
+      // A process in contact with Redis dropped us after our last answered heartbeat. (Our own
+      // entry is no evidence: heartbeats sent during a cut may reach Redis when the link heals,
+      // and after a Redis stall or restart every entry is old or gone though no one dropped anyone.)
+      const droppedAt = askOwn ? Number(results[0]?.[1] ?? Number.NaN) : Number.NaN;
+      if (droppedAt > (this.#lastBeat ?? Infinity)) this.#rejoin();
+      if (beats) this.#lastBeat = nowMs;
+      this.#apply(flat as string[], prune ? nowMs - this.#deadAfterMs : -Infinity, maxScore, prune ? nowMs : undefined);
       this.#lastSync = this.#clock.now();
       this.#failed = false;
       this.#report();
@@ -462,7 +481,7 @@ export class RedisMembership implements Membership {
    * Redis that restarted empty, or was restored from an old snapshot) stays until `deadAfterMs` after
    * this process last saw its heartbeat rise: a Redis restart must not move tenants off live nodes.
    */
-  #apply(flat: readonly string[], minScore: number, maxScore: number): void {
+  #apply(flat: readonly string[], minScore: number, maxScore: number, dropsAt?: number): void {
     const now = this.#clock.now();
     const newest = new Map<string, { member: Member; score: number }>();
     const rejected = new Set<string>();
@@ -497,14 +516,21 @@ export class RedisMembership implements Membership {
       if (beat !== undefined && now - beat.seenAt < this.#deadAfterMs) newest.set(member.id, { member, score: beat.score });
     }
     for (const id of this.#beats.keys()) if (!newest.has(id)) this.#beats.delete(id);
+    // In contact for deadAfterMs (`dropsAt`, Redis time): members dropped without a leave are recorded.
+    const dropped = dropsAt === undefined ? [] : this.#ring.members.filter((m) => !newest.has(m.id) && !this.#left.has(m.id) && m.id !== this.#self?.id);
+    if (dropsAt !== undefined && dropped.length > 0) {
+      const p = this.#redis.pipeline();
+      for (const m of dropped) p.hset(this.#dropsKey, m.id, String(dropsAt));
+      p.pexpire(this.#dropsKey, DROPS_TTL_MS);
+      p.exec().catch((err: unknown) => this.#onError(asError(err)));
+    }
     this.#setMembers([...newest.values()].map((e) => e.member));
   }
 
   /**
-   * This node is back in contact with Redis after a gap in which its entry was deleted (pruned by a
-   * process in contact: every other process dropped it from its ring meanwhile and gave its tenants
-   * to other nodes, though it never saw that ring; or Redis restarted empty: then the tenants come
-   * back from this node's own states, `src/coord/rejoin.ts`). Its listeners see that ring now (this
+   * This node is back in contact with Redis after a gap in which a process in contact dropped it
+   * from its ring ({@link dropsKey}, later than this node's last answered heartbeat): the others gave
+   * its tenants to other nodes meanwhile, though it never saw that ring. Its listeners see that ring now (this
    * node absent, `Handoff` drops the tenants it decided for: their interim owners hold newer
    * states), then the ring with it again (the read that follows), so its tenants come back by
    * handoff like any moved tenant's. Counted in {@link rejoins}.

@@ -2,11 +2,13 @@
  * A node cut from Redis (not from its peers nor routers) is dropped from every other process's ring
  * after `dead_after`: its tenants go to other nodes, which start from its last checkpoint and decide
  * for them while it is away. It cannot read Redis, so it never sees that ring; when the link heals,
- * its membership finds its own entry expired (`RedisMembership`, `#rejoin`) and shows it the ring
- * without it, then the ring with it. `Handoff` then drops every tenant it decided for, keeping
+ * its membership finds that a process in contact recorded its drop (`dropsKey`, later than its last
+ * answered heartbeat; `RedisMembership`, `#rejoin`) and shows it the ring without it, then the ring
+ * with it. `Handoff` then drops every tenant it decided for, keeping
  * their states here, and loads each again like any moved tenant: the interim owner's handoff, or
  * the newest checkpoint, and this node's own state only when what it loads is older than the moment
- * it lost contact (nothing newer exists: e.g. a Redis that restarted empty).
+ * it lost contact (nothing newer exists: no interim owner decided for the tenant and Redis holds
+ * no checkpoint of it).
  *
  * Bound (admitted beyond a limit): the tenant's admissions on this node between its last checkpoint
  * before the cut and the moment routers drop it from their rings (`dead_after` + a heartbeat + a

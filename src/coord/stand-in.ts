@@ -9,7 +9,10 @@
  *   every reservation and concurrency lease in it: they stay counted until their own leases expire
  *   (`lease_ttl` after the owner last renewed them; a stalled owner renews nothing) or a settlement
  *   of them reaches the stand-in. They are never freed as if the owner had crashed: only a previous
- *   owner that has *left the ring* without a handoff frees them (see {@link slotsDiedWithOwner}).
+ *   owner that has *left the ring* without a handoff frees them (see {@link slotsDiedWithOwner}), or
+ *   an owner whose port refuses connections (its process is gone: {@link listenerGone}, asked when
+ *   the stand-in claims the tenant and every checkpoint period while the slots stay held; with
+ *   static members the ring never drops a dead member, so this is how a SIGKILL frees them there).
  * - The stand-in decides from that state plus what it admits itself, like an owner.
  * - When no request stood in for the owner for `standInIdleMs` and every request admitted here has
  *   ended, the stand-in gives the tenant back: the usage it admitted (window entries, bucket units)
@@ -28,6 +31,8 @@
  *   on the stand-in).
  */
 
+import { connect } from 'node:net';
+
 /**
  * Whether the requests the previous owner had in flight died with it, so that their concurrency
  * slots are freed when its state is loaded here: only when it left the ring (crashed) without
@@ -41,4 +46,33 @@
  */
 export function slotsDiedWithOwner(fallback: boolean, previousOwner: string | undefined, self: string, previousInRing: boolean, announced: boolean): boolean {
   return !fallback && previousOwner !== undefined && previousOwner !== self && !previousInRing && !announced;
+}
+
+/**
+ * Whether nothing listens at `url` any more: a TCP connection to its host and port is refused
+ * (ECONNREFUSED), so the process that served there is gone and the requests it had in flight died
+ * with it. A stalled process (SIGSTOP, a CPU stall) still has its listening socket (the kernel
+ * accepts the connection), and a cut link times out: both answer false, as does any other error.
+ * @param timeoutMs longest wait for the connection, ms. @default 500
+ */
+export function listenerGone(url: string, timeoutMs = 500): Promise<boolean> {
+  return new Promise((resolve) => {
+    let parsed: URL;
+    try {
+      parsed = new URL(url);
+    } catch {
+      resolve(false);
+      return;
+    }
+    const port = Number(parsed.port === '' ? (parsed.protocol === 'https:' ? 443 : 80) : parsed.port);
+    const socket = connect({ host: parsed.hostname.replace(/^\[|\]$/g, ''), port });
+    const done = (gone: boolean): void => {
+      clearTimeout(timer);
+      socket.destroy();
+      resolve(gone);
+    };
+    const timer = setTimeout(() => done(false), timeoutMs);
+    socket.once('connect', () => done(false));
+    socket.once('error', (err: NodeJS.ErrnoException) => done(err.code === 'ECONNREFUSED'));
+  });
 }

@@ -55,7 +55,7 @@ describe('handoff through a real Redis', () => {
   async function node(
     self: Member,
     members: Member[],
-    opts: { waitMs?: number; standInIdleMs?: number; send?: (from: Member, to: Member, s: ForwardedSettlement, hops: number) => Promise<void> } = {},
+    opts: { waitMs?: number; standInIdleMs?: number; send?: (from: Member, to: Member, s: ForwardedSettlement, hops: number) => Promise<void>; ownerGone?: (owner: Member) => Promise<boolean> } = {},
   ) {
     const connection = new Redis(redis.url);
     connections.push(connection);
@@ -72,6 +72,7 @@ describe('handoff through a real Redis', () => {
       ...(opts.standInIdleMs === undefined ? {} : { standInIdleMs: opts.standInIdleMs }),
       stateTtlMs: () => 120_000,
       send: opts.send ?? (async () => {}),
+      ...(opts.ownerGone === undefined ? {} : { ownerGone: opts.ownerGone }),
       log: quiet,
     });
     await handoff.start();
@@ -210,6 +211,35 @@ describe('handoff through a real Redis', () => {
     // The owner's lease (60 s, never renewed while it is silent) expires: its slot frees.
     clock.advance(60_000);
     assert.equal(b.limiter.acquire(U, { id: 's3', tokens: 100 }).ok, true);
+    b.handoff.stop();
+  });
+
+  test('a stand-in frees the owner\'s slots once the owner\'s port refuses connections (its process is gone), not before', async () => {
+    const a = await node(A, [A, B]);
+    const U = Array.from({ length: 100 }, (_, i) => `u-${i}`).find((t) => ringAB.owner(t)?.id === A.id) as string;
+    await a.handoff.ready(U);
+    assert.equal(a.limiter.acquire(U, { id: 'r0', tokens: 100 }).ok, true);
+    assert.equal(a.limiter.acquire(U, { id: 'r1', tokens: 100 }).ok, true);
+    a.handoff.touched(U);
+    await a.handoff.checkpoint();
+    a.handoff.stop();
+
+    let gone = false;
+    const asked: string[] = [];
+    const b = await node(B, [A, B], { ownerGone: async (m) => (asked.push(m.id), gone) });
+    await b.handoff.ready(U, 'fallback');
+    assert.deepEqual(asked, ['node-a']);
+    // Stalled, not gone: both slots stay held.
+    assert.equal(b.limiter.peek(U)[2]?.remaining, 0);
+    await b.handoff.returnStandIns();
+    assert.equal(b.limiter.peek(U)[2]?.remaining, 0);
+    // SIGKILLed meanwhile: the next look frees them (once).
+    gone = true;
+    await b.handoff.returnStandIns();
+    assert.equal(b.limiter.peek(U)[2]?.remaining, 2);
+    assert.equal(b.handoff.stats.slotsFreed, 2);
+    await b.handoff.returnStandIns();
+    assert.equal(b.handoff.stats.slotsFreed, 2);
     b.handoff.stop();
   });
 
