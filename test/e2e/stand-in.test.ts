@@ -7,7 +7,8 @@
  * node, which stands in from the owner's replicated checkpoint. The owner's two slots stay counted
  * there (its leases have not expired): every request is refused 429, so the tenant never runs more
  * than 2 streams across both nodes (before the fix the stand-in freed them and admitted 2 more).
- * After SIGCONT the owner's streams finish in full and the tenant is served again.
+ * After SIGCONT the owner's streams finish in full and the tenant is served again. An owner
+ * SIGKILLed mid-stream is gone (its port refuses connections): the stand-in frees its slots.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
@@ -125,5 +126,24 @@ describe('a stand-in for a live (SIGSTOPped) owner keeps its slots counted', () 
       assert.ok(Date.now() < until, `the stand-in never gave the tenant back:\n${standIn.output().slice(-2_000)}`);
       await sleep(200);
     }
+  });
+
+  test('owner SIGKILLed with 2 streams open: its port refuses connections, so the stand-in frees their slots and serves the tenant', async () => {
+    const streams = [await send(LONG), await send(LONG)];
+    assert.deepEqual(streams.map((s) => s.statusCode), [200, 200]);
+    await sleep(1_000);
+    (nodes.get(owner) as Running).proc.kill('SIGKILL');
+    // The killed owner's streams are cut (the client sees a dropped stream).
+    for (const s of streams) await s.body.text().catch(() => '');
+    const deadline = Date.now() + 15_000;
+    for (;;) {
+      const res = await send(SHORT);
+      const text = await res.body.text();
+      if (res.statusCode === 200) break;
+      assert.ok(Date.now() < deadline, `the tenant is still refused after its owner died: ${res.statusCode} ${text.slice(0, 200)}`);
+      await sleep(200);
+    }
+    const stand = nodes.get(members.find((m) => m.id !== owner)?.id ?? '') as Running;
+    assert.match(stand.output(), /owner gone \(connection refused\)/);
   });
 });
