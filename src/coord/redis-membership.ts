@@ -142,9 +142,15 @@ function asError(err: unknown): Error {
  * with the Redis time, everyone ZRANGEs the set and ignores members older than `deadAfterMs`, which
  * are also deleted (ZREMRANGEBYSCORE) once per `deadAfterMs`. The Redis time is Redis `TIME`, read
  * on the first sync, after a failure and every {@link TIME_EVERY} syncs, and in between the wall
- * clock plus the offset last measured: 2 commands per node heartbeat, not 4 (a router: 1). Several entries with one id (a node restarted on another URL)
+ * clock plus the offset last measured: 2 round trips per node heartbeat, not 4 (a router: 1). Several entries with one id (a node restarted on another URL)
  * count once, the newest. The ring is rebuilt and listeners are called only when the sorted list
  * changes.
+ *
+ * Drops: a process in contact with Redis that drops a member without a leave announcement records
+ * it ({@link dropsKey}); every sync reads that hash (one `HGETALL` in the same pipeline), and
+ * a recorded member is ignored until it acknowledges its drop (deletes its field, which it does on
+ * start and once it has seen the drop: `#rejoin`), so a heartbeat it sent while cut off and
+ * delivered late does not bring it back before it knows.
  *
  * Redis unreachable: the last view stays, the next heartbeat retries. A process that lost contact
  * (a failed heartbeat or read, or more than `deadAfterMs - heartbeatMs` since its last successful
@@ -160,6 +166,8 @@ export class RedisMembership implements Membership {
   readonly #dropsKey: string;
   /** Redis time (ms) of this node's last heartbeat that Redis answered. */
   #lastBeat: number | undefined;
+  /** This node's field in the drops hash is to be deleted (its drop seen, or a fresh start). */
+  #dropToAck = true;
   readonly #channel: string;
   readonly #heartbeatMs: number;
   readonly #deadAfterMs: number;
@@ -425,12 +433,12 @@ export class RedisMembership implements Membership {
       const nowMs = Date.now() + this.#redisOffsetMs;
       const p = this.#redis.pipeline();
       const sentAt = this.#clock.now();
-      // Back after losing contact: did the others drop us meanwhile (see #rejoin)?
-      const askOwn = this.#self !== undefined && this.#stopping === undefined && this.#lastBeat !== undefined && (this.#failed || sentAt - (this.#lastSync ?? sentAt) > this.#deadAfterMs - this.#heartbeatMs);
-      if (askOwn) p.hget(this.#dropsKey, (this.#self as Member).id);
       const beats = this.#selfJson !== undefined && this.#stopping === undefined;
       // Checked after TIME: stop() may have sent the ZREM meanwhile, and a ZADD now would re-add us.
-      if (this.#selfJson !== undefined && this.#stopping === undefined) p.zadd(this.#key, nowMs, this.#selfJson);
+      if (beats) p.zadd(this.#key, nowMs, this.#selfJson as string);
+      // Our drop seen (or a fresh start): acknowledged, so the others take us back (see #rejoin).
+      const acking = beats && this.#dropToAck;
+      if (acking) p.hdel(this.#dropsKey, (this.#self as Member).id);
       // Stale members are deleted once per deadAfterMs, and only while in contact (the threshold is
       // this send's time: a sync stalled by Redis deletes nothing newer than that).
       const inContact = this.#lastSync !== undefined && !this.#failed && sentAt - this.#lastSync <= this.#deadAfterMs - this.#heartbeatMs;
@@ -444,11 +452,15 @@ export class RedisMembership implements Membership {
       const maxScore = nowMs + this.#futureSkewMs;
       const readMin = this.#lastSync !== undefined && !this.#failed && sentAt - this.#contactSince >= this.#deadAfterMs ? `${nowMs - this.#deadAfterMs}` : '-inf';
       p.zrangebyscore(this.#key, readMin, `${maxScore}`, 'WITHSCORES', 'LIMIT', 0, MAX_ENTRIES_READ);
+      p.hgetall(this.#dropsKey);
       const results = await p.exec();
       if (results === null) throw new Error('membership pipeline was discarded');
       for (const [err] of results) if (err) throw err;
-      const flat = results[results.length - 1]?.[1];
+      const flat = results[results.length - 2]?.[1];
       if (!Array.isArray(flat)) throw new Error('membership ZRANGEBYSCORE returned no list');
+      const dropsRead = results[results.length - 1]?.[1];
+      const drops = typeof dropsRead === 'object' && dropsRead !== null ? (dropsRead as Record<string, string>) : {};
+      if (acking) this.#dropToAck = false;
       // Contact is judged when the answer came: a sync that Redis held (a stall) counts as a gap.
       const t = this.#clock.now();
       if (this.#lastSync !== undefined && (this.#failed || t - this.#lastSync > this.#deadAfterMs - this.#heartbeatMs)) this.#contactSince = t;
@@ -461,10 +473,14 @@ export class RedisMembership implements Membership {
       // A process in contact with Redis dropped us after our last answered heartbeat. (Our own
       // entry is no evidence: heartbeats sent during a cut may reach Redis when the link heals,
       // and after a Redis stall or restart every entry is old or gone though no one dropped anyone.)
-      const droppedAt = askOwn ? Number(results[0]?.[1] ?? Number.NaN) : Number.NaN;
-      if (droppedAt > (this.#lastBeat ?? Infinity)) this.#rejoin();
+      const self = this.#self;
+      const ownDrop = self === undefined ? undefined : drops[self.id];
+      if (ownDrop !== undefined && beats) {
+        if (Number(ownDrop) > (this.#lastBeat ?? Infinity)) this.#rejoin();
+        this.#dropToAck = true;
+      }
       if (beats) this.#lastBeat = nowMs;
-      this.#apply(flat as string[], prune ? nowMs - this.#deadAfterMs : -Infinity, maxScore, prune ? nowMs : undefined);
+      this.#apply(flat as string[], prune ? nowMs - this.#deadAfterMs : -Infinity, maxScore, prune ? nowMs : undefined, drops);
       this.#lastSync = this.#clock.now();
       this.#failed = false;
       this.#report();
@@ -481,7 +497,7 @@ export class RedisMembership implements Membership {
    * Redis that restarted empty, or was restored from an old snapshot) stays until `deadAfterMs` after
    * this process last saw its heartbeat rise: a Redis restart must not move tenants off live nodes.
    */
-  #apply(flat: readonly string[], minScore: number, maxScore: number, dropsAt?: number): void {
+  #apply(flat: readonly string[], minScore: number, maxScore: number, dropsAt?: number, drops: Readonly<Record<string, string>> = {}): void {
     const now = this.#clock.now();
     const newest = new Map<string, { member: Member; score: number }>();
     const rejected = new Set<string>();
@@ -501,6 +517,9 @@ export class RedisMembership implements Membership {
         continue;
       }
       const member = read.member;
+      // Dropped by a process in contact and not back since (it acknowledges its drop when it sees it):
+      // a heartbeat it sent before knowing, delivered late (a healed link), does not bring it back.
+      if (Object.hasOwn(drops, member.id) && member.id !== this.#self?.id) continue;
       const seen = newest.get(member.id);
       if (seen === undefined || score > seen.score) newest.set(member.id, { member, score });
     }
@@ -517,7 +536,7 @@ export class RedisMembership implements Membership {
     }
     for (const id of this.#beats.keys()) if (!newest.has(id)) this.#beats.delete(id);
     // In contact for deadAfterMs (`dropsAt`, Redis time): members dropped without a leave are recorded.
-    const dropped = dropsAt === undefined ? [] : this.#ring.members.filter((m) => !newest.has(m.id) && !this.#left.has(m.id) && m.id !== this.#self?.id);
+    const dropped = dropsAt === undefined ? [] : this.#ring.members.filter((m) => !newest.has(m.id) && !this.#left.has(m.id) && !Object.hasOwn(drops, m.id) && m.id !== this.#self?.id);
     if (dropsAt !== undefined && dropped.length > 0) {
       const p = this.#redis.pipeline();
       for (const m of dropped) p.hset(this.#dropsKey, m.id, String(dropsAt));
