@@ -17,8 +17,9 @@
  *   or fresh limits when Redis holds nothing. What Redis holds is not trusted: its values are
  *   clamped to the tenant's limits, and a value that does not parse starts the tenant with its
  *   requests and tokens limits used up for one window (docs/security.md, "Values read from Redis").
- *   When the previous owner crashed, the concurrency slots of its in-flight requests are freed
- *   (those requests died with it; their tokens stay charged).
+ *   When the previous owner crashed (left the ring), the concurrency slots of its in-flight requests
+ *   are freed (those requests died with it; their tokens stay charged). A stand-in for an owner that
+ *   is still a member never frees them: `src/coord/stand-in.ts` states that rule and its bound.
  * - Every `checkpointMs` the tenants touched since the last checkpoint are written (one `HSET` per
  *   1,000 tenants). A tenant swept idle (its state fresh) has its stored state deleted and stays
  *   claimed, so a light tenant costs no Redis command per request nor per idle sweep.
@@ -53,6 +54,8 @@ import { isEmptyUsage, windowUsageSince, withOpenRequests, withUsage } from '../
 import type { UsageDelta } from '../limiter/usage-delta.ts';
 import type { PeerTransport, ReplicaStore, TransferKind, WireState } from './replicas.ts';
 import { createRing } from './ring.ts';
+import { Rejoined } from './rejoin.ts';
+import { slotsDiedWithOwner } from './stand-in.ts';
 import type { RingOptions } from './ring.ts';
 import type { HandoffDone, OversizedState, StoredState, TenantStateStore } from './state-store.ts';
 import type { Member, Membership, Ring } from './types.ts';
@@ -109,6 +112,12 @@ export interface HandoffOptions {
   readonly stateTtlMs: (tenant: string) => number;
   /** Sends forwarded settlements. */
   readonly send: SettlementSender;
+  /**
+   * Whether a member's process is gone (its port refuses connections: `listenerGone`): a stand-in
+   * then frees the slots of the owner's requests in flight (see `src/coord/stand-in.ts`).
+   * @default never (the slots stay held until their leases expire)
+   */
+  readonly ownerGone?: (owner: Member) => Promise<boolean>;
   readonly log: HandoffLog;
   /**
    * Told after each handoff (`out`: states written for new owners), prefetch (`prefetch`: states
@@ -169,6 +178,8 @@ interface StandIn {
   lastMs: number;
   /** A return is being sent. */
   returning: boolean;
+  /** The owner's requests in flight in `base` hold slots here until the owner is known gone. */
+  ownerSlots: boolean;
 }
 
 const SEEN_ANNOUNCEMENTS = 256;
@@ -195,6 +206,7 @@ export class Handoff {
   readonly #send: SettlementSender;
   readonly #log: HandoffLog;
   readonly #onMoved: HandoffOptions['onMoved'];
+  readonly #ownerGone: HandoffOptions['ownerGone'];
 
   #ring: Ring;
   #previous: Ring;
@@ -208,6 +220,8 @@ export class Handoff {
    */
   readonly #carried = new Map<string, { readonly usage: UsageDelta; readonly current: TenantSnapshot | undefined; readonly base: ReadonlySet<string> }>();
   readonly #loading = new Map<string, Promise<void>>();
+  /** States of the tenants this node decided for when the others dropped it from their ring (see `#dropped`). */
+  readonly #rejoined = new Rejoined();
   readonly #dirty = new Set<string>();
   /** Claimed tenants whose state Redis may hold (checkpointed here, or loaded from a handoff or checkpoint). */
   readonly #stored = new Set<string>();
@@ -259,6 +273,7 @@ export class Handoff {
     this.#send = opts.send;
     this.#log = opts.log;
     this.#onMoved = opts.onMoved;
+    this.#ownerGone = opts.ownerGone;
     this.#ring = createRing([], this.#ringOptions);
     this.#previous = this.#ring;
   }
@@ -352,8 +367,9 @@ export class Handoff {
    * Resolves once this node may decide for `tenant` (its state loaded). Undefined when it already
    * may: the per-request fast path. Never rejects: a Redis failure starts the tenant fresh (logged).
    * @param how `owner`: this node owns the tenant (waits for a live previous owner's handoff);
-   *   `fallback`: a router routes around the suspect owner (no wait; the slots of the requests the
-   *   owner had in flight are freed); `handed`: the node that handed the tenant here said so (its
+   *   `fallback`: a router routes around the suspect owner (no wait; the slots and reservations of
+   *   the requests the owner had in flight stay counted until their leases expire, see
+   *   `src/coord/stand-in.ts`); `handed`: the node that handed the tenant here said so (its
    *   handoff is stored already: no wait). @default owner
    */
   ready(tenant: string, how: ClaimHow = 'owner'): Promise<void> | undefined {
@@ -533,9 +549,36 @@ export class Handoff {
    */
   async returnStandIns(): Promise<void> {
     const now = this.#clock.now();
+    const holding = [...this.#standIns].filter(([, s]) => s.ownerSlots);
+    for (const id of new Set(holding.map(([, s]) => s.owner))) {
+      const owner = this.#ring.members.find((m) => m.id === id);
+      if (owner !== undefined) await this.#freeIfOwnerGone(holding.filter(([, s]) => s.owner === id), owner);
+    }
     const due: [string, StandIn][] = [];
     for (const [tenant, standIn] of this.#standIns) if (!standIn.returning && now - standIn.lastMs >= this.#standInIdleMs) due.push([tenant, standIn]);
     await Promise.all(due.map(([tenant, standIn]) => this.#giveBack(tenant, standIn, false)));
+  }
+
+  /**
+   * Frees the slots of the owner's requests in flight that `standIns` loaded from its checkpoint,
+   * when `ownerGone` says its process is gone (see `src/coord/stand-in.ts`). Never rejects.
+   */
+  async #freeIfOwnerGone(standIns: readonly (readonly [string, StandIn])[], owner: Member): Promise<void> {
+    if (this.#ownerGone === undefined || standIns.length === 0) return;
+    let gone = false;
+    try {
+      gone = await this.#ownerGone(owner);
+    } catch {
+      gone = false;
+    }
+    if (!gone) return;
+    for (const [tenant, standIn] of standIns) {
+      if (this.#standIns.get(tenant) !== standIn || !standIn.ownerSlots) continue;
+      standIn.ownerSlots = false;
+      for (const r of standIn.base?.reservations ?? []) if (!r.released && this.#limiter.release(tenant, r.id)) this.stats.slotsFreed++;
+      this.touched(tenant);
+    }
+    this.#log.info({ owner: owner.id, tenants: standIns.length }, 'owner gone (connection refused): the slots of its requests in flight are freed');
   }
 
   /** Gives one stand-in claim back (see {@link returnStandIns}); `force`: also while requests admitted here run. */
@@ -738,9 +781,11 @@ export class Handoff {
     const previous = this.#previous.owner(tenant);
     const ring = this.#ring;
     const previousAlive = previous !== undefined && ring.members.some((m) => m.id === previous.id);
-    // The previous owner died (routed around, or gone from the ring without announcing a handoff):
-    // the requests it had in flight died with it, so their concurrency slots are freed on load.
-    const crashed = fallback || (previous !== undefined && previous.id !== this.#self.id && !previousAlive && !this.#seen.has(`${previous.id}|${ring.version}`));
+    // The previous owner died (gone from the ring without announcing a handoff): the requests it had
+    // in flight died with it, so their concurrency slots are freed on load. A stand-in (`fallback`)
+    // never frees them: its owner is still a member, maybe only stalled, and its streams may go on
+    // (see `src/coord/stand-in.ts`: the slots stay counted until their leases expire or are settled).
+    const crashed = slotsDiedWithOwner(fallback, previous?.id, this.#self.id, previousAlive, previous !== undefined && this.#seen.has(`${previous.id}|${ring.version}`));
     if (store !== undefined && how === 'owner' && previous !== undefined && previous.id !== this.#self.id && previousAlive) {
       const key = `${previous.id}|${ring.version}`;
       if (!this.#seen.has(key)) {
@@ -766,9 +811,12 @@ export class Handoff {
     if (this.#adopt(tenant, json, crashed, ring) && (fallback || (store === undefined && how === 'handed')) && !this.place(tenant).here) {
       const owner = this.#ring.owner(tenant);
       if (owner !== undefined) {
-        this.#standIns.set(tenant, { owner: owner.id, base: this.#limiter.exportTenant(tenant), lastMs: this.#clock.now(), returning: false });
+        const base = this.#limiter.exportTenant(tenant);
+        const standIn: StandIn = { owner: owner.id, base, lastMs: this.#clock.now(), returning: false, ownerSlots: base?.reservations.some((r) => !r.released) === true };
+        this.#standIns.set(tenant, standIn);
         this.#limiter.startTally(tenant);
         this.stats.stoodIn++;
+        if (standIn.ownerSlots) await this.#freeIfOwnerGone([[tenant, standIn]], owner);
       }
     }
   }
@@ -777,8 +825,10 @@ export class Handoff {
    * Makes `json` (a stored state, or null for fresh) the tenant's state here and claims it, unless
    * the ring changed while it was read and this node no longer owns the tenant (then nothing).
    */
-  #adopt(tenant: string, json: string | OversizedState | null, crashed: boolean, readUnder: Ring): boolean {
+  #adopt(tenant: string, loaded: string | OversizedState | null, crashed: boolean, readUnder: Ring): boolean {
     if (this.#ring !== readUnder && !this.place(tenant).here) return false;
+    // Held here when the others dropped this node: used only when nothing newer came.
+    const json = this.#rejoined.newer(tenant, loaded);
     try {
       if (json === null) this.#limiter.dropTenant(tenant);
       else this.#load(tenant, json, crashed);
@@ -901,6 +951,10 @@ export class Handoff {
   #ringChanged(ring: Ring): void {
     const next = this.#leaving ? this.#without(ring) : ring;
     if (next.version === this.#ring.version) return;
+    if (!this.#leaving && this.#ring.members.length > 0 && !ring.members.some((m) => m.id === this.#self.id)) {
+      this.#dropped(ring);
+      return;
+    }
     // Replicas of tenants this node is no longer owner nor replica of: their new replica gets the owner's next checkpoint.
     this.#peers?.replicas.retain((t) => next.range(t, 2).some((m) => m.id === this.#self.id));
     // The first ring (this node joining): the tenants it gains come from the ring without it.
@@ -908,6 +962,30 @@ export class Handoff {
     this.#ring = next;
     this.#log.info({ ring: next.version, members: next.members.map((m) => m.id) }, 'ring changed');
     void this.#handOver(next);
+  }
+
+  /**
+   * The membership found that the other nodes dropped this node from their ring while it could not
+   * reach Redis (`RedisMembership`, `#rejoin`): they took its tenants over from its checkpoints and
+   * have decided for them since. It hands nothing over (its states are the stale ones) and keeps
+   * deciding for none of them: every claim is dropped, its state kept aside ({@link Rejoined}) in
+   * case no newer one arrives (no interim owner decided for the tenant, Redis holds none), and the announcements seen are
+   * forgotten (ring versions repeat: the ring it rejoins has the version of the one it had), so that
+   * when the ring with it comes next each tenant is loaded like any moved tenant's: the interim
+   * owner's handoff (waited for), or its checkpoint, whichever is newer than this node's own state.
+   */
+  #dropped(ring: Ring): void {
+    const at = this.#membership.lastSyncMs?.() ?? this.#clock.now();
+    for (const tenant of [...this.#claimed]) {
+      const snapshot = this.#limiter.exportTenant(tenant);
+      if (snapshot !== undefined) this.#rejoined.keep(tenant, snapshot, at);
+      this.#unclaim(tenant);
+    }
+    this.#carried.clear();
+    this.#seen.clear();
+    this.#previous = this.#ring;
+    this.#ring = ring;
+    this.#log.warn({ ring: ring.version, tenants: this.#rejoined.size }, 'dropped from the ring while cut from Redis: deciding for no tenant until they are handed back');
   }
 
   /** Exports, drops and stores every claimed tenant not owned here under `ring`, then announces. */

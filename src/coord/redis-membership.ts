@@ -66,6 +66,18 @@ export function membersKey(cluster: string): string {
   return `qr:{${cluster}}:members`;
 }
 
+/**
+ * The hash of drops: member id → the Redis time (ms) when a process in contact with Redis last
+ * dropped that member from its ring without a leave announcement (its heartbeats stopped). A node
+ * back from a gap reads its own field to learn whether the others dropped it meanwhile (see
+ * `RedisMembership`, `#rejoin`). Expires a day after the last write.
+ */
+export function dropsKey(cluster: string): string {
+  return `qr:{${cluster}}:dropped`;
+}
+
+const DROPS_TTL_MS = 86_400_000;
+
 /** The pub/sub channel of join/leave announcements (`{"type":"join"|"leave","id":...}`). */
 export function membershipChannel(cluster: string): string {
   return `qr:{${cluster}}:membership`;
@@ -130,9 +142,15 @@ function asError(err: unknown): Error {
  * with the Redis time, everyone ZRANGEs the set and ignores members older than `deadAfterMs`, which
  * are also deleted (ZREMRANGEBYSCORE) once per `deadAfterMs`. The Redis time is Redis `TIME`, read
  * on the first sync, after a failure and every {@link TIME_EVERY} syncs, and in between the wall
- * clock plus the offset last measured: 2 commands per node heartbeat, not 4 (a router: 1). Several entries with one id (a node restarted on another URL)
+ * clock plus the offset last measured: 2 round trips per node heartbeat, not 4 (a router: 1). Several entries with one id (a node restarted on another URL)
  * count once, the newest. The ring is rebuilt and listeners are called only when the sorted list
  * changes.
+ *
+ * Drops: a process in contact with Redis that drops a member without a leave announcement records
+ * it ({@link dropsKey}); every sync reads that hash (one `HGETALL` in the same pipeline), and
+ * a recorded member is ignored until it acknowledges its drop (deletes its field, which it does on
+ * start and once it has seen the drop: `#rejoin`), so a heartbeat it sent while cut off and
+ * delivered late does not bring it back before it knows.
  *
  * Redis unreachable: the last view stays, the next heartbeat retries. A process that lost contact
  * (a failed heartbeat or read, or more than `deadAfterMs - heartbeatMs` since its last successful
@@ -145,6 +163,11 @@ export class RedisMembership implements Membership {
   readonly #self: Member | undefined;
   readonly #selfJson: string | undefined;
   readonly #key: string;
+  readonly #dropsKey: string;
+  /** Redis time (ms) of this node's last heartbeat that Redis answered. */
+  #lastBeat: number | undefined;
+  /** This node's field in the drops hash is to be deleted (its drop seen, or a fresh start). */
+  #dropToAck = true;
   readonly #channel: string;
   readonly #heartbeatMs: number;
   readonly #deadAfterMs: number;
@@ -208,6 +231,7 @@ export class RedisMembership implements Membership {
     this.#secret = opts.secret;
     this.#selfJson = opts.self === undefined ? undefined : signedMemberEntry(opts.self, opts.secret);
     this.#key = membersKey(opts.cluster);
+    this.#dropsKey = dropsKey(opts.cluster);
     this.#channel = membershipChannel(opts.cluster);
     this.#heartbeatMs = heartbeatMs;
     this.#deadAfterMs = deadAfterMs;
@@ -408,11 +432,15 @@ export class RedisMembership implements Membership {
       this.#sinceTime++;
       const nowMs = Date.now() + this.#redisOffsetMs;
       const p = this.#redis.pipeline();
+      const sentAt = this.#clock.now();
+      const beats = this.#selfJson !== undefined && this.#stopping === undefined;
       // Checked after TIME: stop() may have sent the ZREM meanwhile, and a ZADD now would re-add us.
-      if (this.#selfJson !== undefined && this.#stopping === undefined) p.zadd(this.#key, nowMs, this.#selfJson);
+      if (beats) p.zadd(this.#key, nowMs, this.#selfJson as string);
+      // Our drop seen (or a fresh start): acknowledged, so the others take us back (see #rejoin).
+      const acking = beats && this.#dropToAck;
+      if (acking) p.hdel(this.#dropsKey, (this.#self as Member).id);
       // Stale members are deleted once per deadAfterMs, and only while in contact (the threshold is
       // this send's time: a sync stalled by Redis deletes nothing newer than that).
-      const sentAt = this.#clock.now();
       const inContact = this.#lastSync !== undefined && !this.#failed && sentAt - this.#lastSync <= this.#deadAfterMs - this.#heartbeatMs;
       if (inContact && sentAt - this.#contactSince >= this.#deadAfterMs && ++this.#sincePrune * this.#heartbeatMs >= this.#deadAfterMs) {
         this.#sincePrune = 0;
@@ -424,11 +452,15 @@ export class RedisMembership implements Membership {
       const maxScore = nowMs + this.#futureSkewMs;
       const readMin = this.#lastSync !== undefined && !this.#failed && sentAt - this.#contactSince >= this.#deadAfterMs ? `${nowMs - this.#deadAfterMs}` : '-inf';
       p.zrangebyscore(this.#key, readMin, `${maxScore}`, 'WITHSCORES', 'LIMIT', 0, MAX_ENTRIES_READ);
+      p.hgetall(this.#dropsKey);
       const results = await p.exec();
       if (results === null) throw new Error('membership pipeline was discarded');
       for (const [err] of results) if (err) throw err;
-      const flat = results[results.length - 1]?.[1];
+      const flat = results[results.length - 2]?.[1];
       if (!Array.isArray(flat)) throw new Error('membership ZRANGEBYSCORE returned no list');
+      const dropsRead = results[results.length - 1]?.[1];
+      const drops = typeof dropsRead === 'object' && dropsRead !== null ? (dropsRead as Record<string, string>) : {};
+      if (acking) this.#dropToAck = false;
       // Contact is judged when the answer came: a sync that Redis held (a stall) counts as a gap.
       const t = this.#clock.now();
       if (this.#lastSync !== undefined && (this.#failed || t - this.#lastSync > this.#deadAfterMs - this.#heartbeatMs)) this.#contactSince = t;
@@ -438,7 +470,17 @@ export class RedisMembership implements Membership {
         this.#readCapHits++;
         this.#pendingCapHits++;
       }
-      this.#apply(flat as string[], prune ? nowMs - this.#deadAfterMs : -Infinity, maxScore);
+      // A process in contact with Redis dropped us after our last answered heartbeat. (Our own
+      // entry is no evidence: heartbeats sent during a cut may reach Redis when the link heals,
+      // and after a Redis stall or restart every entry is old or gone though no one dropped anyone.)
+      const self = this.#self;
+      const ownDrop = self === undefined ? undefined : drops[self.id];
+      if (ownDrop !== undefined && beats) {
+        if (Number(ownDrop) > (this.#lastBeat ?? Infinity)) this.#rejoin();
+        this.#dropToAck = true;
+      }
+      if (beats) this.#lastBeat = nowMs;
+      this.#apply(flat as string[], prune ? nowMs - this.#deadAfterMs : -Infinity, maxScore, prune ? nowMs : undefined, drops);
       this.#lastSync = this.#clock.now();
       this.#failed = false;
       this.#report();
@@ -455,7 +497,7 @@ export class RedisMembership implements Membership {
    * Redis that restarted empty, or was restored from an old snapshot) stays until `deadAfterMs` after
    * this process last saw its heartbeat rise: a Redis restart must not move tenants off live nodes.
    */
-  #apply(flat: readonly string[], minScore: number, maxScore: number): void {
+  #apply(flat: readonly string[], minScore: number, maxScore: number, dropsAt?: number, drops: Readonly<Record<string, string>> = {}): void {
     const now = this.#clock.now();
     const newest = new Map<string, { member: Member; score: number }>();
     const rejected = new Set<string>();
@@ -475,6 +517,9 @@ export class RedisMembership implements Membership {
         continue;
       }
       const member = read.member;
+      // Dropped by a process in contact and not back since (it acknowledges its drop when it sees it):
+      // a heartbeat it sent before knowing, delivered late (a healed link), does not bring it back.
+      if (Object.hasOwn(drops, member.id) && member.id !== this.#self?.id) continue;
       const seen = newest.get(member.id);
       if (seen === undefined || score > seen.score) newest.set(member.id, { member, score });
     }
@@ -490,7 +535,42 @@ export class RedisMembership implements Membership {
       if (beat !== undefined && now - beat.seenAt < this.#deadAfterMs) newest.set(member.id, { member, score: beat.score });
     }
     for (const id of this.#beats.keys()) if (!newest.has(id)) this.#beats.delete(id);
-    const members = sortMembers([...newest.values()].map((e) => e.member));
+    // In contact for deadAfterMs (`dropsAt`, Redis time): members dropped without a leave are recorded.
+    const dropped = dropsAt === undefined ? [] : this.#ring.members.filter((m) => !newest.has(m.id) && !this.#left.has(m.id) && !Object.hasOwn(drops, m.id) && m.id !== this.#self?.id);
+    if (dropsAt !== undefined && dropped.length > 0) {
+      const p = this.#redis.pipeline();
+      for (const m of dropped) p.hset(this.#dropsKey, m.id, String(dropsAt));
+      p.pexpire(this.#dropsKey, DROPS_TTL_MS);
+      p.exec().catch((err: unknown) => this.#onError(asError(err)));
+    }
+    this.#setMembers([...newest.values()].map((e) => e.member));
+  }
+
+  /**
+   * This node is back in contact with Redis after a gap in which a process in contact dropped it
+   * from its ring ({@link dropsKey}, later than this node's last answered heartbeat): the others gave
+   * its tenants to other nodes meanwhile, though it never saw that ring. Its listeners see that ring now (this
+   * node absent, `Handoff` drops the tenants it decided for: their interim owners hold newer
+   * states), then the ring with it again (the read that follows), so its tenants come back by
+   * handoff like any moved tenant's. Counted in {@link rejoins}.
+   */
+  #rejoin(): void {
+    const self = this.#self;
+    if (self === undefined || !this.#ring.members.some((m) => m.id === self.id)) return;
+    this.#rejoins++;
+    this.#setMembers(this.#ring.members.filter((m) => m.id !== self.id));
+  }
+
+  #rejoins = 0;
+
+  /** Times this node found on reconnecting that the others had dropped it from the ring (see `#rejoin`). */
+  rejoins(): number {
+    return this.#rejoins;
+  }
+
+  /** Rebuilds the ring from `list` and tells the listeners, unless the sorted list is unchanged. */
+  #setMembers(list: readonly Member[]): void {
+    const members = sortMembers([...list]);
     const listKey = members.map(memberJson).join('\n');
     if (listKey === this.#listKey) return;
     this.#listKey = listKey;

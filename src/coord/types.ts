@@ -52,4 +52,6 @@ export interface Membership {
   onRejectedEntry?(listener: (entry: RejectedMemberEntry) => void): () => void;
   /** Memberships read from a shared store: entries ignored so far (one left in the store counts once). */
   rejectedEntries?(): number;
+  /** Memberships read from a shared store: clock ms of the last successful read (undefined before the first). */
+  lastSyncMs?(): number | undefined;
 }

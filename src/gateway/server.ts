@@ -20,6 +20,7 @@ import type { Clock } from '../clock.ts';
 import { systemClock } from '../clock.ts';
 import type { LoadedConfig } from '../config/load.ts';
 import { Handoff } from '../coord/handoff.ts';
+import { listenerGone } from '../coord/stand-in.ts';
 import type { RingOptions } from '../coord/ring.ts';
 import type { TenantStateStore } from '../coord/state-store.ts';
 import type { Member, Membership } from '../coord/types.ts';
@@ -300,6 +301,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
           checkpointMs: handoffSettings.checkpoint,
           stateTtlMs: (tenant) => stateTtlMs(config.policies.get(tenant)),
           send: (from, to, settlement, hops) => sendSettlement(from, to, settlement, hops, signer as RequestSigner),
+          ownerGone: (owner) => listenerGone(owner.url),
           log: app.log,
           onMoved: (kind, ms, tenants) => metrics.handoff(kind, ms, tenants),
         });

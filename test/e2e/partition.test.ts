@@ -310,22 +310,12 @@ describe('partitions across hosts (network namespaces)', { skip: unavailable ===
   // it leaves every ring after dead_after, and its tenants' new owners start from its last
   // checkpoint in Redis (it can write none while cut). What it admitted since that checkpoint is
   // lost: the tenant's admissions from one checkpoint period before the cut until routers stop
-  // sending to it (dead_after + a heartbeat + a health check). On healing it rejoins and the tenants
-  // come back to it by handoff: bound 0 there.
-  //
-  // Fails today (measured over three runs: 1,600-1,700 tokens against 1,000 and 13-14 requests
-  // against 8 in the window from the heal, the bound's interval holding no admission): node-1 never
-  // sees the ring without it (it cannot read
-  // Redis), so on healing it decides its tenants from the RAM state it had at the cut, while the
-  // interim owners' admissions stay in the window; the handoff they send back is not applied.
+  // sending to it (dead_after + a heartbeat + a health check). On healing its membership finds its
+  // drop recorded by the others: it drops its tenants and reloads them from the interim owners' handoff
+  // (src/coord/rejoin.ts): bound 0 there. (Before, it never saw the ring without it and decided
+  // from its RAM state at the cut: 1,600-1,700 tokens against 1,000 in one window.)
   test(
     'a node cut from Redis, not from the router',
-    {
-      todo:
-        'issue 13: a node that was out of the others\' ring while cut from Redis keeps deciding from its stale RAM state when it returns ' +
-        '(it never saw the ring change, so it neither dropped its tenants nor loads the interim owners\' handoff): ' +
-        'measured 1,600-1,700 tokens against 1,000 and 13-14 requests against 8 in one 10 s window, with nothing admitted in the bound\'s interval',
-    },
     async () => {
       // Cut when the tenants are being refused (each window's first half admits, its second refuses:
       // the load started at t0 and asks twice the limit), so the bound's interval holds few admissions

@@ -55,7 +55,7 @@ describe('handoff through a real Redis', () => {
   async function node(
     self: Member,
     members: Member[],
-    opts: { waitMs?: number; standInIdleMs?: number; send?: (from: Member, to: Member, s: ForwardedSettlement, hops: number) => Promise<void> } = {},
+    opts: { waitMs?: number; standInIdleMs?: number; send?: (from: Member, to: Member, s: ForwardedSettlement, hops: number) => Promise<void>; ownerGone?: (owner: Member) => Promise<boolean> } = {},
   ) {
     const connection = new Redis(redis.url);
     connections.push(connection);
@@ -72,6 +72,7 @@ describe('handoff through a real Redis', () => {
       ...(opts.standInIdleMs === undefined ? {} : { standInIdleMs: opts.standInIdleMs }),
       stateTtlMs: () => 120_000,
       send: opts.send ?? (async () => {}),
+      ...(opts.ownerGone === undefined ? {} : { ownerGone: opts.ownerGone }),
       log: quiet,
     });
     await handoff.start();
@@ -183,7 +184,7 @@ describe('handoff through a real Redis', () => {
     b.handoff.stop();
   });
 
-  test('crash: a router routes around the dead owner; the next member starts from its checkpoint without waiting', async () => {
+  test('a router routes around a suspect owner (still a member): the stand-in starts from its checkpoint without waiting and keeps its slots until their leases expire', async () => {
     const a = await node(A, [A, B]);
     const U = Array.from({ length: 100 }, (_, i) => `u-${i}`).find((t) => ringAB.owner(t)?.id === A.id) as string;
     await a.handoff.ready(U);
@@ -198,6 +199,62 @@ describe('handoff through a real Redis', () => {
     const started = Date.now();
     await b.handoff.ready(U, 'fallback');
     assert.ok(Date.now() - started < 1_000);
+    // The owner may only be stalled: its request keeps its 4,000 tokens charged and its slot held.
+    assert.deepEqual(
+      b.limiter.peek(U).map((l) => l.remaining),
+      [6_000, 99, 1],
+    );
+    assert.equal(b.handoff.stats.slotsFreed, 0);
+    assert.equal(b.limiter.acquire(U, { id: 's1', tokens: 100 }).ok, true);
+    // Two slots held across both nodes (the owner's r0, the stand-in's s1): a third is refused.
+    assert.equal(b.limiter.acquire(U, { id: 's2', tokens: 100 }).ok, false);
+    // The owner's lease (60 s, never renewed while it is silent) expires: its slot frees.
+    clock.advance(60_000);
+    assert.equal(b.limiter.acquire(U, { id: 's3', tokens: 100 }).ok, true);
+    b.handoff.stop();
+  });
+
+  test('a stand-in frees the owner\'s slots once the owner\'s port refuses connections (its process is gone), not before', async () => {
+    const a = await node(A, [A, B]);
+    const U = Array.from({ length: 100 }, (_, i) => `u-${i}`).find((t) => ringAB.owner(t)?.id === A.id) as string;
+    await a.handoff.ready(U);
+    assert.equal(a.limiter.acquire(U, { id: 'r0', tokens: 100 }).ok, true);
+    assert.equal(a.limiter.acquire(U, { id: 'r1', tokens: 100 }).ok, true);
+    a.handoff.touched(U);
+    await a.handoff.checkpoint();
+    a.handoff.stop();
+
+    let gone = false;
+    const asked: string[] = [];
+    const b = await node(B, [A, B], { ownerGone: async (m) => (asked.push(m.id), gone) });
+    await b.handoff.ready(U, 'fallback');
+    assert.deepEqual(asked, ['node-a']);
+    // Stalled, not gone: both slots stay held.
+    assert.equal(b.limiter.peek(U)[2]?.remaining, 0);
+    await b.handoff.returnStandIns();
+    assert.equal(b.limiter.peek(U)[2]?.remaining, 0);
+    // SIGKILLed meanwhile: the next look frees them (once).
+    gone = true;
+    await b.handoff.returnStandIns();
+    assert.equal(b.limiter.peek(U)[2]?.remaining, 2);
+    assert.equal(b.handoff.stats.slotsFreed, 2);
+    await b.handoff.returnStandIns();
+    assert.equal(b.handoff.stats.slotsFreed, 2);
+    b.handoff.stop();
+  });
+
+  test('crash: the owner left the ring without a handoff; its successor starts from its checkpoint and frees its slots', async () => {
+    const a = await node(A, [A, B]);
+    const U = Array.from({ length: 100 }, (_, i) => `u-${i}`).find((t) => ringAB.owner(t)?.id === A.id) as string;
+    await a.handoff.ready(U);
+    assert.equal(a.limiter.acquire(U, { id: 'r0', tokens: 4_000 }).ok, true);
+    a.handoff.touched(U);
+    await a.handoff.checkpoint();
+    a.handoff.stop(); // SIGKILL: nothing more is written
+
+    const b = await node(B, [A, B], { waitMs: 5_000 });
+    b.membership.set(createRing([B]));
+    await b.handoff.ready(U);
     // The dead owner's request keeps its 4,000 tokens charged, and its slot is free.
     assert.deepEqual(
       b.limiter.peek(U).map((l) => l.remaining),
@@ -346,6 +403,54 @@ describe('handoff through a real Redis', () => {
       [10_000 - 1_000 - 300 - 1_800 - 200, 96, 2],
     );
     a.handoff.stop();
+    b.handoff.stop();
+  });
+
+  test('a node dropped from the others\' ring while cut from Redis decides for none of its tenants, then reloads them from the interim owner\'s handoff', async () => {
+    const b = await node(B, [A, B]);
+    await b.handoff.ready(T);
+    assert.equal(b.limiter.acquire(T, { id: 'b1', tokens: 1_000 }).ok, true);
+    b.limiter.release(T, 'b1');
+    b.handoff.touched(T);
+    await b.handoff.checkpoint(); // Redis: 1,000 tokens
+    assert.equal(b.limiter.acquire(T, { id: 'b2', tokens: 500 }).ok, true); // after the checkpoint, before the cut
+    b.limiter.release(T, 'b2');
+
+    // B cut from Redis: A drops it and takes T over from its checkpoint, admitting 3,000 more.
+    const a = await node(A, [A, B]);
+    a.membership.set(createRing([A]));
+    await a.handoff.ready(T);
+    assert.equal(a.limiter.acquire(T, { id: 'a1', tokens: 3_000 }).ok, true);
+    a.limiter.release(T, 'a1');
+    a.handoff.touched(T);
+    clock.advance(10);
+
+    // The link heals: B's membership finds its entry pruned: the ring without B, then with B.
+    b.membership.set(createRing([A]));
+    assert.equal(b.handoff.claimed().has(T), false);
+    assert.deepEqual(b.handoff.place(T), { here: false, owner: A });
+    b.membership.set(createRing([A, B]));
+    const claim = b.handoff.ready(T);
+    // A sees B again and hands T back.
+    a.membership.set(createRing([A, B]));
+    await a.handoff.settledDown();
+    await claim;
+    assert.equal(b.handoff.stats.waited, 1);
+    // Both nodes' admissions count: 1,000 + 3,000 (B's 500 after its last checkpoint is the bound).
+    assert.equal(b.limiter.peek(T)[0]?.remaining, 10_000 - 4_000);
+    a.handoff.stop();
+    b.handoff.stop();
+  });
+
+  test('a node that rejoins and finds no newer state of its tenant (Redis restarted empty) keeps its own', async () => {
+    const b = await node(B, [A, B], { waitMs: 50 });
+    await b.handoff.ready(T);
+    assert.equal(b.limiter.acquire(T, { id: 'b1', tokens: 2_500 }).ok, true);
+    b.limiter.release(T, 'b1');
+    b.membership.set(createRing([A]));
+    b.membership.set(createRing([A, B]));
+    await b.handoff.ready(T);
+    assert.equal(b.limiter.peek(T)[0]?.remaining, 10_000 - 2_500);
     b.handoff.stop();
   });
 

@@ -167,6 +167,47 @@ describe('RedisMembership (real redis-server)', () => {
     }
   });
 
+  test('a node cut from Redis and dropped by the others sees, on its return, the ring without it, then the ring with it (rejoin)', async () => {
+    const c = cluster(100, 300);
+    try {
+      const cutClient = redis.client();
+      const nodes = [c.add(member(1)), c.add(member(2), cutClient), c.add(member(3))];
+      for (const n of nodes) await n.start();
+      const three = createRing([member(1), member(2), member(3)]).version;
+      const two = createRing([member(1), member(3)]).version;
+      await waitFor('agreement', () => nodes.every((m) => m.ring().version === three), 2_000);
+      const seen: string[] = [];
+      nodes[1]!.onChange((ring) => seen.push(ring.version));
+
+      cutClient.disconnect();
+      await waitFor('drop of node-2', () => nodes[0]!.ring().version === two && nodes[2]!.ring().version === two, 2_000);
+      // The drop is recorded by the nodes in contact; the cut node's entry is no evidence (a
+      // heartbeat sent during a cut can reach Redis when the link heals): put it back as such a one would.
+      const admin = redis.client();
+      const deadline = performance.now() + 3_000;
+      while ((await admin.hget(`qr:{${CLUSTER}}:dropped`, 'node-2')) === null) {
+        assert.ok(performance.now() < deadline, 'node-2\'s drop never recorded');
+        await sleep(20);
+      }
+      const [sec] = await admin.time();
+      await admin.zadd(`qr:{${CLUSTER}}:members`, Number(sec) * 1000, signedMemberEntry(member(2), TEST_SECRET));
+      admin.disconnect();
+      // That late heartbeat does not bring node-2 back: it has not acknowledged its drop.
+      await sleep(300);
+      assert.equal(nodes[0]!.ring().version, two);
+      assert.equal(nodes[2]!.ring().version, two);
+      assert.deepEqual(seen, [], 'the cut node never saw a change while cut');
+
+      await cutClient.connect();
+      await waitFor('rejoin', () => nodes.every((m) => m.ring().version === three), 2_000);
+      assert.deepEqual(seen, [createRing([member(1), member(3)]).version, three]);
+      assert.equal(nodes[1]!.rejoins(), 1);
+      assert.equal(nodes[0]!.rejoins(), 0);
+    } finally {
+      await c.stopAll();
+    }
+  });
+
   test('the ring is rebuilt only when the member list changes', async () => {
     const c = cluster(100, 300);
     try {
@@ -362,6 +403,8 @@ describe('RedisMembership (real redis-server)', () => {
       const two = createRing([member(1), member(2)]).version;
       await waitFor('drop of node-3 after the pause', () => router.ring().version === two && nodes[0]!.ring().version === two, 1_500);
       assert.deepEqual(seen, [['node-1', 'node-2'], ['node-1', 'node-2']]);
+      // Nobody was in contact during the pause: no live node thinks it was dropped.
+      assert.deepEqual([nodes[0]!.rejoins(), nodes[1]!.rejoins()], [0, 0]);
     } finally {
       await c.stopAll();
     }
