@@ -6,7 +6,8 @@ node knew, never their sum (the same bucket and fields as token-bucket.lua and l
 KEYS[1]  the bucket (hash; fields `l` = level in units, fractional; `t` = time of that level, ms
          since the epoch by Redis TIME). Also `b` / `bt` / `e`, written only here: the bucket's
          *base* (the level it would hold without the units taken since the restore; refilled like
-         `l`) and the restore epoch `e` it belongs to. A missing key is a full bucket; a field that
+         `l`), the restore epoch `e` it belongs to, and `s` = the Redis time of the epoch's first
+         reseed of this bucket. A missing key is a full bucket; a field that
          is not a number is an empty bucket now (level 0), as in token-bucket.lua.
 ARGV[1]  capacity: units the bucket holds when full (> 0)
 ARGV[2]  refill rate: units per second (> 0)
@@ -20,7 +21,10 @@ The base of a bucket first reseeded in this epoch is its level then (units taken
 data before any node reseeded it are counted as restored usage); each reseed lowers the base to
 min(base, known level) and the level by as much, so units taken since the previous reseed stay
 taken whatever order the nodes reseed in. A known level above the base changes nothing (a node
-never raises usage, nor lowers it).
+never raises usage, nor lowers it), nor does one seen after the epoch's first reseed (now − age ≥
+`s` + 50 ms: it already counts what was taken since; the 50 ms cover the call's latency, so a level
+seen before the first reseed is never taken for one seen after: what a level seen within 50 ms after
+it counts is then subtracted twice, the safe side).
 
 Reply: {before, after, base}, integers (floored units): the level before and after the call, and
   the base after it.
@@ -39,7 +43,7 @@ end
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + tonumber(time[2]) / 1000
-local state = redis.call('HMGET', KEYS[1], 'l', 't', 'b', 'bt', 'e')
+local state = redis.call('HMGET', KEYS[1], 'l', 't', 'b', 'bt', 'e', 's')
 local level = tonumber(state[1])
 local last = tonumber(state[2])
 if not state[1] and not state[2] then
@@ -53,16 +57,19 @@ end
 if now > last then level = math.min(capacity, level + (now - last) * rate / 1000) end
 
 local base = level
+local since = now
 local b = tonumber(state[3])
 local bt = tonumber(state[4])
-if state[5] == epoch and b ~= nil and bt ~= nil and b == b and bt == bt then
+local s = tonumber(state[6])
+if state[5] == epoch and b ~= nil and bt ~= nil and s ~= nil and b == b and bt == bt and s == s then
   if bt > now then bt = now end
   base = math.max(level, math.min(capacity, b + (now - bt) * rate / 1000))
+  since = math.min(s, now)
 end
 
 local ceiling = math.max(-capacity, math.min(capacity, known + age * rate / 1000))
 local before = level
-if ceiling < base then
+if now - age < since + 50 and ceiling < base then
   level = math.max(-capacity, level - (base - ceiling))
   base = ceiling
 end
@@ -70,7 +77,7 @@ end
 if level >= capacity then
   redis.call('DEL', KEYS[1])
 else
-  redis.call('HSET', KEYS[1], 'l', level, 't', now, 'b', base, 'bt', now, 'e', epoch)
+  redis.call('HSET', KEYS[1], 'l', level, 't', now, 'b', base, 'bt', now, 'e', epoch, 's', since)
   local keep = math.min(math.max(ttl, math.ceil((capacity - level) * 1000 / rate)), 1099511627776)
   redis.call('PEXPIRE', KEYS[1], string.format('%d', keep))
 end

@@ -28,7 +28,8 @@ import { systemClock } from '../clock.ts';
 import { bucketInit, bucketRefill, bucketTake, bucketWaitMs, bucketAdjust, bucketUsed, BUCKET_SLOTS } from '../limiter/token-bucket.ts';
 import { capKey } from './keys.ts';
 import type { CapScripts } from './scripts.ts';
-import type { ReseedFn } from './reconcile.ts';
+import { lowestKnown, noteLevel, refilledLevel } from './reconcile.ts';
+import type { LevelSeen, ReseedFn } from './reconcile.ts';
 
 /**
  * Outcome of a Redis call made through {@link CapCall}: the value, or a failure (Redis down, timeout,
@@ -237,7 +238,9 @@ interface Bucket {
   level: number;
   levelAt: number;
   /** Redis lost or regressed its data: lower the bucket to this known level (refilled since `at`) before the next lease. */
-  reseedFrom: { readonly level: number; readonly at: number; readonly epoch: string } | undefined;
+  reseedFrom: (LevelSeen & { readonly epoch: string }) | undefined;
+  /** The known level before a reply that came back higher than it allowed (see `noteLevel`). */
+  prior: (LevelSeen & { readonly until: number }) | undefined;
 }
 
 interface Group {
@@ -372,6 +375,7 @@ export class CapLeases {
         level: bs.capacity,
         levelAt: now,
         reseedFrom: undefined,
+        prior: undefined,
       };
       this.#buckets.set(key, b);
       return b;
@@ -590,10 +594,7 @@ export class CapLeases {
       const u = nonNegative('units', units[i] ?? 0);
       if (u === 0) return Promise.resolve(true);
       return this.#call(() => this.#scripts.tokenBucket(b.key, { capacity: b.capacity, ratePerSec: b.ratePerSec, cost: u, force: true, ttlMs: b.windowMs })).then((r) => {
-        if (r.ok) {
-          b.level = r.value.level;
-          b.levelAt = this.#clock.now();
-        }
+        if (r.ok) this.#seen(b, r.value.level, u);
         return r.ok;
       });
     });
@@ -666,10 +667,11 @@ export class CapLeases {
     if (this.#closed || this.#localOnly || this.#reseed === undefined) return;
     const now = this.#clock.now();
     for (const b of this.#buckets.values()) {
-      const known = knownLevel(b, b.level, b.levelAt, now);
+      const seen = lowestKnown(b, now);
+      const known = refilledLevel(b, seen, now);
       if (known >= b.capacity) continue; // no write seen in the window: nothing to tell
       const pending = b.reseedFrom;
-      if (pending === undefined || knownLevel(b, pending.level, pending.at, now) > known) b.reseedFrom = { level: b.level, at: b.levelAt, epoch };
+      if (pending === undefined || refilledLevel(b, pending, now) > known) b.reseedFrom = { level: seen.level, at: seen.at, epoch };
       else b.reseedFrom = { ...pending, epoch };
       if (b.renewing === undefined) {
         b.retryAt = -Infinity;
@@ -807,6 +809,7 @@ export class CapLeases {
         if (b.reseedFrom === reseed) b.reseedFrom = undefined;
         b.level = r.value.level;
         b.levelAt = at;
+        b.prior = undefined;
         b.retryAt = -Infinity;
         this.#answered(b);
         // Usage spent in fallback is not in what the node saw: charge it now too.
@@ -818,8 +821,7 @@ export class CapLeases {
     if (unreconciled > 0) {
       const charged = (level: number): void => {
         b.unreconciled = Math.max(0, b.unreconciled - unreconciled);
-        b.level = level;
-        b.levelAt = this.#clock.now();
+        this.#seen(b, level, unreconciled);
       };
       b.renewing = this.#call(() =>
         this.#scripts.tokenBucket(b.key, { capacity: b.capacity, ratePerSec: b.ratePerSec, cost: unreconciled, force: true, ttlMs: b.windowMs }),
@@ -866,8 +868,7 @@ export class CapLeases {
         this.#failed(b, at, r.open);
         return;
       }
-      b.level = r.value.level;
-      b.levelAt = at;
+      this.#seen(b, r.value.level, r.value.granted);
       this.#answered(b);
       if (r.value.granted >= want) this.renewals.granted++;
       else if (r.value.granted > 0) this.renewals.partial++;
@@ -903,6 +904,11 @@ export class CapLeases {
     }
     b.retryAt = at + this.#probeIntervalMs;
     this.#setFallback(true);
+  }
+
+  /** A reply to this node's call on `b` that took `consumed` units left the bucket at `level`. */
+  #seen(b: Bucket, level: number, consumed: number): void {
+    noteLevel(b, level, consumed, this.#clock.now(), 2 * this.#probeIntervalMs);
   }
 
   /** A call on `b` was answered: the node is on its leases (a blip's share is dropped). */
@@ -951,11 +957,6 @@ function positive(name: string, value: number): number {
 function nonNegative(name: string, value: number): number {
   if (!Number.isFinite(value) || value < 0) throw new RangeError(`${name} must be a finite number >= 0, got ${value}`);
   return value;
-}
-
-/** A level seen at `at`, refilled at the bucket's rate until `now`, at most capacity. */
-function knownLevel(b: Bucket, level: number, at: number, now: number): number {
-  return Math.min(b.capacity, level + (Math.max(0, now - at) * b.ratePerSec) / 1000);
 }
 
 /** Nodes sharing `b`, by the largest count seen (updated here). */

@@ -204,3 +204,50 @@ export class RestoreWatch {
     }
   }
 }
+
+/** A level seen in Redis: units, and the node's clock time (ms) it was seen at. */
+export interface LevelSeen {
+  readonly level: number;
+  readonly at: number;
+}
+
+/**
+ * What a node knows of one bucket's level in Redis (`CapLeases` keeps one per bucket): the level of
+ * the last reply to its own call, and the one before a reply that came back higher than that
+ * knowledge allowed (a give-back by another node, or Redis regressed before the node noticed),
+ * kept for `keepMs` so a restore detected within it still re-seeds from the older knowledge.
+ */
+export interface KnownLevel {
+  readonly capacity: number;
+  readonly ratePerSec: number;
+  level: number;
+  levelAt: number;
+  prior: (LevelSeen & { readonly until: number }) | undefined;
+}
+
+/** `seen` refilled at the bucket's rate until `now`, at most capacity. */
+export function refilledLevel(k: KnownLevel, seen: LevelSeen, now: number): number {
+  return Math.min(k.capacity, seen.level + (Math.max(0, now - seen.at) * k.ratePerSec) / 1000);
+}
+
+/**
+ * Records a reply's level (after the call took `consumed` units; negative for a give-back) at `at`.
+ * When the level before the call is above the known level refilled since by more than one unit,
+ * the knowledge before it is kept as `prior` until `at + keepMs`.
+ */
+export function noteLevel(k: KnownLevel, level: number, consumed: number, at: number, keepMs: number): void {
+  const known = refilledLevel(k, { level: k.level, at: k.levelAt }, at);
+  if (level + consumed > known + 1 && known < k.capacity) {
+    const keep = k.prior !== undefined && k.prior.until >= at && refilledLevel(k, k.prior, at) < known ? k.prior : { level: k.level, at: k.levelAt };
+    k.prior = { level: keep.level, at: keep.at, until: at + keepMs };
+  }
+  k.level = level;
+  k.levelAt = at;
+}
+
+/** The lowest level the node knows for the bucket now (the last seen, or an unexpired prior), as a level seen at a time. */
+export function lowestKnown(k: KnownLevel, now: number): LevelSeen {
+  const last = { level: k.level, at: k.levelAt };
+  if (k.prior === undefined || k.prior.until < now) return last;
+  return refilledLevel(k, k.prior, now) < refilledLevel(k, last, now) ? k.prior : last;
+}
