@@ -17,15 +17,19 @@
  *   lease units still valid).
  * - Reconciliation: each bucket tracks the node's own in-window usage as a deficit that drains at
  *   the node's share of the refill rate (an upper bound of what that usage still weighs in the
- *   cluster bucket). Units spent in fallback are charged to Redis (force) before the next lease;
- *   when Redis restarted (new `run_id`: empty, or loaded from an old snapshot) the node's whole
- *   in-window usage is charged before the next lease. A node never lowers in-window usage it knows.
+ *   cluster bucket). Units spent in fallback are charged to Redis (force) before the next lease.
+ *   When Redis lost or regressed its data (`restored`, see `reconcile.ts`), each bucket is lowered
+ *   to the level this node last saw in Redis, refilled since (`lua/reseed.lua`), before its next
+ *   lease: usage is the maximum of what Redis holds and what the node knew, never their sum. A node
+ *   never lowers in-window usage it knows.
  */
 import type { Clock } from '../clock.ts';
 import { systemClock } from '../clock.ts';
 import { bucketInit, bucketRefill, bucketTake, bucketWaitMs, bucketAdjust, bucketUsed, BUCKET_SLOTS } from '../limiter/token-bucket.ts';
 import { capKey } from './keys.ts';
 import type { CapScripts } from './scripts.ts';
+import { lowestKnown, noteLevel, refilledLevel } from './reconcile.ts';
+import type { LevelSeen, ReseedFn } from './reconcile.ts';
 
 /**
  * Outcome of a Redis call made through {@link CapCall}: the value, or a failure (Redis down, timeout,
@@ -110,6 +114,8 @@ export interface CapLeasesOptions {
    * enforces `capacity / share` locally and never calls the scripts. @default false
    */
   readonly localOnly?: boolean;
+  /** Lowers a bucket to a node's known level after Redis lost or regressed its data (`defineReconcileScripts(redis).reseed`); without it `restored` is a no-op. */
+  readonly reseed?: ReseedFn;
 }
 
 /** A `requests` or `tokens` bucket of a group defined with {@link CapLeases.define}. */
@@ -231,6 +237,10 @@ interface Bucket {
   /** Cluster level at the last reply, and when. */
   level: number;
   levelAt: number;
+  /** Redis lost or regressed its data: lower the bucket to this known level (refilled since `at`) before the next lease. */
+  reseedFrom: (LevelSeen & { readonly epoch: string }) | undefined;
+  /** The known level before a reply that came back higher than it allowed (see `noteLevel`). */
+  prior: (LevelSeen & { readonly until: number }) | undefined;
 }
 
 interface Group {
@@ -265,6 +275,7 @@ export class CapLeases {
   readonly #probeIntervalMs: number;
   readonly #blipMs: number;
   readonly #onFallbackChange: ((inFallback: boolean) => void) | undefined;
+  readonly #reseed: ReseedFn | undefined;
   /** Lease renewals since construction, by outcome (`quotaring_lease_renewals_total`): in full, partly, denied (bucket empty), failed (Redis). */
   readonly renewals = { granted: 0, partial: 0, denied: 0, failed: 0 };
   #inFallback: boolean;
@@ -295,6 +306,7 @@ export class CapLeases {
     this.#localOnly = options.localOnly === true;
     this.#inFallback = this.#localOnly;
     this.#onFallbackChange = options.onFallbackChange;
+    this.#reseed = options.reseed;
     const live = (): number => Math.max(1, this.#liveNodes());
     for (const [name, quota] of Object.entries(options.deployments ?? {})) {
       const headroom = quota.headroom ?? 0.9;
@@ -362,6 +374,8 @@ export class CapLeases {
         blipUntil: -Infinity,
         level: bs.capacity,
         levelAt: now,
+        reseedFrom: undefined,
+        prior: undefined,
       };
       this.#buckets.set(key, b);
       return b;
@@ -580,10 +594,7 @@ export class CapLeases {
       const u = nonNegative('units', units[i] ?? 0);
       if (u === 0) return Promise.resolve(true);
       return this.#call(() => this.#scripts.tokenBucket(b.key, { capacity: b.capacity, ratePerSec: b.ratePerSec, cost: u, force: true, ttlMs: b.windowMs })).then((r) => {
-        if (r.ok) {
-          b.level = r.value.level;
-          b.levelAt = this.#clock.now();
-        }
+        if (r.ok) this.#seen(b, r.value.level, u);
         return r.ok;
       });
     });
@@ -633,19 +644,48 @@ export class CapLeases {
   }
 
   /**
-   * The connection is back (ioredis `ready`). When Redis restarted (`restarted`: its `run_id`
-   * changed, so it came back empty or from an older snapshot), every bucket's known in-window usage
-   * becomes unreconciled: it is charged to Redis (force) before the bucket's next lease.
+   * The connection is back (ioredis `ready`) and was checked: call {@link restored} first when Redis
+   * restarted or lost data, so no lease is sent before the buckets are re-seeded.
    */
-  reconnected(restarted: boolean): void {
-    if (restarted) {
-      const now = this.#clock.now();
-      for (const b of this.#buckets.values()) {
-        b.unreconciled = this.#deficit(b, b.known, now);
+  reconnected(): void {
+    this.#held = false;
+    const now = this.#clock.now();
+    for (const b of this.#buckets.values()) {
+      if (b.renewing === undefined) b.retryAt = -Infinity;
+      if (b.reseedFrom !== undefined) this.#maybeRenew(b, now, 0);
+    }
+  }
+
+  /**
+   * Redis lost or regressed its data (restarted empty, restored from an older snapshot, flushed),
+   * named by `epoch` (the same on every node, see `reconcile.ts`): every bucket this node has seen a
+   * level of is lowered to that level refilled since (`lua/reseed.lua`, never below what Redis
+   * holds), before its next lease, now rather than at the next take. Usage this node spent in
+   * fallback is charged after. No-op without a `reseed` option, without Redis, or after `close`.
+   */
+  restored(epoch: string): void {
+    if (this.#closed || this.#localOnly || this.#reseed === undefined) return;
+    const now = this.#clock.now();
+    for (const b of this.#buckets.values()) {
+      const seen = lowestKnown(b, now);
+      const known = refilledLevel(b, seen, now);
+      if (known >= b.capacity) continue; // no write seen in the window: nothing to tell
+      const pending = b.reseedFrom;
+      if (pending === undefined || refilledLevel(b, pending, now) > known) b.reseedFrom = { level: seen.level, at: seen.at, epoch };
+      else b.reseedFrom = { ...pending, epoch };
+      if (b.renewing === undefined) {
+        b.retryAt = -Infinity;
+        this.#maybeRenew(b, now, 0);
+      } else {
+        // After the call in flight (its reply does not change what was captured above).
+        void b.renewing.then(() => {
+          if (b.renewing === undefined && b.reseedFrom !== undefined) {
+            b.retryAt = -Infinity;
+            this.#maybeRenew(b, this.#clock.now(), 0);
+          }
+        });
       }
     }
-    this.#held = false;
-    for (const b of this.#buckets.values()) if (b.renewing === undefined) b.retryAt = -Infinity;
   }
 
   /**
@@ -660,7 +700,7 @@ export class CapLeases {
   probeAnswered(): void {
     if (this.#closed || this.#localOnly || this.#held || !this.#inFallback) return;
     const now = this.#clock.now();
-    const owing = [...this.#buckets.values()].filter((b) => b.unreconciled > 0);
+    const owing = [...this.#buckets.values()].filter((b) => b.unreconciled > 0 || b.reseedFrom !== undefined);
     if (owing.length === 0) {
       this.#setFallback(false);
       return;
@@ -754,12 +794,34 @@ export class CapLeases {
     if (this.#held) return this.#probeIntervalMs;
     if (now < b.retryAt) return Math.max(1, Math.ceil(b.retryAt - now));
     if (this.#closed) return this.#pendingWaitMs;
+    const reseed = b.reseedFrom;
+    if (reseed !== undefined && this.#reseed !== undefined) {
+      const fn = this.#reseed;
+      b.renewing = this.#call(() =>
+        fn(b.key, { capacity: b.capacity, ratePerSec: b.ratePerSec, knownLevel: reseed.level, ageMs: Math.max(0, this.#clock.now() - reseed.at), epoch: reseed.epoch, ttlMs: b.windowMs }),
+      ).then((r) => {
+        b.renewing = undefined;
+        const at = this.#clock.now();
+        if (!r.ok) {
+          this.#failed(b, at, r.open);
+          return;
+        }
+        if (b.reseedFrom === reseed) b.reseedFrom = undefined;
+        b.level = r.value.level;
+        b.levelAt = at;
+        b.prior = undefined;
+        b.retryAt = -Infinity;
+        this.#answered(b);
+        // Usage spent in fallback is not in what the node saw: charge it now too.
+        if (b.unreconciled > 0) this.#maybeRenew(b, at, 0);
+      });
+      return this.#pendingWaitMs;
+    }
     const unreconciled = b.unreconciled;
     if (unreconciled > 0) {
       const charged = (level: number): void => {
         b.unreconciled = Math.max(0, b.unreconciled - unreconciled);
-        b.level = level;
-        b.levelAt = this.#clock.now();
+        this.#seen(b, level, unreconciled);
       };
       b.renewing = this.#call(() =>
         this.#scripts.tokenBucket(b.key, { capacity: b.capacity, ratePerSec: b.ratePerSec, cost: unreconciled, force: true, ttlMs: b.windowMs }),
@@ -806,8 +868,7 @@ export class CapLeases {
         this.#failed(b, at, r.open);
         return;
       }
-      b.level = r.value.level;
-      b.levelAt = at;
+      this.#seen(b, r.value.level, r.value.granted);
       this.#answered(b);
       if (r.value.granted >= want) this.renewals.granted++;
       else if (r.value.granted > 0) this.renewals.partial++;
@@ -843,6 +904,11 @@ export class CapLeases {
     }
     b.retryAt = at + this.#probeIntervalMs;
     this.#setFallback(true);
+  }
+
+  /** A reply to this node's call on `b` that took `consumed` units left the bucket at `level`. */
+  #seen(b: Bucket, level: number, consumed: number): void {
+    noteLevel(b, level, consumed, this.#clock.now(), 2 * this.#probeIntervalMs);
   }
 
   /** A call on `b` was answered: the node is on its leases (a blip's share is dropped). */

@@ -22,3 +22,13 @@ function checkName(what: string, name: string): void {
     throw new RangeError(`global cap ${what} name ${JSON.stringify(name)} contains a brace; braces would change the Redis Cluster hash tag`);
   }
 }
+
+/**
+ * Key of the global cap's epoch (`lua/epoch.lua`): `qr:<cluster>:cap-epoch`. Not a bucket key, so no
+ * bucket name can collide with it.
+ * @throws RangeError when the cluster name is empty or contains a brace.
+ */
+export function capEpochKey(cluster: string): string {
+  checkName('cluster', cluster);
+  return `qr:${cluster}:cap-epoch`;
+}

@@ -11,6 +11,8 @@ import { CapLeases } from './cap-leases.ts';
 import type { CapCall, DeploymentQuota } from './cap-leases.ts';
 import { redisForDecisions } from './redis-connection.ts';
 import { RedisGuard, guardedCall } from './redis-guard.ts';
+import { capEpochKey } from './keys.ts';
+import { RestoreWatch, defineReconcileScripts } from './reconcile.ts';
 import { defineCapScripts, loadCapScripts } from './scripts.ts';
 import type { CapScripts } from './scripts.ts';
 
@@ -37,33 +39,6 @@ export interface ConfiguredQuotas {
   scriptsLoaded(): boolean;
   /** Returns unspent leases to Redis and closes the connection. Never rejects. */
   close(): Promise<void>;
-}
-
-/**
- * Tells a Redis that restarted (came back empty, or from an older snapshot) from one that was only
- * unreachable: on every `ready` of the connection it reads `run_id` (`INFO server`), which Redis
- * draws anew at each start. A failed read counts as a restart (the safe side: usage is charged twice
- * at worst, never forgotten).
- */
-class RestartWatch {
-  #runId: string | undefined;
-  constructor(private readonly redis: Redis) {}
-
-  /** `lost` on each `close` of the connection; `back(restarted, runId)` once each `ready` has read `run_id`. */
-  watch(on: { lost(): void; back(restarted: boolean, runId: string | undefined): void }): void {
-    this.redis.on('close', () => on.lost());
-    this.redis.on('ready', () => {
-      this.redis.info('server').then(
-        (text) => {
-          const runId = /^run_id:(\w+)/m.exec(text)?.[1];
-          const restarted = this.#runId !== undefined && runId !== this.#runId;
-          this.#runId = runId ?? this.#runId;
-          on.back(restarted || runId === undefined, runId);
-        },
-        () => on.back(this.#runId !== undefined, undefined),
-      );
-    });
-  }
 }
 
 /** Scripts for a node without Redis: every call fails, so the leases stay on the local share. */
@@ -182,7 +157,7 @@ export function quotasFromConfig(
     call = guardedCall(guard);
   }
 
-  const restarts = redis === undefined ? undefined : new RestartWatch(redis);
+  const restores = redis === undefined || cluster.redis === undefined ? undefined : new RestoreWatch(redis, capEpochKey(cluster.name), cluster.redis.probe_interval);
   const leases = new CapLeases({
     cluster: cluster.name,
     deployments,
@@ -191,6 +166,7 @@ export function quotasFromConfig(
     call,
     liveNodes: () => Math.max(1, opts.liveNodes()),
     localOnly: redis === undefined,
+    ...(redis === undefined ? {} : { reseed: defineReconcileScripts(redis).reseed }),
     ...(cluster.redis === undefined ? {} : { probeIntervalMs: cluster.redis.probe_interval }),
     ...(redis === undefined
       ? {}
@@ -204,13 +180,22 @@ export function quotasFromConfig(
   });
   const upkeep = redis === undefined || guard === undefined || cluster.redis === undefined ? undefined : new RedisUpkeep(redis, guard, leases, cluster.redis.probe_interval, opts.log);
   upkeep?.start();
-  restarts?.watch({
+  restores?.start({
     lost: () => leases.connectionLost(),
-    back: (restarted, runId) => {
-      if (restarted) opts.log.warn({ runId }, 'Redis restarted (new run_id): charging this node\'s in-window usage to the global cap before leasing again');
-      leases.reconnected(restarted);
+    back: (check) => {
+      // A failed check counts as a restore (the safe side: a reseed never adds usage).
+      const c = check ?? { restored: true, epoch: `unknown:${opts.clock.now()}` };
+      if (c.restored) {
+        opts.log.warn({ epoch: c.epoch }, 'Redis restarted (new run_id) or lost its data (new epoch): re-seeding the global cap from this node\'s known levels before leasing again');
+        leases.restored(c.epoch);
+      }
+      leases.reconnected();
       // Back and told: leave fallback now rather than at the next probe tick.
       upkeep?.probe();
+    },
+    restored: (c) => {
+      opts.log.warn({ epoch: c.epoch }, 'Redis lost or regressed data: re-seeding the global cap from this node\'s known levels');
+      leases.restored(c.epoch);
     },
   });
   return {
@@ -221,6 +206,7 @@ export function quotasFromConfig(
     scriptsLoaded: () => upkeep === undefined || upkeep.loaded,
     close: async () => {
       upkeep?.stop();
+      restores?.stop();
       try {
         await leases.close();
       } catch (err) {

@@ -12,6 +12,7 @@ import { readFileSync } from 'node:fs';
 import { after, before, beforeEach, describe, test } from 'node:test';
 import type { Redis } from 'ioredis';
 import { capKey } from '../../src/globalcap/keys.ts';
+import { RECONCILE_SCRIPT_FILES, defineReconcileScripts } from '../../src/globalcap/reconcile.ts';
 import { CAP_SCRIPT_FILES, defineCapScripts, luaScriptPath } from '../../src/globalcap/scripts.ts';
 import type { CapScripts } from '../../src/globalcap/scripts.ts';
 import { startRedis } from '../helpers/redis.ts';
@@ -87,6 +88,38 @@ describe('global cap Lua scripts on a real Redis', () => {
     }
     assert.deepEqual(await scripts.tokenBucket(key, { capacity: 100, ratePerSec: 10, cost: 1, ttlMs: 60_000 }), { allowed: true, waitMs: 0, level: 99 });
     assert.deepEqual(await scripts.lease(key, { capacity: 100, ratePerSec: 10, want: 30, min: 1, ttlMs: 60_000 }), { granted: 30, waitMs: 0, level: 69 });
+  });
+
+  test('reseed.lua and epoch.lua: headers; a reseed lowers to the known level, never raises, and keeps units taken since; the epoch notices a write-back', async () => {
+    for (const file of Object.values(RECONCILE_SCRIPT_FILES)) {
+      const lua = readFileSync(luaScriptPath(file), 'utf8');
+      assert.ok(lua.startsWith(`--[[\n${file}:`), `${file} starts with its header`);
+      for (const part of ['KEYS[1]', 'ARGV[1]', 'ARGV[3]', 'Reply:', 'Clock:']) assert.ok(lua.includes(part), `${file} header names ${part}`);
+    }
+    const { reseed, epoch } = defineReconcileScripts(c);
+    const o = { capacity: 100, ratePerSec: 0.001, ttlMs: 60_000 };
+    await scripts.tokenBucket(key, { ...o, cost: 10 }); // the restored level: 90
+    const first = { ...o, ageMs: 0, epoch: 'r1:e1' };
+    assert.deepEqual(await reseed(key, { ...first, knownLevel: 95 }), { before: 90, level: 90, base: 90 }, 'never raises');
+    assert.deepEqual(await reseed(key, { ...first, knownLevel: 60 }), { before: 90, level: 60, base: 60 }, 'max of usage, not the sum');
+    await scripts.lease(key, { ...o, want: 20, min: 1 }); // 20 taken since: 40
+    assert.deepEqual(await reseed(key, { ...first, knownLevel: 50, ageMs: 5_000 }), { before: 40, level: 30, base: 50 }, 'a lower level seen before: lowered by 10, the 20 taken since stay taken');
+    await new Promise((r) => setTimeout(r, 60)); // seen more than 50 ms after the first reseed (see reseed.lua)
+    assert.deepEqual(await reseed(key, { ...first, knownLevel: 30, ageMs: 0 }), { before: 30, level: 30, base: 50 }, 'a level seen after the first reseed already counts them');
+    assert.deepEqual(await reseed(key, { ...first, knownLevel: 10, epoch: 'r2:e1' }), { before: 30, level: 10, base: 10 }, 'a new epoch starts from the level');
+    await assert.rejects(reseed(key, { ...first, knownLevel: 1, epoch: '' }), RangeError);
+
+    const ek = 'qr:test:cap-epoch';
+    const e1 = await epoch(ek, 'aaa', undefined);
+    assert.deepEqual(e1, { id: 'aaa', n: 1 });
+    const older = await c.dumpBuffer(ek);
+    const e2 = await epoch(ek, 'bbb', e1);
+    assert.deepEqual(e2, { id: 'aaa', n: 2 }, 'same epoch: the counter moves on');
+    assert.ok(older !== null);
+    await c.restore(ek, 0, older, 'REPLACE');
+    assert.deepEqual(await epoch(ek, 'ccc', e2), { id: 'ccc', n: 1 }, 'the counter went back: a new id');
+    await c.del(ek);
+    assert.deepEqual(await epoch(ek, 'ddd', { id: 'ccc', n: 1 }), { id: 'ddd', n: 1 }, 'missing (FLUSHALL, empty restart): a new id');
   });
 
   test('a fresh bucket of 100 at 10/s allows 100 calls of 1, then waits 100 ms for the next', async () => {

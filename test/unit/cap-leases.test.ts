@@ -8,9 +8,10 @@ import { ManualClock } from '../../src/clock.ts';
 import { CapLeases } from '../../src/globalcap/cap-leases.ts';
 import type { CapLeasesOptions } from '../../src/globalcap/cap-leases.ts';
 import { capKey } from '../../src/globalcap/keys.ts';
+import type { ReseedOptions, ReseedResult } from '../../src/globalcap/reconcile.ts';
 import type { CapScripts, LeaseOptions, LeaseResult, TokenBucketOptions, TokenBucketResult } from '../../src/globalcap/scripts.ts';
 
-type Call = { op: 'lease'; key: string; o: LeaseOptions } | { op: 'tokenBucket'; key: string; o: TokenBucketOptions };
+type Call = { op: 'lease'; key: string; o: LeaseOptions } | { op: 'tokenBucket'; key: string; o: TokenBucketOptions } | { op: 'reseed'; key: string; o: ReseedOptions };
 
 /** lua/token-bucket.lua and lua/lease.lua in TypeScript, on the test's clock. */
 class FakeScripts implements CapScripts {
@@ -49,6 +50,16 @@ class FakeScripts implements CapScripts {
     return { allowed: true, waitMs: 0, level: Math.floor(level) };
   }
 
+  /** lua/reseed.lua without the epoch's base (one reseed per epoch in these tests). */
+  async reseed(key: string, o: ReseedOptions): Promise<ReseedResult> {
+    this.calls.push({ op: 'reseed', key, o });
+    await this.#gate();
+    const before = this.level(key, o.capacity, o.ratePerSec);
+    const level = Math.min(before, o.capacity, o.knownLevel + (o.ageMs * o.ratePerSec) / 1000);
+    this.levels.set(key, { l: level, t: this.clock.now() });
+    return { before: Math.floor(before), level: Math.floor(level), base: Math.floor(level) };
+  }
+
   async lease(key: string, o: LeaseOptions): Promise<LeaseResult> {
     this.calls.push({ op: 'lease', key, o });
     await this.#gate();
@@ -77,6 +88,7 @@ function setup(extra: Partial<CapLeasesOptions> = {}): { clock: ManualClock; scr
     scripts,
     clock,
     blockMs: 250,
+    reseed: (key, o) => scripts.reseed(key, o),
     ...extra,
   });
   return { clock, scripts, leases };
@@ -326,7 +338,7 @@ describe('CapLeases', () => {
     assert.equal(leases.view('gpt').tokens?.unreconciled, 0);
   });
 
-  test('Redis restarted empty: known in-window usage is charged before the next lease, and no lease is sent while the connection is down', async () => {
+  test('Redis restarted empty: the bucket is re-seeded to the level the node last saw (refilled) before the next lease, and no lease is sent while the connection is down', async () => {
     const { clock, scripts, leases } = setup({ liveNodes: () => 2 });
     const t = (tokens: number): ReturnType<CapLeases['take']> => leases.take('gpt', { tokens, requests: 0 });
     t(10_000);
@@ -335,6 +347,9 @@ describe('CapLeases', () => {
     await leases.whenRenewed('gpt');
     const before = scripts.calls.length;
     clock.advance(1000);
+    // The level the node last saw in Redis (after its second lease), refilled over the 1 s since.
+    const seenLevel = leases.view('gpt').tokens?.level ?? 0;
+    assert.ok(seenLevel < 54_000 - 19_000);
     leases.connectionLost();
     scripts.levels.clear(); // the restart: Redis lost every bucket
     assert.equal(leases.inFallback, true, 'no connection: fallback');
@@ -344,12 +359,17 @@ describe('CapLeases', () => {
     assert.equal(scripts.calls.length, before, 'nothing sent while the connection is down');
     // Spent 10,000 (1 s ago) and 10,000 (now); drained at 900 / 2 = 450 tokens/s for 1 s: 19,550.
     assert.equal(leases.view('gpt').tokens?.knownUsage, 19_550);
-    leases.reconnected(true);
-    assert.equal(leases.view('gpt').tokens?.unreconciled, 19_550);
-    assert.deepEqual(t(10_000), { ok: false, waitMs: 5667 }); // still in fallback; its probe is the charge
+    leases.restored('r1:e1');
+    leases.reconnected();
+    assert.equal(leases.view('gpt').tokens?.unreconciled, 0, 'the 10,000 came from the lease: already counted in the level seen');
+    assert.deepEqual(t(10_000), { ok: false, waitMs: 5667 }); // still in fallback; its probe is the reseed
+    await leases.whenRenewed('gpt');
     await leases.whenRenewed('gpt');
     assert.equal(leases.inFallback, false);
-    assert.equal(scripts.level(TPM, 54_000, 900), 54_000 - 19_550, 'the restarted bucket holds the node usage it knew');
+    const reseeds = scripts.calls.filter((c) => c.op === 'reseed');
+    assert.deepEqual(reseeds.map((c) => c.key), [TPM], 'the tokens bucket re-seeded (the requests bucket was never leased: nothing known)');
+    // Not the 19,550 of known usage on top of it (what the node spent came from leases the level already lacks).
+    assert.equal(Math.floor(scripts.level(TPM, 54_000, 900)), seenLevel, 'the restarted bucket holds the level the node knew');
     assert.deepEqual(t(10_000), { ok: false, waitMs: 5 }); // now the lease
     await leases.whenRenewed('gpt');
     assert.deepEqual(t(10_000), { ok: true });
@@ -361,13 +381,13 @@ describe('CapLeases', () => {
     assert.equal(leases.inFallback, true);
     leases.probeAnswered();
     assert.equal(leases.inFallback, true, 'held: a restarted Redis must first hear of the usage');
-    leases.reconnected(false);
+    leases.reconnected();
     assert.equal(leases.inFallback, true, 'reconnected alone waits for an answer');
     leases.probeAnswered();
     assert.equal(leases.inFallback, false);
   });
 
-  test('probeAnswered with usage Redis was not told: charges it first, and leaves fallback when the charge is answered', async () => {
+  test('probeAnswered after a restart: re-seeds first, and leaves fallback when the charge is answered', async () => {
     const { scripts, leases } = setup({ liveNodes: () => 2 });
     leases.take('gpt', { tokens: 1000, requests: 0 });
     await leases.whenRenewed('gpt');
@@ -375,10 +395,9 @@ describe('CapLeases', () => {
     await leases.whenRenewed('gpt');
     leases.connectionLost();
     scripts.levels.clear(); // restarted empty
-    leases.reconnected(true);
-    const owed = leases.view('gpt').tokens?.unreconciled ?? 0;
-    assert.ok(owed > 0);
     const before = scripts.calls.length;
+    leases.restored('r1:e1');
+    leases.reconnected();
     leases.probeAnswered();
     assert.equal(leases.inFallback, true, 'still on the shares while the charge is in flight');
     await leases.whenRenewed('gpt');
@@ -392,9 +411,9 @@ describe('CapLeases', () => {
     leases.take('gpt', { tokens: 1000 });
     await leases.whenRenewed('gpt');
     leases.connectionLost();
-    leases.reconnected(false);
+    leases.reconnected();
     assert.equal(leases.view('gpt').tokens?.unreconciled, 0);
-    assert.equal(scripts.calls.filter((c) => c.op === 'tokenBucket').length, 0);
+    assert.equal(scripts.calls.filter((c) => c.op !== 'lease').length, 0);
   });
 
   test('define: a hot tenant group shares its buckets with a model-scoped group; fallback share is capacity / k', async () => {
