@@ -15,6 +15,7 @@ import { createRing } from '../../src/coord/ring.ts';
 import type { Member } from '../../src/coord/types.ts';
 import { freePort, runCli, writeConfig } from '../helpers/processes.ts';
 import type { Running } from '../helpers/processes.ts';
+import { startStaticNodesAndRouter } from '../helpers/cluster.ts';
 
 const TENANTS = 12;
 const PAUSE_MS = 1_200;
@@ -39,14 +40,9 @@ describe('router health checks: a paused node is late, not dead; a killed one is
       deployments: [{ name: 'sim', provider: 'openai', base_url: `http://127.0.0.1:${simPort}`, api_key_env: 'QUOTARING_SIM_KEY' }],
     });
     procs.push(await runCli(['simulate', '--port', String(simPort)], `http://127.0.0.1:${simPort}/sim/stats`, env));
-    for (const [i, m] of members.entries()) {
-      const proc = await runCli(['node', '--config', config, '--id', m.id, '--port', String(ports[i])], `${m.url}/readyz`, env);
-      procs.push(proc);
-      nodes.set(m.id, proc);
-    }
-    const routerPort = await freePort();
-    routerUrl = `http://127.0.0.1:${routerPort}`;
-    procs.push(await runCli(['router', '--config', config, '--port', String(routerPort)], `${routerUrl}/readyz`, env));
+    const started = await startStaticNodesAndRouter(config, env, members, procs);
+    for (const [id, proc] of started.nodes) nodes.set(id, proc);
+    routerUrl = started.routerUrl;
   });
   after(async () => {
     for (const proc of nodes.values()) proc.proc.kill('SIGCONT');

@@ -19,6 +19,7 @@ import { createRing } from '../../src/coord/ring.ts';
 import type { Member } from '../../src/coord/types.ts';
 import { freePort, runCli, writeConfig } from '../helpers/processes.ts';
 import type { Running } from '../helpers/processes.ts';
+import { startStaticNodesAndRouter } from '../helpers/cluster.ts';
 
 const env = { QUOTARING_SIM_KEY: 'sim-stand-in-key' };
 /** 200 output tokens at 20 tokens/s: a stream of about 10 s. */
@@ -48,14 +49,9 @@ describe('a stand-in for a live (SIGSTOPped) owner keeps its slots counted', () 
       deployments: [{ name: 'sim', provider: 'openai', base_url: `http://127.0.0.1:${simPort}`, api_key_env: 'QUOTARING_SIM_KEY' }],
     });
     procs.push(await runCli(['simulate', '--port', String(simPort), '--tps', '20'], `http://127.0.0.1:${simPort}/sim/stats`, env));
-    for (const [i, m] of members.entries()) {
-      const proc = await runCli(['node', '--config', config, '--id', m.id, '--port', String(ports[i])], `${m.url}/readyz`, env);
-      procs.push(proc);
-      nodes.set(m.id, proc);
-    }
-    const routerPort = await freePort();
-    routerUrl = `http://127.0.0.1:${routerPort}`;
-    procs.push(await runCli(['router', '--config', config, '--port', String(routerPort)], `${routerUrl}/readyz`, env));
+    const started = await startStaticNodesAndRouter(config, env, members, procs);
+    for (const [id, proc] of started.nodes) nodes.set(id, proc);
+    routerUrl = started.routerUrl;
   });
   after(async () => {
     for (const proc of nodes.values()) proc.proc.kill('SIGCONT');

@@ -58,3 +58,28 @@ export async function startNodesAndRouter(config: string, env: Record<string, st
   assert.deepEqual(versions, urls.map(() => expected), `router and nodes agree on the ring of ${n}`);
   return { nodes, members, router, routerUrl, all: [...nodes, router] };
 }
+
+/**
+ * Starts one node per member of a static cluster (`members`' ids and URLs, which `config` lists under
+ * `cluster.members`), each once the previous answers `/readyz`, then a router on a free port.
+ * Every process started is pushed to `procs` (router last), so the caller's `after` stops them all
+ * even when a later start throws.
+ * @returns the nodes by member id and the router's base URL.
+ * @throws Error (from `runCli`) when a process exits or does not answer within 15 s.
+ */
+export async function startStaticNodesAndRouter(
+  config: string,
+  env: Record<string, string>,
+  members: readonly Member[],
+  procs: Running[],
+): Promise<{ readonly nodes: Map<string, Running>; readonly routerUrl: string }> {
+  const nodes = new Map<string, Running>();
+  for (const m of members) {
+    const proc = await runCli(['node', '--config', config, '--id', m.id, '--port', new URL(m.url).port], `${m.url}/readyz`, env);
+    procs.push(proc);
+    nodes.set(m.id, proc);
+  }
+  const routerUrl = `http://127.0.0.1:${await freePort()}`;
+  procs.push(await runCli(['router', '--config', config, '--port', new URL(routerUrl).port], `${routerUrl}/readyz`, env));
+  return { nodes, routerUrl };
+}
