@@ -27,7 +27,7 @@
 import type { Clock } from '../clock.ts';
 import { systemClock } from '../clock.ts';
 import { bucketInit, bucketRefill, bucketTake, bucketWaitMs, bucketAdjust, bucketUsed, BUCKET_SLOTS } from '../limiter/token-bucket.ts';
-import { addLot, dropExpired, dropReturnable, lotUnits, mayPrefetch, netGiveBack, spendLots as spendFromLots } from './give-back.ts';
+import { addLot, dropExpired, dropReturnable, fallbackBudget, lotUnits, mayPrefetch, netGiveBack, spendLots as spendFromLots } from './give-back.ts';
 import type { Lot } from './give-back.ts';
 import { capKey } from './keys.ts';
 import type { CapScripts } from './scripts.ts';
@@ -119,6 +119,11 @@ export interface CapLeasesOptions {
   readonly sweepMs?: number;
   /** `close` waits at most this long for grants answered after their call timed out (to give them back), ms. @default 1000 */
   readonly closeWaitMs?: number;
+  /**
+   * Called when a bucket starts deciding from its fallback share: its key, the units it may admit at
+   * once (`fallbackBudget` in `give-back.ts`) and its share (capacity / share, units per window).
+   */
+  readonly onFallbackShare?: (share: FallbackShare) => void;
   /** Called with true when the node enters fallback (a Redis call failed) and false when it leaves it (a call succeeded). */
   readonly onFallbackChange?: (inFallback: boolean) => void;
   /**
@@ -128,6 +133,16 @@ export interface CapLeasesOptions {
   readonly localOnly?: boolean;
   /** Lowers a bucket to a node's known level after Redis lost or regressed its data (`defineReconcileScripts(redis).reseed`); without it `restored` is a no-op. */
   readonly reseed?: ReseedFn;
+}
+
+/** A bucket's fallback share as it starts (see {@link CapLeasesOptions.onFallbackShare}). */
+export interface FallbackShare {
+  /** The bucket's Redis key. */
+  readonly bucket: string;
+  /** Units it may admit at once, ≥ 0. */
+  readonly budget: number;
+  /** Units per window it refills (capacity / nodes sharing it). */
+  readonly share: number;
 }
 
 /** A `requests` or `tokens` bucket of a group defined with {@link CapLeases.define}. */
@@ -284,6 +299,7 @@ export class CapLeases {
   readonly #probeIntervalMs: number;
   readonly #blipMs: number;
   readonly #onFallbackChange: ((inFallback: boolean) => void) | undefined;
+  readonly #onFallbackShare: ((share: FallbackShare) => void) | undefined;
   readonly #reseed: ReseedFn | undefined;
   /** Lease renewals since construction, by outcome (`quotaring_lease_renewals_total`): in full, partly, denied (bucket empty), failed (Redis). */
   readonly renewals = { granted: 0, partial: 0, denied: 0, failed: 0 };
@@ -329,6 +345,7 @@ export class CapLeases {
     this.#localOnly = options.localOnly === true;
     this.#inFallback = this.#localOnly;
     this.#onFallbackChange = options.onFallbackChange;
+    this.#onFallbackShare = options.onFallbackShare;
     this.#reseed = options.reseed;
     const live = (): number => Math.max(1, this.#liveNodes());
     for (const [name, quota] of Object.entries(options.deployments ?? {})) {
@@ -1028,13 +1045,14 @@ export class CapLeases {
 
   #fallbackBucket(b: Bucket, now: number): number[] {
     if (b.fallback === undefined) {
-      // The share starts with what this node already used in the window (its known usage drains at
-      // the same share rate), so entering fallback again and again never hands out a fresh share.
-      b.fallbackShare = b.capacity / sharedBy(b);
+      const share = sharedBy(b);
+      b.fallbackShare = b.capacity / share;
       b.fallback = new Array<number>(BUCKET_SLOTS).fill(0);
       bucketInit(b.fallback, 0, b.fallbackShare, b.windowMs, now);
-      const used = Math.min(this.#deficit(b, b.known, now), b.fallbackShare);
+      const budget = fallbackBudget(b.capacity, share, this.#deficit(b, b.known, now), refilledLevel(b, lowestKnown(b, now), now));
+      const used = b.fallbackShare - budget;
       if (used > 0) bucketAdjust(b.fallback, 0, b.fallbackShare, b.windowMs, used);
+      this.#onFallbackShare?.({ bucket: b.key, budget, share: b.fallbackShare });
     } else {
       bucketRefill(b.fallback, 0, b.fallbackShare, b.windowMs, now);
     }

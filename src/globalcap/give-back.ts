@@ -132,3 +132,23 @@ export function netGiveBack(units: number, unreconciled: number): { readonly sen
   const offset = Math.min(units, unreconciled);
   return { send: units - offset, unreconciled: unreconciled - offset };
 }
+
+/**
+ * The units a node may admit from its fallback share at once when Redis becomes unavailable (its
+ * share then refills at `capacity / share` per window). Two caps, each a bound on what the cluster
+ * bucket can still give this node:
+ * - its part of the window, `capacity / share`, less its own in-window usage (`known`): entering
+ *   fallback again and again never hands out a fresh share;
+ * - its part of the level it last saw in Redis, refilled since (`seenLevel / share`): a bucket the
+ *   cluster had emptied gives no node a fresh share. Without it, nodes that used less than their
+ *   part of the window (the load was uneven) would spend the difference while the bucket was empty.
+ * Bound: the shares admit at most Σ budgets + refill over the outage; Σ budgets exceeds what Redis
+ * held only by what other nodes leased after each node last saw the level (a saturated bucket: one
+ * renewal interval of refill) and never by more than Σ (capacity / share − known).
+ * @param capacity units; @param share nodes sharing the bucket (≥ 1); @param known units;
+ * @param seenLevel units (may be negative: debt). @returns units ≥ 0.
+ */
+export function fallbackBudget(capacity: number, share: number, known: number, seenLevel: number): number {
+  const part = capacity / Math.max(1, share);
+  return Math.max(0, Math.min(part - known, Math.max(0, seenLevel) / Math.max(1, share)));
+}

@@ -400,12 +400,15 @@ describe('CapLeases', () => {
     t(10_000);
     await leases.whenRenewed('gpt');
     assert.deepEqual(t(10_000), { ok: true });
+    // A small bucket (10,000 × 4 × 2 nodes > 54,000) is never prefetched from: a second lease only
+    // for a refused take, held unspent when the connection drops.
+    assert.deepEqual(t(10_000), { ok: false, waitMs: 5 });
     await leases.whenRenewed('gpt');
     const before = scripts.calls.length;
     clock.advance(1000);
     // The level the node last saw in Redis (after its second lease), refilled over the 1 s since.
     const seenLevel = leases.view('gpt').tokens?.level ?? 0;
-    assert.ok(seenLevel < 54_000 - 19_000);
+    assert.equal(seenLevel, 54_000 - 20_000 + 900);
     leases.connectionLost();
     scripts.levels.clear(); // the restart: Redis lost every bucket
     assert.equal(leases.inFallback, true, 'no connection: fallback');
@@ -428,6 +431,26 @@ describe('CapLeases', () => {
     assert.equal(Math.floor(scripts.level(TPM, 54_000, 900)), seenLevel, 'the restarted bucket holds the level the node knew');
     assert.deepEqual(t(10_000), { ok: false, waitMs: 5 }); // now the lease
     await leases.whenRenewed('gpt');
+    assert.deepEqual(t(10_000), { ok: true });
+  });
+
+  test('fallback share after the cluster emptied the bucket: no fresh share for a node that used less than its part (fallbackBudget)', async () => {
+    const { clock, scripts, leases } = setup({ liveNodes: () => 2 });
+    const t = (tokens: number): ReturnType<CapLeases['take']> => leases.take('gpt', { tokens, requests: 0 });
+    t(10_000);
+    await leases.whenRenewed('gpt');
+    assert.deepEqual(t(10_000), { ok: true }); // this node's only use: 10,000 of its 27,000 part
+    // The other node takes the rest of the bucket; this node's next lease is denied and sees it empty.
+    scripts.levels.set(TPM, { l: 0, t: clock.now() });
+    assert.deepEqual(t(10_000), { ok: false, waitMs: 5 });
+    await leases.whenRenewed('gpt');
+    assert.equal(leases.view('gpt').tokens?.level, 0);
+    leases.connectionLost();
+    assert.equal(leases.inFallback, true);
+    // Its part less its use would be 17,000 (enough for this take), but the bucket it saw was empty:
+    // the share starts empty and refills at 900 / 2 = 450 tokens/s, so 10,000 waits 22.2 s.
+    assert.deepEqual(t(10_000), { ok: false, waitMs: 22_223 });
+    clock.advance(22_223);
     assert.deepEqual(t(10_000), { ok: true });
   });
 
