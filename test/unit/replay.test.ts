@@ -333,9 +333,9 @@ describe('replay against a fastify server on port 0', () => {
       assert.equal(report.aborted, false);
 
       // What was sent: key, model, max_tokens = GeneratedTokens = x-sim-output-tokens, exact prompt sizes.
-      const bySize = [...seen].sort((x, y) => x.prompt - y.prompt || x.simOutput - y.simOutput);
+      const bySize = [...seen].sort((x, y) => x.prompt - y.prompt || x.simOutput - y.simOutput || x.key.localeCompare(y.key));
       const expected = rows.map((r, k) => ({ key: tenantOf[k] as string, maxTokens: r.completionTokens, simOutput: r.completionTokens, model: 'gpt-4o-mini', prompt: r.promptTokens }))
-        .sort((x, y) => x.prompt - y.prompt || x.simOutput - y.simOutput);
+        .sort((x, y) => x.prompt - y.prompt || x.simOutput - y.simOutput || x.key.localeCompare(y.key));
       assert.deepEqual(bySize, expected);
 
       // Admitted tokens of key-a: all its rows, prompt + completion.
