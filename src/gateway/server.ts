@@ -32,7 +32,6 @@ import { quotasFromConfig } from '../globalcap/quotas-from-config.ts';
 import { Limiter } from '../limiter/limiter.ts';
 import { AdmissionQueues } from './admission-queue.ts';
 import { DeploymentHealth } from './deployment-health.ts';
-import type { Policy } from '../limiter/types.ts';
 import { PromptCounter, exactCounter } from '../tokens/index.ts';
 import { authHook } from './auth.ts';
 import type { GatewayContext } from './context.ts';
@@ -57,8 +56,8 @@ import { RequestSigner } from '../security/request-signature.ts';
 import { clusterAuthHooks } from './cluster-auth.ts';
 import { ReplicaStore } from '../coord/replicas.ts';
 import { httpPeerTransport, transferRoutes } from '../coord/transfer-http.ts';
-import { loadLocalState, saveLocalState } from '../coord/local-state.ts';
-import { parseTenantSnapshot } from '../limiter/snapshot.ts';
+import { nodeStateFile, stateTtlMs } from './state-file.ts';
+import type { NodeLocalState } from './state-file.ts';
 
 /** Options of {@link buildGateway}. */
 export interface GatewayOptions {
@@ -106,13 +105,7 @@ export interface NodeClusterOptions {
 export type ReadinessWait = 'start' | 'ring' | 'handoff' | 'scripts';
 
 const handoffs = new WeakMap<FastifyInstance, Handoff>();
-/** A node's state file: load before listening, save on a graceful stop. */
-export interface NodeLocalState {
-  /** Loads the state file (a single node: into its limiter; a cluster node: among its replicas). Never rejects (logged). */
-  restore(): Promise<void>;
-  /** Saves every tenant's state (a cluster node: the tenants it decides for and its replicas). Never rejects (logged). */
-  save(): Promise<void>;
-}
+export type { NodeLocalState } from './state-file.ts';
 const localStates = new WeakMap<FastifyInstance, NodeLocalState>();
 
 /** The state file of a node built by {@link buildGateway} with `stateDir`; undefined without. */
@@ -142,13 +135,6 @@ export function registerNodeAdmin(app: FastifyInstance, admin: FastifyInstance, 
 /** The handoff of a node built by {@link buildGateway} with a cluster; undefined for a single node. */
 export function nodeHandoff(app: FastifyInstance): Handoff | undefined {
   return handoffs.get(app);
-}
-
-/** Redis expiry of a tenant's stored state, ms: its longest window (or lease), plus a minute. */
-function stateTtlMs(policy: Policy | undefined): number {
-  let longest = 0;
-  for (const limit of policy?.limits ?? []) longest = Math.max(longest, limit.kind === 'concurrent' ? limit.leaseTtlMs : limit.windowMs);
-  return longest + 60_000;
 }
 
 function sendError(request: FastifyRequest, reply: FastifyReply, code: ErrorCode, message?: string, param: string | null = null): FastifyReply {
@@ -449,63 +435,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     settlementRoutes(app, config, handoff);
     transferRoutes(app, config, handoff);
   }
-  if (opts.stateDir !== undefined) {
-    const dir = opts.stateDir;
-    localStates.set(app, {
-      restore: async () => {
-        try {
-          const loaded = await loadLocalState(dir, nodeId());
-          const configured = config.config.tenants.map((t) => t.id);
-          if (loaded.kind === 'none') return;
-          if (loaded.kind === 'corrupt') {
-            app.log.warn({ dir, reason: loaded.reason }, 'state file is corrupt: every tenant it may hold starts with its requests and tokens limits used up for one window');
-            if (handoff === undefined) for (const t of configured) limiter.importConservative(t);
-            // An unparseable value at time 0: loaded as corrupt (conservative) unless a member gives a real state back.
-            else handoff.receive(configured.filter((t) => handoff.ring().range(t, 2).some((m) => m.id === nodeId())).map((t) => ({ tenant: t, json: '', at: 0 })), (t) => config.policies.has(t));
-            return;
-          }
-          if (handoff !== undefined) {
-            const n = handoff.receive(loaded.states, (t) => config.policies.has(t));
-            app.log.info({ dir, tenants: n, expired: loaded.expired }, 'state file loaded');
-            return;
-          }
-          let corrupt = 0;
-          for (const s of loaded.states) {
-            if (!config.policies.has(s.tenant)) continue;
-            try {
-              limiter.importTenant(s.tenant, parseTenantSnapshot(s.json));
-            } catch {
-              corrupt++;
-              limiter.importConservative(s.tenant);
-            }
-          }
-          app.log.info({ dir, tenants: loaded.states.length, expired: loaded.expired, corrupt }, 'state file loaded');
-        } catch (err) {
-          app.log.warn({ dir, err: (err as Error).message }, 'state file unreadable: starting fresh');
-        }
-      },
-      save: async () => {
-        const now = Date.now();
-        const states =
-          handoff?.states() ??
-          [...limiter.tenants()].flatMap((tenant) => {
-            const snapshot = limiter.exportTenant(tenant);
-            return snapshot === undefined ? [] : [{ tenant, json: JSON.stringify(snapshot), at: snapshot.at }];
-          });
-        try {
-          const file = await saveLocalState(
-            dir,
-            nodeId(),
-            states.map((s) => ({ ...s, expiresAtMs: now + stateTtlMs(config.policies.get(s.tenant)) })),
-            now,
-          );
-          app.log.info({ file, tenants: states.length }, 'state saved');
-        } catch (err) {
-          app.log.warn({ dir, err: (err as Error).message }, 'state not saved');
-        }
-      },
-    });
-  }
+  if (opts.stateDir !== undefined) localStates.set(app, nodeStateFile({ dir: opts.stateDir, nodeId, config, limiter, handoff, log: app.log }));
   /** A tenant's limits where this node decides for it, else its owner (admin API and `/_quotaring/v1/tenants/:id`). */
   const tenantUsage = async (tenant: string): Promise<TenantUsage | undefined> => {
     if (!config.policies.has(tenant)) return undefined;
