@@ -76,10 +76,10 @@ describe('membersUnread', () => {
     assert.equal(membersUnread(base), false);
   });
   test('a shared-store membership is unread until its first read', () => {
-    let last: number | undefined;
-    const m: Membership = { ...base, lastSyncMs: () => last };
+    const sync: { last?: number } = {};
+    const m: Membership = { ...base, lastSyncMs: () => sync.last };
     assert.equal(membersUnread(m), true);
-    last = 1_000;
+    sync.last = 1_000;
     assert.equal(membersUnread(m), false);
   });
 });
