@@ -15,6 +15,9 @@ import { DEMO_MODELS, DEMO_TENANTS, demoConfigPath } from './demo.ts';
 import { launch } from './launcher.ts';
 import type { ChildSpec, LaunchedGroup } from './launcher.ts';
 import { checkUpOptions } from './up-options.ts';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { request } from 'undici';
+import { redactUrl } from '../src/config/redis-url.ts';
 
 /** Options of {@link startCluster} and {@link runUp}. */
 export interface UpOptions {
@@ -140,7 +143,9 @@ export function planCluster(opts: UpOptions, configFile: string): ClusterPlan {
   for (let i = 0; i < routerCount; i++) {
     const port = routerPort + i;
     routers.push(`http://127.0.0.1:${port}`);
-    specs.push({ name: `router-${i + 1}`, args: ['router', '--config', configFile, '--port', String(port), ...routerAdmin(i)], env, healthUrl: `http://127.0.0.1:${port}/readyz` });
+    // With Redis, a router is up before it is ready: Redis may be down at start (it then waits for it, see `runUp`).
+    const health = opts.redis === undefined ? 'readyz' : 'healthz';
+    specs.push({ name: `router-${i + 1}`, args: ['router', '--config', configFile, '--port', String(port), ...routerAdmin(i)], env, healthUrl: `http://127.0.0.1:${port}/${health}` });
   }
   const admin =
     adminPort === undefined || tokenEnv === undefined
@@ -151,7 +156,7 @@ export function planCluster(opts: UpOptions, configFile: string): ClusterPlan {
 
 /**
  * Starts the simulator, then the nodes, then the routers, each once the previous answers its health
- * URL (`/sim/stats`, `/healthz`, `/readyz`). Every child gets the cluster secret in its environment
+ * URL (`/sim/stats`, `/healthz`, a router's `/readyz`, or with `redis` its `/healthz`: Redis may be down). Every child gets the cluster secret in its environment
  * (`cluster.secret_env`, default QUOTARING_CLUSTER_SECRET): the one set in `opts.env` or this
  * process's environment, else a random one generated for this launch.
  * @throws Error for invalid options (see {@link checkUpOptions}) before anything starts, or when a
@@ -221,7 +226,39 @@ export async function runUp(opts: UpOptions = {}, out: (text: string) => void = 
       models: isDemo ? DEMO_MODELS : { ...optional('openai', modelOf(loaded, 'openai')), ...optional('anthropic', modelOf(loaded, 'anthropic')) },
     }),
   );
+  if (opts.redis !== undefined) void reportRedisWait(started.routers[0] ?? '', opts.redis, started.group.done, out);
   return started.group.done;
+}
+
+/** A router's `/readyz`: `ready` (200), `redis` (503 naming it: Redis not reached yet), `other` (503 for another reason), or undefined (no answer). */
+async function routerReadiness(router: string): Promise<'ready' | 'redis' | 'other' | undefined> {
+  try {
+    const res = await request(`${router}/readyz`);
+    const body = (await res.body.json()) as { waiting?: unknown };
+    if (res.statusCode === 200) return 'ready';
+    return Array.isArray(body.waiting) && body.waiting.includes('redis') ? 'redis' : 'other';
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Started with `--redis` while Redis does not answer: the processes run and wait for it. Says so
+ * under the banner, then once more when the first router has read the members (polled every second
+ * until then, or until the group stops).
+ */
+async function reportRedisWait(router: string, redis: string, done: Promise<number>, out: (text: string) => void): Promise<void> {
+  if ((await routerReadiness(router)) !== 'redis') return;
+  out(`waiting for Redis at ${redactUrl(redis)}: nodes and routers are up but not ready (/readyz 503 naming redis; requests get 503) and join once it answers, no restart needed\n`);
+  let stopped = false;
+  void done.then(() => (stopped = true));
+  while (!stopped) {
+    await sleep(1_000);
+    if ((await routerReadiness(router)) === 'ready') {
+      if (!stopped) out(`Redis at ${redactUrl(redis)} answers: the cluster is ready\n`);
+      return;
+    }
+  }
 }
 
 function optional<K extends string>(key: K, value: string | undefined): Partial<Record<K, string>> {

@@ -135,6 +135,12 @@ export const ERRORS = {
     anthropicType: 'overloaded_error',
     message: 'No gateway node is available for this tenant right now (none in the ring, or all failing health checks); retry shortly.',
   },
+  node_starting: {
+    status: 503,
+    openaiType: 'server_error',
+    anthropicType: 'overloaded_error',
+    message: 'This gateway node has not joined its cluster yet (it waits for Redis membership; see its /readyz) and decides for no tenant until then; retry shortly, through a router.',
+  },
   internal_error: {
     status: 500,
     openaiType: 'server_error',

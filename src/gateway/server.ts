@@ -21,6 +21,7 @@ import { systemClock } from '../clock.ts';
 import type { LoadedConfig } from '../config/load.ts';
 import { Handoff } from '../coord/handoff.ts';
 import { listenerGone } from '../coord/stand-in.ts';
+import { membersUnread } from '../coord/join.ts';
 import type { RingOptions } from '../coord/ring.ts';
 import type { TenantStateStore } from '../coord/state-store.ts';
 import type { Member, Membership } from '../coord/types.ts';
@@ -102,7 +103,7 @@ export interface NodeClusterOptions {
 }
 
 /** What `/readyz` names while a node is not ready yet (see `buildGateway`). */
-export type ReadinessWait = 'start' | 'ring' | 'handoff' | 'scripts';
+export type ReadinessWait = 'start' | 'redis' | 'ring' | 'handoff' | 'scripts';
 
 const handoffs = new WeakMap<FastifyInstance, Handoff>();
 export type { NodeLocalState } from './state-file.ts';
@@ -396,7 +397,8 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
   let drained = false;
   /**
    * What a node waits for before it is ready, in this order: `start` (listening and warmed up),
-   * `ring` (its own id is in its membership's ring: static members at once, a Redis node after its
+   * `redis` (a Redis membership that has not read the member list yet: Redis unreachable since the
+   * node started; it retries every heartbeat), `ring` (its own id is in its membership's ring: static members at once, a Redis node after its
    * first heartbeat), `handoff` (the handoffs of the ring it joined received, or `cluster.handoff.wait_ms`
    * waited: `Handoff.handoffsReceived`), `scripts` (Redis configured for the leases: connected and
    * every script loaded). Empty when ready.
@@ -405,6 +407,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     const waiting: ReadinessWait[] = [];
     if (!ready) waiting.push('start');
     if (clusterOpts !== undefined && handoff !== undefined) {
+      if (membersUnread(clusterOpts.membership)) waiting.push('redis');
       if (!handoff.ring().members.some((m) => m.id === clusterOpts.self.id)) waiting.push('ring');
       if (!handoff.handoffsReceived) waiting.push('handoff');
     }

@@ -145,6 +145,7 @@ describe('error catalogue', () => {
       upstream_timeout: 504,
       limiter_unavailable: 503,
       no_healthy_node: 503,
+      node_starting: 503,
       internal_error: 500,
     });
   });
