@@ -4,7 +4,7 @@
  * records every name asked for. What a deployment file (compose, Helm chart) must provide is then
  * derived from the code, not from a hand-kept list.
  */
-import { loadConfig } from '../../src/config/load.ts';
+import { buildConfig, loadConfig } from '../../src/config/load.ts';
 import type { LoadedConfig } from '../../src/config/load.ts';
 import { adminToken } from '../../src/ops/admin-server.ts';
 import { clusterSecretFor } from '../../src/security/cluster-secret.ts';
@@ -18,13 +18,13 @@ export interface EnvReads {
 }
 
 /**
- * Loads `file` as a node does at start (config, cluster secret, admin token) with an environment
+ * Loads a config file (or an already parsed config: `{ raw, name }`) as a node does at start (config, cluster secret, admin token) with an environment
  * in which every variable is set to a distinct 40+ character value that is also a Redis URL, and
  * records the names read.
  * @param extra values returned for these names instead (e.g. a real Redis URL).
- * @throws ConfigError when the file is invalid even with every variable set.
+ * @throws ConfigError when the config is invalid even with every variable set.
  */
-export function envReads(file: string, extra: Readonly<Record<string, string>> = {}): EnvReads {
+export function envReads(source: string | { readonly raw: unknown; readonly name: string }, extra: Readonly<Record<string, string>> = {}): EnvReads {
   const names = new Set<string>();
   const env = new Proxy({} as NodeJS.ProcessEnv, {
     get: (_target, name) => {
@@ -33,7 +33,7 @@ export function envReads(file: string, extra: Readonly<Record<string, string>> =
       return extra[name] ?? `redis://unchecked-value-of/${name}`;
     },
   });
-  const loaded = loadConfig(file, env);
+  const loaded = typeof source === 'string' ? loadConfig(source, env) : buildConfig(source.raw, source.name, env);
   clusterSecretFor(loaded.config.cluster, env, 'a node');
   adminToken(loaded.config.admin, env);
   return { names: [...names].sort(), loaded };
