@@ -9,7 +9,7 @@ import type { Policy } from '../limiter/types.ts';
 import { policyFromLimits } from './policy.ts';
 import { ConfigSchema } from './schema.ts';
 import type { Config, DeploymentConfig, ModelConfig, RedisConfig, TenantConfig } from './schema.ts';
-import { resolveRedisUrl } from './redis-url.ts';
+import { resolveRedisConnection } from './redis-url.ts';
 import { adminExposureProblem } from '../security/admin-exposure.ts';
 
 /** A config that cannot be used; the message names the file and the key path of every problem. */
@@ -86,7 +86,7 @@ function zodProblems(file: string, error: z.ZodError): string[] {
 /**
  * Validates a parsed config object and builds the runtime view.
  * @param file name used in error messages.
- * @param env where `{env: NAME}` keys, `api_key_env`, `cluster.redis.url_env`/`password_env` and
+ * @param env where `{env: NAME}` keys, `api_key_env`, the `cluster.redis` `*_env` variables and
  *   `admin.token_env` are read. @default process.env
  * @throws ConfigError naming the file and the key path of every problem (among them an admin
  *   listener on a non-loopback `admin.host` whose token is a placeholder or too short); values
@@ -99,9 +99,11 @@ export function buildConfig(raw: unknown, file: string, env: NodeJS.ProcessEnv =
   const { redis: redisSource, ...clusterRest } = parsed.data.cluster;
   let redis: RedisConfig | undefined;
   if (redisSource !== undefined) {
-    const resolved = resolveRedisUrl(redisSource, env);
-    if ('url' in resolved) redis = { ...redisSource, url: resolved.url };
-    else problems.push(...resolved.problems.map((p) => `${file}: ${p}`));
+    const resolved = resolveRedisConnection(redisSource, env);
+    if ('connection' in resolved) {
+      const { url: _fileUrl, ...rest } = redisSource;
+      redis = { ...rest, ...(resolved.connection.kind === 'url' ? { url: resolved.connection.url } : {}), connection: resolved.connection };
+    } else problems.push(...resolved.problems.map((p) => `${file}: ${p}`));
   }
   const config: Config = { ...parsed.data, cluster: { ...clusterRest, ...(redis === undefined ? {} : { redis }) } };
 

@@ -202,9 +202,9 @@ function hotDetector(
 
 /** `mode: central`: the central-store limiter on its own decision connection, every call behind a 1 s guard; undefined in the sharded mode. */
 function centralDecisions(config: LoadedConfig): (CentralDecisions & { ready(): Promise<void>; close(): void }) | undefined {
-  const url = config.config.cluster.redis?.url;
-  if (config.config.mode !== 'central' || url === undefined) return undefined;
-  const redis = redisForDecisions(url);
+  const connection = config.config.cluster.redis?.connection;
+  if (config.config.mode !== 'central' || connection === undefined) return undefined;
+  const redis = redisForDecisions(connection);
   return {
     limiter: new CentralLimiter({ redis, cluster: config.config.cluster.name, policyFor: (tenant) => config.policies.get(tenant) }),
     guard: new RedisGuard({ clock: systemClock, timeoutMs: CENTRAL_TIMEOUT_MS }),

@@ -94,7 +94,7 @@ describe('docker-compose.yml', () => {
         assert.ok(existsSync(resolve(ROOT, host)), `${name}: ${host} does not exist`);
       }
     }
-    // The simulator, 3 nodes and the router mount ".", prometheus 1 file, grafana 2 directories.
+    // The simulator, 3 nodes and the router mount the config file, prometheus 1 file, grafana 2 directories.
     assert.equal(mounts, 8);
   });
 
