@@ -106,6 +106,16 @@ export function redactUrl(url: string): string {
   }
 }
 
+/**
+ * Where a `cluster.redis` config points, for logs and banners: its URL with any password redacted,
+ * or `sentinels h1:p1,h2:p2 (primary <name>)`.
+ */
+export function describeRedis(redis: { readonly url?: string | undefined; readonly sentinels?: readonly { readonly host: string; readonly port: number }[] | undefined; readonly name?: string | undefined }): string {
+  if (redis.url !== undefined) return redactUrl(redis.url);
+  const sentinels = (redis.sentinels ?? []).map((s) => `${s.host}:${s.port}`).join(',');
+  return `sentinels ${sentinels} (primary ${redis.name ?? '?'})`;
+}
+
 function parses(url: string): boolean {
   try {
     return new URL(url).hostname !== '';

@@ -18,7 +18,7 @@ import { ReloadableConfig } from '../config/reloadable.ts';
 import { startAdminServer } from '../ops/admin-server.ts';
 import { clusterSecretFor } from '../security/cluster-secret.ts';
 import { startOrKeepTrying } from '../coord/join.ts';
-import { redactUrl } from '../config/redis-url.ts';
+import { describeRedis } from '../config/redis-url.ts';
 
 /** Options of {@link startGateway}; host and port override `server.host` / `server.port`. */
 export interface StartGatewayOptions {
@@ -107,7 +107,7 @@ export async function startGateway(opts: StartGatewayOptions): Promise<{ url: st
       }
       await configured?.membership.start();
     },
-    { retryMs: settings.heartbeat, signal: stopJoining.signal, log: app.log, what: `node ${self.id}`, ...(settings.redis === undefined ? {} : { redis: redactUrl(settings.redis.url) }) },
+    { retryMs: settings.heartbeat, signal: stopJoining.signal, log: app.log, what: `node ${self.id}`, ...(settings.redis === undefined ? {} : { redis: describeRedis(settings.redis) }) },
   );
   const onJoined = (): void => {
     joined = true;

@@ -9,7 +9,7 @@ import { systemClock } from '../clock.ts';
 import type { LoadedConfig } from '../config/load.ts';
 import type { Membership } from '../coord/types.ts';
 import { membersUnread, startOrKeepTrying } from '../coord/join.ts';
-import { redactUrl } from '../config/redis-url.ts';
+import { describeRedis } from '../config/redis-url.ts';
 import { apiKeyOf } from '../gateway/auth.ts';
 import { bodyTooLarge, forward, sendError } from './forward.ts';
 import type { ForwardContext } from './forward.ts';
@@ -220,7 +220,7 @@ export async function startRouter(opts: StartRouterOptions): Promise<{ url: stri
     signal: stopJoining.signal,
     log: app.log,
     what: 'router',
-    ...(config.config.cluster.redis === undefined ? {} : { redis: redactUrl(config.config.cluster.redis.url) }),
+    ...(config.config.cluster.redis === undefined ? {} : { redis: describeRedis(config.config.cluster.redis) }),
   });
   await opts.hot?.start();
   const signer = new RequestSigner(clusterSecret);
