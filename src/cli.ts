@@ -137,7 +137,7 @@ program
 
 program
   .command('simulate')
-  .description('run the provider simulator (OpenAI and Anthropic wire formats, no key needed)')
+  .description('run the provider simulator (OpenAI, Azure OpenAI and Anthropic wire formats, no key needed)')
   .option('--host <host>', 'listen address', '127.0.0.1')
   .option('-p, --port <port>', 'listen port', int, 9090)
   .option('--ttft-ms <ms>', 'time to first token, ms', int, 0)

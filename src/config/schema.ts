@@ -5,6 +5,7 @@
 import { z } from 'zod';
 import { parseDuration } from './duration.ts';
 import { hasPassword } from './redis-url.ts';
+import { azureBaseUrlProblem } from '../providers/azure/endpoint.ts';
 
 /** A duration: ms as a number, or a string like `1m`, `500ms`, `1h30m`. Output: ms. */
 const duration = z.union([z.number().nonnegative(), z.string()]).transform((value, ctx) => {
@@ -155,14 +156,32 @@ export const ModelSchema = z.strictObject({
   weights: z.array(z.number().int('weights: whole numbers from 0 to 1000').min(0, 'weights: whole numbers from 0 to 1000').max(1_000, 'weights: whole numbers from 0 to 1000')).optional(),
 });
 
+/**
+ * Providers a deployment may be: `openai` and `anthropic` (their own APIs and any server of the same
+ * wire format), `azure` (Azure OpenAI: OpenAI's wire format on Azure's URLs and key header).
+ */
+export const PROVIDERS = ['openai', 'anthropic', 'azure'] as const;
+/** A provider of {@link PROVIDERS}. */
+export type Provider = (typeof PROVIDERS)[number];
+
 /** An upstream deployment: provider kind, base URL, key from the environment, quota, timeouts. */
 export const DeploymentSchema = z.strictObject({
   name: z.string().min(1),
-  provider: z.enum(['openai', 'anthropic']),
-  /** Base URL without the `/v1` path, e.g. `https://api.openai.com`. */
+  provider: z.enum(PROVIDERS),
+  /**
+   * Base URL without the `/v1` path, e.g. `https://api.openai.com`; its query string is kept on every
+   * call. Azure: the whole prefix of the API paths, either a classic deployment URL with its
+   * `api-version` (`https://RESOURCE.openai.azure.com/openai/deployments/DEPLOYMENT?api-version=2024-10-21`)
+   * or the v1 API (`https://RESOURCE.openai.azure.com/openai/v1`).
+   */
   base_url: z.url({ protocol: /^https?$/ }),
   /** Environment variable holding the provider key (never written in config). */
   api_key_env: z.string().regex(/^[A-Z_][A-Z0-9_]*$/, 'an environment variable name').optional(),
+  /**
+   * How the key of `api_key_env` is sent (azure only): `api-key` (an Azure resource key, header
+   * `api-key`) or `bearer` (a Microsoft Entra ID token, `Authorization: Bearer`). @default api-key
+   */
+  auth: z.enum(['api-key', 'bearer']).optional(),
   /** Model name to send upstream when it differs from the public one. */
   upstream_model: z.string().min(1).optional(),
   /** Provider quota (enforced cluster-wide by the global cap; see issue 4). */
@@ -239,6 +258,13 @@ export const ServerSchema = z.strictObject({
   max_messages: positiveInt.default(10_000),
   /** Most tool definitions (`tools`, and `functions`) in one request; more gets 400 `invalid_request`. @default 512 */
   max_tools: positiveInt.default(512),
+  /**
+   * What `POST /v1/messages/count_tokens` (passed through to the model's Anthropic deployment) costs
+   * the tenant: `free` (nothing: Anthropic does not bill it and limits it apart from messages) or
+   * `request` (one request of the tenant's requests limits and a concurrency slot, no tokens; no
+   * deployment quota). @default free
+   */
+  count_tokens: z.enum(['free', 'request']).default('free'),
   ...listenerLimits,
   /** Period of the idle-tenant sweep. @default 10s */
   sweep_interval: duration.default(10_000),
@@ -540,6 +566,11 @@ export const ConfigSchema = z
     config.cluster.members.forEach((m, i) => {
       if (ids.has(m.id)) ctx.addIssue({ code: 'custom', path: ['cluster', 'members', i, 'id'], message: `duplicate member id "${m.id}"` });
       ids.add(m.id);
+    });
+    config.deployments.forEach((d, i) => {
+      if (d.auth !== undefined && d.provider !== 'azure') ctx.addIssue({ code: 'custom', path: ['deployments', i, 'auth'], message: `auth applies to azure deployments only (${d.provider} keys are sent the ${d.provider} way)` });
+      const problem = d.provider === 'azure' ? azureBaseUrlProblem(d.base_url) : undefined;
+      if (problem !== undefined) ctx.addIssue({ code: 'custom', path: ['deployments', i, 'base_url'], message: problem });
     });
     const deployments = new Set(config.deployments.map((d) => d.name));
     config.models.forEach((model, i) => {

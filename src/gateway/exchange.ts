@@ -25,6 +25,7 @@ import { providerRetryWaitMs } from '../providers/retry-wait.ts';
 import type { CapLeases, CapTakeResult } from '../globalcap/cap-leases.ts';
 import { anthropicRateLimitHeaders, openAIRateLimitHeaders, retryAfterHeaders } from '../providers/rate-limit-headers.ts';
 import { SecretScrubber } from '../security/scrub.ts';
+import { wireFormatOf } from '../providers/wire-format.ts';
 
 /** A stream of the other wire format, re-written in the client's: see `src/providers/translate`. */
 export interface StreamTranslator {
@@ -66,10 +67,19 @@ export interface Exchange extends DeploymentCall {
   /** Output tokens reserved (max_tokens × n, or the model's default). */
   readonly reservedOutput: number;
   readonly stream: boolean;
+  /**
+   * Whether the request takes from its deployments' provider quotas (false for calls a provider
+   * limits apart, such as Anthropic's count_tokens: no quota taken, a 429 drains none). @default true
+   */
+  readonly deploymentQuota?: boolean;
 }
 
-/** Upstream response headers never passed to the client: hop-by-hop, length, and the upstream's own limits. */
-const DROPPED_UPSTREAM_HEADER = /^(connection|keep-alive|transfer-encoding|content-length|content-encoding|set-cookie|x-ratelimit-.*|anthropic-ratelimit-.*|openai-organization|openai-project)$/;
+/**
+ * Upstream response headers never passed to the client: hop-by-hop, length, and the upstream's own
+ * limits (Azure's `x-ms-retry-after-ms` too: a relayed 429 carries `retry-after` and `retry-after-ms`,
+ * which are replaced when the tenant must wait longer).
+ */
+const DROPPED_UPSTREAM_HEADER = /^(connection|keep-alive|transfer-encoding|content-length|content-encoding|set-cookie|x-ratelimit-.*|anthropic-ratelimit-.*|openai-organization|openai-project|x-ms-retry-after-ms)$/;
 /** Upstream retry hints, passed only with an upstream error (a success carries the tenant's view alone). */
 const RETRY_HEADER = /^(retry-after|retry-after-ms|x-should-retry)$/;
 
@@ -85,7 +95,7 @@ const scrubbers = new WeakMap<object, SecretScrubber>();
  * The scrubber of everything relayed from upstreams: it knows every deployment's provider key (a
  * failover or a shared proxy may echo another deployment's key than the one it was sent).
  */
-function scrubberOf(ctx: GatewayContext): SecretScrubber {
+export function scrubberOf(ctx: GatewayContext): SecretScrubber {
   const deployments = ctx.config.deployments;
   let scrubber = scrubbers.get(deployments);
   if (scrubber === undefined) {
@@ -96,7 +106,7 @@ function scrubberOf(ctx: GatewayContext): SecretScrubber {
 }
 
 /** Copies the upstream's headers the client may see into `into`, scrubbed of credentials (see `SecretScrubber.headers`). */
-function passHeaders(scrubber: SecretScrubber, upstream: Record<string, string | string[] | undefined>, into: Record<string, string>, isError: boolean): void {
+export function passHeaders(scrubber: SecretScrubber, upstream: Record<string, string | string[] | undefined>, into: Record<string, string>, isError: boolean): void {
   const passed: Record<string, string> = {};
   for (const [name, value] of Object.entries(upstream)) {
     if (value === undefined || DROPPED_UPSTREAM_HEADER.test(name) || (!isError && RETRY_HEADER.test(name))) continue;
@@ -222,7 +232,7 @@ function drained(stream: NodeJS.WritableStream & EventEmitter): Promise<void> {
 }
 
 /** Maps an undici failure before any response to a client error. */
-function upstreamError(err: unknown): GatewayError {
+export function upstreamError(err: unknown): GatewayError {
   const code = (err as { code?: string }).code ?? '';
   if (code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_CONNECT_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT') {
     return new GatewayError('upstream_timeout');
@@ -264,7 +274,7 @@ async function exchange(ctx: GatewayContext, request: FastifyRequest, reply: Fas
   }
   const leases = ctx.quotas?.leases;
   // The deployment's provider quota (a local lease of the cluster-wide cap), then the tenant's limits.
-  const quotas = ctx.quotas !== undefined && ctx.quotas.limited.has(ex.deployment.name) ? ctx.quotas.leases : undefined;
+  const quotas = ctx.quotas !== undefined && ex.deploymentQuota !== false && ctx.quotas.limited.has(ex.deployment.name) ? ctx.quotas.leases : undefined;
   const closed = ctx.quotas?.closedOnFailure === true;
   if (quotas !== undefined) {
     const taken = await takeLeased(quotas, ex.deployment.name, cost, closed);
@@ -381,7 +391,7 @@ async function exchange(ctx: GatewayContext, request: FastifyRequest, reply: Fas
   // In flight from here to the `finally` that settles it.
   ctx.activity.inFlight++;
   try {
-    if (ex.deployment.provider !== ex.dialect) {
+    if (wireFormatOf(ex.deployment.provider) !== ex.dialect) {
       // Every deployment of the client's format is down: this one speaks the other, translated.
       const translated = translatedCall(ex, ex.deployment);
       if (translated !== undefined) call = translated;
@@ -546,7 +556,7 @@ async function callDeployment(
     const value = request.headers[name];
     if (typeof value === 'string') forwarded[name] = value;
   }
-  const quotas = ctx.quotas !== undefined && ctx.quotas.limited.has(deployment.name) ? ctx.quotas.leases : undefined;
+  const quotas = ctx.quotas !== undefined && ex.deploymentQuota !== false && ctx.quotas.limited.has(deployment.name) ? ctx.quotas.leases : undefined;
   let budget = deployment.max_retry_wait;
   for (;;) {
     let res: Dispatcher.ResponseData;
@@ -642,7 +652,7 @@ async function nextDeployment(
     const candidate = ex.failover[i] as ResolvedDeployment;
     const call = translatedCall(ex, candidate);
     if (call === undefined) continue; // this request cannot be said in the candidate's format
-    const quotas = ctx.quotas;
+    const quotas = ex.deploymentQuota === false ? undefined : ctx.quotas;
     if (quotas !== undefined && quotas.limited.has(candidate.name)) {
       const taken = await takeLeased(quotas.leases, candidate.name, cost, closed);
       if (taken === 'unavailable' || !taken.ok) continue;

@@ -6,6 +6,7 @@
 import type { ResolvedDeployment } from '../config/load.ts';
 import type { ModelConfig, TenantConfig } from '../config/schema.ts';
 import { GatewayError } from '../errors.ts';
+import { wireFormatOf } from '../providers/wire-format.ts';
 import type { EncodingName } from '../tokens/index.ts';
 import type { GatewayContext } from './context.ts';
 
@@ -39,7 +40,7 @@ export function routeModel(ctx: GatewayContext, name: string, provider: 'openai'
   if (deployment === undefined) {
     const first = all[0];
     if (first === undefined) throw new Error(`model ${name} has no deployment`);
-    const endpoint = first.provider === 'anthropic' ? 'POST /v1/messages' : 'POST /v1/chat/completions';
+    const endpoint = wireFormatOf(first.provider) === 'anthropic' ? 'POST /v1/messages' : 'POST /v1/chat/completions';
     throw new GatewayError('wrong_endpoint', `The model "${name}" is served by an ${first.provider} deployment; call it with ${endpoint}.`, 'model');
   }
   return { model, deployment, upstreamModel: upstreamModelOf(model, deployment), failover: all.filter((d) => d !== deployment) };
@@ -54,12 +55,12 @@ export function routeModel(ctx: GatewayContext, name: string, provider: 'openai'
  * are, the first of the other format that is up. Undefined when none speaks the format.
  */
 function preferred(ctx: GatewayContext, model: ModelConfig, deployments: readonly ResolvedDeployment[], provider: 'openai' | 'anthropic'): ResolvedDeployment | undefined {
-  const ofFormat = deployments.filter((d) => d.provider === provider);
+  const ofFormat = deployments.filter((d) => wireFormatOf(d.provider) === provider);
   if (ofFormat.length === 0) return undefined;
   // A deployment that just failed hard is not started on while another of the format is up; when
   // every one of the format is down, one of the other format that is up starts (translated).
   const up = ofFormat.filter((d) => !ctx.health.isDown(d));
-  if (up.length === 0) return deployments.find((d) => d.provider !== provider && !ctx.health.isDown(d)) ?? ofFormat[0];
+  if (up.length === 0) return deployments.find((d) => wireFormatOf(d.provider) !== provider && !ctx.health.isDown(d)) ?? ofFormat[0];
   if (ofFormat.length === 1) return ofFormat[0];
   const candidates = up;
   if (model.weights !== undefined) {

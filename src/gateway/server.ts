@@ -41,6 +41,9 @@ import { registerJsonBody } from './json-body.ts';
 import { ownershipHook } from './ownership.ts';
 import { anthropicRoutes } from './routes/anthropic.ts';
 import { openAIRoutes } from './routes/openai.ts';
+import { completionsRoutes } from './routes/completions.ts';
+import { azureRoutes } from './routes/azure.ts';
+import { countTokensRoutes } from './routes/count-tokens.ts';
 import { sendSettlement, settlementRoutes } from './routes/settlements.ts';
 import { tenantStateRoutes } from './routes/tenant-state.ts';
 import { Upstreams } from './upstream.ts';
@@ -431,7 +434,10 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     // Central mode: any node decides for any tenant (its limits are in Redis), so no ownership check.
     if (clusterOpts !== undefined && handoff !== undefined && central === undefined) v1.addHook('preHandler', ownershipHook({ ...clusterOpts, handoff, ...(spread === undefined ? {} : { spread }) }));
     openAIRoutes(v1, ctx);
+    completionsRoutes(v1, ctx);
+    azureRoutes(v1, ctx);
     anthropicRoutes(v1, ctx);
+    countTokensRoutes(v1, ctx);
   });
 
   if (handoff !== undefined) {

@@ -1,11 +1,14 @@
 /**
  * Connections to the upstream deployments: one undici `Pool` per deployment with keep-alive
- * connections and the deployment's timeouts.
+ * connections and the deployment's timeouts. A call's path goes below the base URL's path, and the
+ * base URL's query string (Azure's `api-version`) is kept; Azure deployments take the path without
+ * `/v1` and their key in `api-key` (see `src/providers/azure/endpoint.ts`).
  */
 import type { EventEmitter } from 'node:events';
 import { Pool } from 'undici';
 import type { Dispatcher } from 'undici';
 import type { ResolvedDeployment } from '../config/load.ts';
+import { azureAuthHeaders, azurePath } from '../providers/azure/endpoint.ts';
 
 /** One upstream call. */
 export interface UpstreamCall {
@@ -20,11 +23,11 @@ export interface UpstreamCall {
 
 /** Pools per deployment; create once per process, `close()` on shutdown. */
 export class Upstreams {
-  readonly #pools = new Map<string, { pool: Pool; prefix: string }>();
+  readonly #pools = new Map<string, { pool: Pool; prefix: string; query: string }>();
 
   /** Sends a POST to a deployment; the body of the returned response must be consumed or destroyed. @throws undici errors on connect failure, timeout or abort. */
   request(deployment: ResolvedDeployment, call: UpstreamCall): Promise<Dispatcher.ResponseData> {
-    const { pool, prefix } = this.#poolFor(deployment);
+    const { pool, prefix, query } = this.#poolFor(deployment);
     const headers: Record<string, string> = {
       ...call.headers,
       'content-type': 'application/json',
@@ -32,11 +35,13 @@ export class Upstreams {
     };
     if (deployment.apiKey !== undefined) {
       if (deployment.provider === 'anthropic') headers['x-api-key'] = deployment.apiKey;
+      else if (deployment.provider === 'azure') Object.assign(headers, azureAuthHeaders(deployment.apiKey, deployment.auth));
       else headers.authorization = `Bearer ${deployment.apiKey}`;
     }
+    const path = prefix + (deployment.provider === 'azure' ? azurePath(call.path) : call.path);
     return pool.request({
       method: 'POST',
-      path: prefix + call.path,
+      path: query === '' ? path : `${path}${path.includes('?') ? '&' : '?'}${query.slice(1)}`,
       headers,
       body: call.body,
       signal: call.signal,
@@ -45,13 +50,14 @@ export class Upstreams {
     });
   }
 
-  #poolFor(deployment: ResolvedDeployment): { pool: Pool; prefix: string } {
+  #poolFor(deployment: ResolvedDeployment): { pool: Pool; prefix: string; query: string } {
     let entry = this.#pools.get(deployment.name);
     if (entry === undefined) {
       const url = new URL(deployment.base_url);
       entry = {
         pool: new Pool(url.origin, { connections: deployment.connections, keepAliveTimeout: 30_000, pipelining: 1 }),
         prefix: url.pathname.replace(/\/+$/, ''),
+        query: url.search,
       };
       this.#pools.set(deployment.name, entry);
     }

@@ -3,7 +3,7 @@
  * the API key, finds the tenant's owner on the ring and streams request and response through.
  */
 import Fastify, { LogController } from 'fastify';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Clock } from '../clock.ts';
 import { systemClock } from '../clock.ts';
 import type { LoadedConfig } from '../config/load.ts';
@@ -79,7 +79,7 @@ export function routerControl(app: FastifyInstance): RouterControl {
 }
 
 /**
- * Builds the router (not listening). Routes: `GET|POST /v1/*` proxied to the tenant's owner;
+ * Builds the router (not listening). Routes: `GET|POST /v1/*` and `/openai/*` (Azure OpenAI's paths) proxied to the tenant's owner;
  * `GET /healthz`; `GET /readyz` (503 while the ring is empty, naming `redis` while the members were never read). Health checks run every
  * `healthCheckMs` from `onReady` until `close()`, which also closes the member pools. The
  * membership is not started or stopped here.
@@ -143,25 +143,24 @@ export function buildRouter(opts: RouterOptions): FastifyInstance {
       if (levelEnabled(request.log, 'info')) request.log.info({ tenant: request.tenant?.id ?? null, status, ms: Math.round(reply.elapsedTime * 10) / 10 }, 'request');
       done();
     });
-    v1.route({
-      method: ['GET', 'POST'],
-      url: '/v1/*',
-      handler: async (request, reply) => {
-        const key = apiKeyOf(request);
-        const tenant = key === undefined ? undefined : config.tenantByKey.get(key);
-        if (tenant === undefined) {
-          return sendError(request, reply, 'invalid_api_key', key === undefined ? undefined : 'Incorrect API key provided. Use a key configured for a tenant of this gateway.');
-        }
-        request.tenant = tenant;
-        // The nodes' body limit, enforced here: a body over it is never sent to a node.
-        const bodyLimit = config.config.server.body_limit;
-        if (declaresMoreThan(request.raw, bodyLimit)) return bodyTooLarge(request, reply, bodyLimit);
-        // Central mode: any node decides for any tenant (every limit is in Redis): round-robin over all.
-        const spread = config.config.mode === 'central' ? Number.POSITIVE_INFINITY : (tenant.spread ?? opts.hot?.spreadOf(tenant.id));
-        if (membership.ring().members.length === 0 && membersUnread(membership)) return sendError(request, reply, 'no_healthy_node', NO_MEMBERS_YET);
-        return forward(ctx, request, reply, tenant.id, spread);
-      },
-    });
+    const proxy = async (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> => {
+      const key = apiKeyOf(request);
+      const tenant = key === undefined ? undefined : config.tenantByKey.get(key);
+      if (tenant === undefined) {
+        return sendError(request, reply, 'invalid_api_key', key === undefined ? undefined : 'Incorrect API key provided. Use a key configured for a tenant of this gateway.');
+      }
+      request.tenant = tenant;
+      // The nodes' body limit, enforced here: a body over it is never sent to a node.
+      const bodyLimit = config.config.server.body_limit;
+      if (declaresMoreThan(request.raw, bodyLimit)) return bodyTooLarge(request, reply, bodyLimit);
+      // Central mode: any node decides for any tenant (every limit is in Redis): round-robin over all.
+      const spread = config.config.mode === 'central' ? Number.POSITIVE_INFINITY : (tenant.spread ?? opts.hot?.spreadOf(tenant.id));
+      if (membership.ring().members.length === 0 && membersUnread(membership)) return sendError(request, reply, 'no_healthy_node', NO_MEMBERS_YET);
+      return forward(ctx, request, reply, tenant.id, spread);
+    };
+    // The provider APIs: OpenAI's and Anthropic's under /v1, Azure OpenAI's under /openai.
+    v1.route({ method: ['GET', 'POST'], url: '/v1/*', handler: proxy });
+    v1.route({ method: ['GET', 'POST'], url: '/openai/*', handler: proxy });
   });
 
   let unsubscribe: (() => void) | undefined;

@@ -19,6 +19,18 @@ import {
 import { deliverJson, deliverStream, type ReplyOutcome } from './reply-writer.ts';
 import { headerValue, isFieldError, readModel, readMsHeader } from './request-fields.ts';
 import type { SimulatorState } from './simulator-state.ts';
+import {
+  apiVersionError,
+  azureKeyOf,
+  azureOperation,
+  azureRateLimitError,
+  azureRateLimitHeaders,
+  azureRetryHeaders,
+  contentFilterError,
+  wantsContentFilter,
+  withPromptFilterResults,
+  type AzureApi,
+} from './azure.ts';
 
 /** A model route: its wire format, its request preparation and the prefix of its reply ids. */
 export interface ModelRoute {
@@ -26,6 +38,13 @@ export interface ModelRoute {
   readonly prepare: Prepare;
   /** e.g. `chatcmpl-sim`, `msg_sim`, `emb-sim`. */
   readonly idPrefix: string;
+  /** An Azure OpenAI route (see `./azure.ts`): its key, errors, headers and content filter are Azure's. */
+  readonly azure?: AzureApi;
+}
+
+/** The key of a request on `route` ('' when missing). */
+export function routeKeyOf(route: ModelRoute, headers: IncomingHttpHeaders): string {
+  return route.azure === undefined ? apiKeyOf(route.wire, headers) : azureKeyOf(headers);
 }
 
 /**
@@ -81,18 +100,29 @@ export function serveModelRequest(state: SimulatorState, route: ModelRoute, req:
   const { wire } = route;
   const { stats, quota, opts } = state;
   const headers = req.headers;
-  const key = apiKeyOf(wire, headers);
+  const key = routeKeyOf(route, headers);
+  const azure = route.azure;
+  const apiVersion = (req.query as Record<string, string | undefined> | undefined)?.['api-version'];
+  if (azure !== undefined) {
+    const versionError = apiVersionError(azure, apiVersion);
+    if (versionError !== undefined) {
+      stats.errors++;
+      return sendError(reply, versionError);
+    }
+  }
 
-  const model = readModel(req.body);
+  // A classic Azure deployment URL names the model in its path; the body's `model` is not needed.
+  const model = azure === 'deployment' ? (req.params as { deployment: string }).deployment : readModel(req.body);
   if (isFieldError(model)) {
     stats.errors++;
     return sendError(reply, badRequest(wire, model.message, model.param));
   }
-  const prepared = route.prepare(req.body as Record<string, unknown>, model, headers, { prompts: state.prompts, defaultOutputTokens: opts.defaultOutputTokens });
+  let prepared = route.prepare(req.body as Record<string, unknown>, model, headers, { prompts: state.prompts, defaultOutputTokens: opts.defaultOutputTokens });
   if (isFieldError(prepared)) {
     stats.errors++;
     return sendError(reply, badRequest(wire, prepared.message, prepared.param));
   }
+  if (azure !== undefined) prepared = withPromptFilterResults(prepared);
   const ttft = readMsHeader('x-sim-ttft-ms', headers['x-sim-ttft-ms']);
   if (isFieldError(ttft)) {
     stats.errors++;
@@ -102,6 +132,14 @@ export function serveModelRequest(state: SimulatorState, route: ModelRoute, req:
 
   const out: HeaderMap = {};
   out[wire === 'openai' ? 'x-request-id' : 'request-id'] = state.nextId('req_sim');
+  if (azure !== undefined) {
+    out['apim-request-id'] = out['x-request-id'] ?? '';
+    if (wantsContentFilter(headers)) {
+      // The prompt is refused before the quota: nothing is charged.
+      stats.errors++;
+      return sendError(reply, contentFilterError(), out);
+    }
+  }
   if (isEchoFault(fault)) {
     // Refused before the quota, as a provider refuses a bad key: nothing is charged.
     stats.errors++;
@@ -118,10 +156,14 @@ export function serveModelRequest(state: SimulatorState, route: ModelRoute, req:
     return sendError(reply, echoedKeyError(wire, status, received), out);
   }
   const decision = quota.admit(key, prepared.reserveTokens);
-  Object.assign(out, wire === 'openai' ? openAIRateLimitHeaders(decision.limits) : anthropicRateLimitHeaders(decision.limits, opts.clock.now()));
+  Object.assign(out, azure !== undefined ? azureRateLimitHeaders(decision.limits) : wire === 'openai' ? openAIRateLimitHeaders(decision.limits) : anthropicRateLimitHeaders(decision.limits, opts.clock.now()));
   if (!decision.ok) {
     stats.rateLimited++;
     stats.key(key).rateLimited++;
+    if (azure !== undefined) {
+      if (decision.reason === 'limited') Object.assign(out, azureRetryHeaders(decision.retryAfterMs));
+      return sendError(reply, azureRateLimitError(azureOperation(req.url.split('?')[0] ?? ''), apiVersion ?? 'v1', decision.kind, decision.retryAfterMs), out);
+    }
     if (decision.reason === 'limited') Object.assign(out, retryAfterHeaders(decision.retryAfterMs, wire === 'openai'));
     return sendError(reply, rateLimitError(wire, model, decision.reason, decision.kind, decision.retryAfterMs, prepared.reserveTokens, decision.limits), out);
   }
@@ -136,8 +178,10 @@ export function serveModelRequest(state: SimulatorState, route: ModelRoute, req:
   const ids: ReplyIdentity = { id: state.nextId(route.idPrefix), created: Math.floor(opts.clock.now() / 1000) };
   const onEnd = settleOnEnd(state, key, decision.id, prepared);
   if (prepared.stream) {
-    const timing = { delayMs, tokensPerSecond: opts.tokensPerSecond, dropAfter: fault === 'drop' ? Math.floor(prepared.outputTokens / 2) : null };
-    deliverStream(reply, out, prepared.plan(ids), timing, onEnd);
+    const plan = prepared.plan(ids);
+    const timing = { delayMs, tokensPerSecond: opts.tokensPerSecond, dropAfter: fault === 'drop' ? Math.floor(plan.units / 2) : null };
+    const perUnit = prepared.tokensPerUnit ?? 1;
+    deliverStream(reply, out, plan, timing, (outcome, sent) => onEnd(outcome, sent * perUnit));
   } else {
     deliverJson(reply, out, prepared.json(ids), delayMs, prepared.outputTokens, onEnd);
   }

@@ -22,6 +22,8 @@ export interface PreparedRequest {
   readonly promptTokens: number;
   /** Completion tokens the reply carries (0 for embeddings). */
   readonly outputTokens: number;
+  /** Completion tokens of one stream `unit` (one per choice when a unit carries a token of each). @default 1 */
+  readonly tokensPerUnit?: number;
   /** Tokens charged at admission: prompt + the output cap (max_tokens when given, else the output length). */
   readonly reserveTokens: number;
   /** The full JSON body of a non-stream reply. */
