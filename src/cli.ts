@@ -16,6 +16,7 @@ import { HotSet } from './coord/hot-set.ts';
 import { replayCommand } from './replay/cli.ts';
 import { startSimulator } from './simulator/server.ts';
 import { clusterSecretFor } from './security/cluster-secret.ts';
+import { packageVersion } from './version.ts';
 
 function int(value: string): number {
   const n = Number(value);
@@ -46,6 +47,7 @@ function fail(err: unknown): never {
 
 const program = new Command('quotaring')
   .description('Rate-limiting gateway for LLM APIs: per-tenant requests, tokens and concurrency limits, decided in RAM.')
+  .version(packageVersion(), '-V, --version', 'print the version and exit')
   .showHelpAfterError();
 
 program
@@ -121,7 +123,7 @@ program
 
 program
   .command('top')
-  .description('live view of the cluster in the terminal: nodes, busiest tenants, hot tenants, events (a router\'s live stream)')
+  .description('live view of the cluster in the terminal: nodes, busiest tenants, hot tenants, events (a router\'s live stream); q or Ctrl-C quits')
   .option('--url <url>', 'router admin URL (admin.router_port)', 'http://127.0.0.1:9200')
   .option('--token-env <name>', 'environment variable holding the admin token', 'QUOTARING_ADMIN_TOKEN')
   .option('--once', 'print one snapshot without ANSI codes and exit')
@@ -174,16 +176,35 @@ program
   .command('config')
   .description('config tools')
   .command('check')
-  .description('validate a config file offline (secrets are never printed)')
+  .description('validate a config file offline (secrets are never printed); variables it names that are not set here are warnings')
   .argument('<file>', 'YAML config file')
-  .option('--no-env', 'do not require the environment variables the config names')
-  .action((file: string, opts: { env: boolean }) => {
+  .option('--require-env', 'fail (exit 2) when a variable the config names is not set, as a node or router would at start')
+  .option('--no-env', 'do not read the environment at all (no warnings about unset variables)')
+  .action((file: string, opts: { env: boolean; requireEnv?: boolean }) => {
     try {
-      // --no-env: every variable "set", to a distinct value that is also a valid Redis URL (cluster.redis.url_env).
-      const env = opts.env ? process.env : new Proxy({}, { get: (_target, name) => `redis://unchecked/${String(name)}` });
+      // Checking a file needs no secrets: a variable that is not set here reads as a placeholder
+      // (a valid Redis URL too, for cluster.redis.url_env) and is reported as a warning.
+      const unset = new Set<string>();
+      const env =
+        opts.requireEnv === true
+          ? process.env
+          : new Proxy({}, {
+              get: (_target, name) => {
+                const value = opts.env && typeof name === 'string' ? process.env[name] : undefined;
+                if (value !== undefined && value !== '') return value;
+                unset.add(String(name));
+                return `redis://unchecked/${String(name)}`;
+              },
+            });
       const loaded = loadConfig(file, env);
       const c = loaded.config;
       process.stdout.write(`${file}: ok (tenants: ${c.tenants.length}, keys: ${loaded.tenantByKey.size}, models: ${c.models.length}, deployments: ${c.deployments.length})\n`);
+      unset.delete(c.admin.token_env); // unset = no admin API, a choice rather than a missing secret
+      if (opts.env) {
+        for (const name of [...unset].sort()) {
+          process.stderr.write(`warning: environment variable ${name} is not set here; nodes and routers started with this config need it (--require-env makes this an error)\n`);
+        }
+      }
     } catch (err) {
       fail(err);
     }
