@@ -367,9 +367,11 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     inFlight: () => activity.inFlight,
     fallbackActive: () => (inFallback() ? 1 : 0),
     ring: () => (handoff === undefined ? undefined : { members: handoff.ring().members.length, version: handoff.ring().version }),
+    // Only the tenant's owner on this node's ring exports its levels: a stand-in, a node of a spread
+    // tenant's range or one still holding a moved tenant has its own partial view (issue 19).
     tenantLevels: () =>
       config.config.tenants
-        .filter((t) => t.metrics && decidesFor(t.id))
+        .filter((t) => t.metrics && decidesFor(t.id) && (handoff === undefined || handoff.place(t.id).here))
         .flatMap((t) => limiter.peek(t.id).map((l) => ({ tenant: t.id, limit: l.name, remaining: l.remaining }))),
     leaseRenewals: () => quotas?.leases.renewals ?? { granted: 0, partial: 0, denied: 0, failed: 0 },
     guardCalls: () => [

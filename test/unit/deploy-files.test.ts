@@ -218,6 +218,14 @@ describe('Grafana provisioning and dashboard', () => {
     }
     assert.deepEqual(quotaring.filter((n) => !used.has(n)), []);
   });
+
+  test('the tenant-remaining panel shows one line per tenant and limit (only the owner exports it), not one per node', () => {
+    const targets = queryPanels.flatMap((p) => (p.targets ?? []).filter((t) => metricNames(t.expr).includes('quotaring_tenant_remaining')));
+    assert.deepEqual(
+      targets.map((t) => t.expr),
+      ['min by (tenant, limit) (quotaring_tenant_remaining)'],
+    );
+  });
 });
 
 describe('cluster/compose.yaml', () => {
