@@ -15,6 +15,7 @@ import { startRouter } from './router/server.ts';
 import { HotSet } from './coord/hot-set.ts';
 import { replayCommand } from './replay/cli.ts';
 import { startSimulator } from './simulator/server.ts';
+import { simulatorAwsCredentials } from './simulator/options.ts';
 import { clusterSecretFor } from './security/cluster-secret.ts';
 
 function int(value: string): number {
@@ -137,7 +138,7 @@ program
 
 program
   .command('simulate')
-  .description('run the provider simulator (OpenAI and Anthropic wire formats, no key needed)')
+  .description('run the provider simulator (OpenAI, Anthropic and Bedrock Converse wire formats, no key needed; Bedrock signatures: the AWS docs example key, or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)')
   .option('--host <host>', 'listen address', '127.0.0.1')
   .option('-p, --port <port>', 'listen port', int, 9090)
   .option('--ttft-ms <ms>', 'time to first token, ms', int, 0)
@@ -158,6 +159,7 @@ program
         tokensPerSecond: opts.tps,
         ...(Object.keys(quota).length > 0 ? { quota } : {}),
         faults: { errorRate: opts.errorRate, dropRate: opts.dropRate, slowRate: opts.slowRate, slowMs: opts.slowMs },
+        bedrockCredentials: simulatorAwsCredentials(process.env),
       });
       process.stdout.write(`provider simulator listening on ${sim.url}\n`);
       const stop = (): void => {

@@ -158,11 +158,25 @@ export const ModelSchema = z.strictObject({
 /** An upstream deployment: provider kind, base URL, key from the environment, quota, timeouts. */
 export const DeploymentSchema = z.strictObject({
   name: z.string().min(1),
-  provider: z.enum(['openai', 'anthropic']),
-  /** Base URL without the `/v1` path, e.g. `https://api.openai.com`. */
+  /** Wire format: `openai`, `anthropic`, or `bedrock` (AWS Bedrock Converse, SigV4; serves both client formats, translated). */
+  provider: z.enum(['openai', 'anthropic', 'bedrock']),
+  /** Base URL without the `/v1` path, e.g. `https://api.openai.com`; Bedrock: `https://bedrock-runtime.<region>.amazonaws.com`. */
   base_url: z.url({ protocol: /^https?$/ }),
-  /** Environment variable holding the provider key (never written in config). */
+  /**
+   * Environment variable holding the provider key (never written in config). Bedrock: a Bedrock API
+   * key (sent as a bearer token); without it, requests are signed with SigV4 from the AWS_* variables.
+   */
   api_key_env: z.string().regex(/^[A-Z_][A-Z0-9_]*$/, 'an environment variable name').optional(),
+  /**
+   * Bedrock only: the AWS region requests are signed for. @default the region in a
+   * `bedrock-runtime.<region>.amazonaws.com` base_url, else AWS_REGION, else AWS_DEFAULT_REGION
+   */
+  region: z.string().regex(/^[a-z]{2}(-[a-z]+)+-\d+$/, 'an AWS region such as us-east-1').optional(),
+  /**
+   * Wait before retrying a provider 429 that names no wait (Bedrock's ThrottlingException sends no
+   * retry-after), doubled at each retry, within max_retry_wait. @default 1s for bedrock; unset: such a 429 is relayed
+   */
+  retry_backoff: duration.optional(),
   /** Model name to send upstream when it differs from the public one. */
   upstream_model: z.string().min(1).optional(),
   /** Provider quota (enforced cluster-wide by the global cap; see issue 4). */
@@ -495,6 +509,9 @@ export const ConfigSchema = z
       ids.add(m.id);
     });
     const deployments = new Set(config.deployments.map((d) => d.name));
+    config.deployments.forEach((d, i) => {
+      if (d.region !== undefined && d.provider !== 'bedrock') ctx.addIssue({ code: 'custom', path: ['deployments', i, 'region'], message: 'region is for provider: bedrock only' });
+    });
     config.models.forEach((model, i) => {
       if (model.weights !== undefined && model.weights.length !== model.deployments.length) {
         ctx.addIssue({ code: 'custom', path: ['models', i, 'weights'], message: `give one weight per deployment (${model.deployments.length}), got ${model.weights.length}` });

@@ -6,6 +6,7 @@ import type { EventEmitter } from 'node:events';
 import { Pool } from 'undici';
 import type { Dispatcher } from 'undici';
 import type { ResolvedDeployment } from '../config/load.ts';
+import { signBedrockRequest } from '../providers/bedrock/sigv4.ts';
 
 /** One upstream call. */
 export interface UpstreamCall {
@@ -20,12 +21,16 @@ export interface UpstreamCall {
 
 /** Pools per deployment; create once per process, `close()` on shutdown. */
 export class Upstreams {
-  readonly #pools = new Map<string, { pool: Pool; prefix: string }>();
+  readonly #pools = new Map<string, { pool: Pool; prefix: string; origin: string }>();
 
-  /** Sends a POST to a deployment; the body of the returned response must be consumed or destroyed. @throws undici errors on connect failure, timeout or abort. */
-  request(deployment: ResolvedDeployment, call: UpstreamCall): Promise<Dispatcher.ResponseData> {
-    const { pool, prefix } = this.#poolFor(deployment);
-    const headers: Record<string, string> = {
+  /**
+   * Sends a POST to a deployment; the body of the returned response must be consumed or destroyed.
+   * A Bedrock deployment without an API key is signed with SigV4 (its `aws` credentials), afresh
+   * for every attempt. @throws undici errors on connect failure, timeout or abort.
+   */
+  async request(deployment: ResolvedDeployment, call: UpstreamCall): Promise<Dispatcher.ResponseData> {
+    const { pool, prefix, origin } = this.#poolFor(deployment);
+    let headers: Record<string, string> = {
       ...call.headers,
       'content-type': 'application/json',
       'accept-encoding': 'identity',
@@ -33,6 +38,8 @@ export class Upstreams {
     if (deployment.apiKey !== undefined) {
       if (deployment.provider === 'anthropic') headers['x-api-key'] = deployment.apiKey;
       else headers.authorization = `Bearer ${deployment.apiKey}`;
+    } else if (deployment.aws !== undefined) {
+      headers = await signBedrockRequest(deployment.aws, { origin, path: prefix + call.path, headers, body: call.body });
     }
     return pool.request({
       method: 'POST',
@@ -45,13 +52,14 @@ export class Upstreams {
     });
   }
 
-  #poolFor(deployment: ResolvedDeployment): { pool: Pool; prefix: string } {
+  #poolFor(deployment: ResolvedDeployment): { pool: Pool; prefix: string; origin: string } {
     let entry = this.#pools.get(deployment.name);
     if (entry === undefined) {
       const url = new URL(deployment.base_url);
       entry = {
         pool: new Pool(url.origin, { connections: deployment.connections, keepAliveTimeout: 30_000, pipelining: 1 }),
         prefix: url.pathname.replace(/\/+$/, ''),
+        origin: url.origin,
       };
       this.#pools.set(deployment.name, entry);
     }

@@ -1,9 +1,10 @@
 /**
- * The provider simulator's HTTP server: OpenAI's and Anthropic's wire formats, its own per-key
- * RPM/TPM quota with provider-style 429s, fault injection, and counters for benchmarks.
+ * The provider simulator's HTTP server: OpenAI's, Anthropic's and Bedrock Converse's wire formats,
+ * its own per-key RPM/TPM quota with provider-style 429s, fault injection, and counters for benchmarks.
  *
  * Routes: `POST /v1/chat/completions`, `POST /v1/embeddings`, `POST /v1/messages`,
- * `GET /v1/models`, `GET /sim/stats`, `POST /sim/reset`.
+ * `POST /model/{modelId}/converse`, `POST /model/{modelId}/converse-stream` (SigV4-checked; see
+ * `bedrock-routes.ts`), `GET /v1/models`, `GET /sim/stats`, `POST /sim/reset`.
  */
 import type { AddressInfo } from 'node:net';
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
@@ -13,7 +14,8 @@ import { anthropicModelList, openAIModelList } from './model-list.ts';
 import { prepareOpenAIChat } from './openai-chat.ts';
 import { prepareEmbeddings } from './openai-embeddings.ts';
 import type { SimulatorOptions } from './options.ts';
-import { badRequest, missingKey, notFound, openAIError, anthropicError, type Wire } from './provider-errors.ts';
+import { badRequest, bedrockError, missingKey, notFound, openAIError, anthropicError, type Wire } from './provider-errors.ts';
+import { bedrockRoutes } from './bedrock-routes.ts';
 import { rfc3339After } from '../providers/rate-limit-headers.ts';
 import { SimulatorState } from './simulator-state.ts';
 
@@ -27,6 +29,7 @@ const ROUTES: readonly (ModelRoute & { url: string })[] = [
 ];
 
 function wireOfUrl(url: string): Wire {
+  if (url.startsWith('/model/')) return 'bedrock';
   return url.startsWith('/v1/messages') ? 'anthropic' : 'openai';
 }
 
@@ -57,6 +60,8 @@ export function buildSimulator(opts: SimulatorOptions = {}): FastifyInstance {
     });
   }
 
+  void app.register(bedrockRoutes(state));
+
   app.get('/v1/models', (req, reply) => {
     const anthropic = req.headers['anthropic-version'] !== undefined;
     const wire: Wire = anthropic ? 'anthropic' : 'openai';
@@ -76,7 +81,7 @@ export function buildSimulator(opts: SimulatorOptions = {}): FastifyInstance {
 
   app.setErrorHandler((err: FastifyError, req, reply) => {
     const wire = wireOfUrl(req.url);
-    if (ROUTES.some((r) => req.url.startsWith(r.url))) stats.errors++;
+    if (wire === 'bedrock' || ROUTES.some((r) => req.url.startsWith(r.url))) stats.errors++;
     const status = err.statusCode ?? 500;
     if (status === 400 && (err.code === 'FST_ERR_CTP_INVALID_JSON_BODY' || err.code === 'FST_ERR_CTP_EMPTY_JSON_BODY' || err instanceof SyntaxError)) {
       const message =
@@ -85,6 +90,7 @@ export function buildSimulator(opts: SimulatorOptions = {}): FastifyInstance {
           : 'There was an issue with the format of your request: the body is not valid JSON.';
       return sendError(reply, badRequest(wire, message));
     }
+    if (wire === 'bedrock') return sendError(reply, status < 500 ? bedrockError(status, 'ValidationException', err.message) : bedrockError(500, 'InternalServerException', err.message));
     if (status < 500) {
       return sendError(reply, wire === 'openai' ? openAIError(status, err.message, 'invalid_request_error') : anthropicError(status, 'invalid_request_error', err.message));
     }

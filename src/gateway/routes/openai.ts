@@ -12,6 +12,7 @@ import type { GatewayContext } from '../context.ts';
 import { runExchange } from '../exchange.ts';
 import { countingOf, routeModel, upstreamModelOf } from '../routing.ts';
 import type { DeploymentCall } from '../exchange.ts';
+import { bedrockCallForOpenAI } from '../bedrock-call.ts';
 
 /** Anthropic API version sent to an Anthropic deployment that serves an OpenAI request. */
 const ANTHROPIC_VERSION = '2023-06-01';
@@ -40,6 +41,7 @@ export function openAIRoutes(app: FastifyInstance, ctx: GatewayContext): void {
       failover: route.failover,
       callFor: (d): DeploymentCall => {
         const model = upstreamModelOf(route.model, d);
+        if (d.provider === 'bedrock') return bedrockCallForOpenAI(chat.body, { modelId: model, model: chat.model, stream: chat.stream, defaultMaxTokens: route.model.default_max_output, includeUsage: chat.clientWantsUsage });
         if (d.provider === 'openai') {
           return { path: '/v1/chat/completions', body: JSON.stringify(upstreamChatBody(chat, model)), headers: {}, usageFromJson: openAIUsage, observer: () => new OpenAIChatStreamObserver(chat.clientWantsUsage) };
         }
