@@ -13,7 +13,9 @@
  * - a client that leaves mid-stream: the slot is released and the tenant is charged the prompt
  *   + the tokens delivered, not the reservation;
  * - failover: a Bedrock deployment answering 503 (ServiceUnavailableException) fails over to an
- *   OpenAI one, and an OpenAI deployment answering 500 fails over to Bedrock (translated).
+ *   OpenAI one, and an OpenAI deployment answering 500 fails over to Bedrock (translated);
+ * - through a router in front of two nodes (static members): both SDKs, JSON and streams, each
+ *   tenant settled exactly on its owner node.
  */
 import assert from 'node:assert/strict';
 import type { AddressInfo } from 'node:net';
@@ -25,11 +27,13 @@ import OpenAI from 'openai';
 import { request } from 'undici';
 import { ManualClock } from '../../src/clock.ts';
 import { buildConfig } from '../../src/config/load.ts';
-import { buildGateway } from '../../src/gateway/server.ts';
+import { StaticMembership } from '../../src/coord/static-membership.ts';
+import { buildGateway, nodeHandoff } from '../../src/gateway/server.ts';
+import { buildRouter } from '../../src/router/server.ts';
 import { EXAMPLE_AWS_CREDENTIALS } from '../../src/simulator/options.ts';
 import { startSimulator } from '../../src/simulator/server.ts';
 import { countAnthropicMessages, countOpenAIChat, exactCounter } from '../../src/tokens/index.ts';
-import { simStats } from '../helpers/processes.ts';
+import { freePort, simStats } from '../helpers/processes.ts';
 import { TEST_SECRET, signedRequest } from '../helpers/cluster-secret.ts';
 
 const MODEL_ID = 'anthropic.claude-3-5-haiku-20241022-v1:0';
@@ -285,5 +289,80 @@ describe('provider: bedrock through the gateway, with the official SDKs', () => 
     // An Anthropic client of the same model starts on Bedrock (the one deployment that speaks its format).
     const msg = await anthropic().messages.create({ model: 'openai-then-bedrock', max_tokens: 10, messages: [{ role: 'user', content: 'Hi' }] }, { headers: { 'x-sim-output-tokens': '2' } });
     assert.deepEqual(msg.content, [{ type: 'text', text: ' the the' }]);
+  });
+});
+
+describe('provider: bedrock through a router and two nodes (static members)', () => {
+  let sim: Awaited<ReturnType<typeof startSimulator>>;
+  const nodes: FastifyInstance[] = [];
+  let router: FastifyInstance;
+  let routerUrl: string;
+  let members: { id: string; url: string }[];
+  const tenants = ['r0', 'r1', 'r2', 'r3', 'r4', 'r5'];
+
+  before(async () => {
+    sim = await startSimulator({ port: 0 });
+    const ports = [await freePort(), await freePort()];
+    members = ports.map((p, i) => ({ id: `node-${i + 1}`, url: `http://127.0.0.1:${p}` }));
+    const config = buildConfig(
+      {
+        server: { log_level: 'silent' },
+        cluster: { members },
+        tenants: tenants.map((id) => ({ id, keys: [`key-bedrock-${id}-0001`], limits: [{ tokens: LIMIT, window: '1m' }] })),
+        models: [{ name: 'claude-bedrock', encoding: 'cl100k_base', estimator: 'exact', deployments: ['bedrock-sim'] }],
+        deployments: [{ name: 'bedrock-sim', provider: 'bedrock', base_url: sim.url, region: 'us-east-1', upstream_model: MODEL_ID, forward_headers: ['x-sim-output-tokens'] }],
+      },
+      'router.yaml',
+      { AWS_ACCESS_KEY_ID: EXAMPLE_AWS_CREDENTIALS.accessKeyId, AWS_SECRET_ACCESS_KEY: EXAMPLE_AWS_CREDENTIALS.secretAccessKey },
+    );
+    for (const [i, m] of members.entries()) {
+      const app = buildGateway({ config, clusterSecret: TEST_SECRET, logger: false, clock: new ManualClock(Date.now()), cluster: { self: m, membership: new StaticMembership(members) } });
+      await app.listen({ host: '127.0.0.1', port: ports[i] as number });
+      await nodeHandoff(app)?.start();
+      nodeHandoff(app)?.joined();
+      nodes.push(app);
+    }
+    router = buildRouter({ config, clusterSecret: TEST_SECRET, membership: new StaticMembership(members), logger: false, healthCheckMs: 60_000 });
+    routerUrl = await router.listen({ host: '127.0.0.1', port: 0 });
+  });
+  after(async () => {
+    await router.close();
+    for (const n of nodes) await n.close();
+    await sim.close();
+  });
+
+  test('openai and anthropic SDKs via the router, JSON and streams, settled on the owner node', async () => {
+    const ring = new StaticMembership(members).ring();
+    // A tenant of each node.
+    const picks = members.map((m) => tenants.find((t) => ring.owner(t)?.id === m.id)).filter((t): t is string => t !== undefined);
+    assert.equal(picks.length, 2, 'each node owns one of the tenants');
+    for (const tenant of picks) {
+      const key = `key-bedrock-${tenant}-0001`;
+      const owner = members.find((m) => m.id === ring.owner(tenant)?.id)?.url as string;
+      const remaining = async (): Promise<number> => {
+        const res = await signedRequest(`${owner}/_quotaring/v1/tenants/${tenant}`);
+        return ((await res.body.json()) as { limits: { remaining: number }[] }).limits[0]?.remaining ?? -1;
+      };
+      const oa = new OpenAI({ apiKey: key, baseURL: `${routerUrl}/v1`, maxRetries: 0 });
+      const chat = await oa.chat.completions.create({ model: 'claude-bedrock', max_tokens: 20, messages: [{ role: 'user', content: 'Hi' }] }, { headers: { 'x-sim-output-tokens': '3' } });
+      assert.equal(chat.choices[0]?.message.content, ' the the the');
+      assert.equal(await remaining(), LIMIT - (chat.usage?.total_tokens ?? NaN));
+
+      const stream = await oa.chat.completions.create({ model: 'claude-bedrock', stream: true, stream_options: { include_usage: true }, max_tokens: 20, messages: [{ role: 'user', content: 'Hi' }] }, { headers: { 'x-sim-output-tokens': '2' } });
+      let text = '';
+      let usage: OpenAI.CompletionUsage | null | undefined;
+      for await (const c of stream) {
+        text += c.choices[0]?.delta.content ?? '';
+        if (c.usage) usage = c.usage;
+      }
+      assert.equal(text, ' the the');
+      assert.equal(await remaining(), LIMIT - (chat.usage?.total_tokens ?? NaN) - (usage?.total_tokens ?? NaN));
+
+      const before = await remaining();
+      const an = new Anthropic({ apiKey: key, baseURL: routerUrl, maxRetries: 0 });
+      const final = await an.messages.stream({ model: 'claude-bedrock', max_tokens: 20, messages: [{ role: 'user', content: 'Hi' }] }, { headers: { 'x-sim-output-tokens': '4' } }).finalMessage();
+      assert.deepEqual(final.content, [{ type: 'text', text: ' the the the the' }]);
+      assert.equal(await remaining(), before - final.usage.input_tokens - final.usage.output_tokens);
+    }
   });
 });
