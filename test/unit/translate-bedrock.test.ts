@@ -11,6 +11,7 @@
  */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
+import { ConfigError, buildConfig } from '../../src/config/load.ts';
 import { SseSplitter, type SseEvent } from '../../src/providers/sse.ts';
 import { BedrockStreamObserver, bedrockUsage, conversePath } from '../../src/providers/bedrock/converse.ts';
 import { bedrockSigningFromEnv, regionOfEndpoint } from '../../src/providers/bedrock/credentials.ts';
@@ -307,5 +308,32 @@ describe('Bedrock adapter', () => {
     const partial = bedrockSigningFromEnv({ base_url: 'http://127.0.0.1:1', region: 'us-east-1' }, { AWS_ACCESS_KEY_ID: 'AKID-VALUE' });
     assert.ok('problems' in partial);
     assert.deepEqual(partial.problems, ['environment variable AWS_SECRET_ACCESS_KEY is not set']);
+  });
+});
+
+describe('Bedrock deployments in the config', () => {
+  const raw = (deployment: Record<string, unknown>): unknown => ({
+    tenants: [{ id: 't', keys: ['key-config-0001'], limits: [{ requests: 10, window: '1m' }] }],
+    models: [{ name: 'claude', encoding: 'cl100k_base', deployments: ['b'] }],
+    deployments: [{ name: 'b', provider: 'bedrock', base_url: 'https://bedrock-runtime.eu-central-1.amazonaws.com', ...deployment }],
+  });
+  const aws = { AWS_ACCESS_KEY_ID: 'AKID', AWS_SECRET_ACCESS_KEY: 'SECRET' };
+
+  test('SigV4 credentials and region are resolved at load', () => {
+    const d = buildConfig(raw({}), 'b.yaml', aws).deployments.get('b');
+    assert.deepEqual(d?.aws, { region: 'eu-central-1', credentials: { accessKeyId: 'AKID', secretAccessKey: 'SECRET' } });
+    assert.equal(d?.apiKey, undefined);
+  });
+
+  test('a Bedrock API key instead: no signing', () => {
+    const d = buildConfig(raw({ api_key_env: 'BEDROCK_KEY' }), 'b.yaml', { BEDROCK_KEY: 'bedrock-api-key' }).deployments.get('b');
+    assert.equal(d?.aws, undefined);
+    assert.equal(d?.apiKey, 'bedrock-api-key');
+  });
+
+  test('missing credentials and a region on another provider are named', () => {
+    assert.throws(() => buildConfig(raw({}), 'b.yaml', {}), (err: unknown) => err instanceof ConfigError && err.problems.some((p) => p.includes('deployments[0]: environment variable AWS_ACCESS_KEY_ID is not set')));
+    const openai = { ...(raw({}) as Record<string, unknown>), deployments: [{ name: 'b', provider: 'openai', base_url: 'https://api.openai.com', region: 'us-east-1' }] };
+    assert.throws(() => buildConfig(openai, 'b.yaml', aws), (err: unknown) => err instanceof ConfigError && err.problems.some((p) => p.includes('region is for provider: bedrock only')));
   });
 });
