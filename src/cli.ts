@@ -142,7 +142,7 @@ program
 
 program
   .command('simulate')
-  .description('run the provider simulator (OpenAI, Azure OpenAI and Anthropic wire formats, no key needed)')
+  .description('run the provider simulator (OpenAI, Azure OpenAI, Anthropic and Bedrock Converse wire formats, no key needed; Bedrock signatures: the AWS docs example key, or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)')
   .option('--host <host>', 'listen address', '127.0.0.1')
   .option('-p, --port <port>', 'listen port', int, 9090)
   .option('--ttft-ms <ms>', 'time to first token, ms', int, 0)
@@ -157,6 +157,7 @@ program
     try {
       const quota = { ...(opts.rpm === undefined ? {} : { rpm: opts.rpm }), ...(opts.tpm === undefined ? {} : { tpm: opts.tpm }) };
       const { startSimulator } = await import('./simulator/server.ts');
+      const { simulatorAwsCredentials } = await import('./simulator/options.ts');
       const sim = await startSimulator({
         host: opts.host,
         port: opts.port,
@@ -164,6 +165,7 @@ program
         tokensPerSecond: opts.tps,
         ...(Object.keys(quota).length > 0 ? { quota } : {}),
         faults: { errorRate: opts.errorRate, dropRate: opts.dropRate, slowRate: opts.slowRate, slowMs: opts.slowMs },
+        bedrockCredentials: simulatorAwsCredentials(process.env),
       });
       process.stdout.write(`provider simulator listening on ${sim.url}\n`);
       const stop = (): void => {

@@ -158,9 +158,10 @@ export const ModelSchema = z.strictObject({
 
 /**
  * Providers a deployment may be: `openai` and `anthropic` (their own APIs and any server of the same
- * wire format), `azure` (Azure OpenAI: OpenAI's wire format on Azure's URLs and key header).
+ * wire format), `azure` (Azure OpenAI: OpenAI's wire format on Azure's URLs and key header),
+ * `bedrock` (AWS Bedrock Converse, SigV4-signed; serves both client formats, always translated).
  */
-export const PROVIDERS = ['openai', 'anthropic', 'azure'] as const;
+export const PROVIDERS = ['openai', 'anthropic', 'azure', 'bedrock'] as const;
 /** A provider of {@link PROVIDERS}. */
 export type Provider = (typeof PROVIDERS)[number];
 
@@ -172,16 +173,29 @@ export const DeploymentSchema = z.strictObject({
    * Base URL without the `/v1` path, e.g. `https://api.openai.com`; its query string is kept on every
    * call. Azure: the whole prefix of the API paths, either a classic deployment URL with its
    * `api-version` (`https://RESOURCE.openai.azure.com/openai/deployments/DEPLOYMENT?api-version=2024-10-21`)
-   * or the v1 API (`https://RESOURCE.openai.azure.com/openai/v1`).
+   * or the v1 API (`https://RESOURCE.openai.azure.com/openai/v1`). Bedrock: `https://bedrock-runtime.<region>.amazonaws.com`.
    */
   base_url: z.url({ protocol: /^https?$/ }),
-  /** Environment variable holding the provider key (never written in config). */
+  /**
+   * Environment variable holding the provider key (never written in config). Bedrock: a Bedrock API
+   * key (sent as a bearer token); without it, requests are signed with SigV4 from the AWS_* variables.
+   */
   api_key_env: z.string().regex(/^[A-Z_][A-Z0-9_]*$/, 'an environment variable name').optional(),
   /**
    * How the key of `api_key_env` is sent (azure only): `api-key` (an Azure resource key, header
    * `api-key`) or `bearer` (a Microsoft Entra ID token, `Authorization: Bearer`). @default api-key
    */
   auth: z.enum(['api-key', 'bearer']).optional(),
+  /**
+   * Bedrock only: the AWS region requests are signed for. @default the region in a
+   * `bedrock-runtime.<region>.amazonaws.com` base_url, else AWS_REGION, else AWS_DEFAULT_REGION
+   */
+  region: z.string().regex(/^[a-z]{2}(-[a-z]+)+-\d+$/, 'an AWS region such as us-east-1').optional(),
+  /**
+   * Wait before retrying a provider 429 that names no wait (Bedrock's ThrottlingException sends no
+   * retry-after), doubled at each retry, within max_retry_wait. @default 1s for bedrock; unset: such a 429 is relayed
+   */
+  retry_backoff: duration.optional(),
   /** Model name to send upstream when it differs from the public one. */
   upstream_model: z.string().min(1).optional(),
   /** Provider quota (enforced cluster-wide by the global cap; see issue 4). */
@@ -573,6 +587,9 @@ export const ConfigSchema = z
       if (problem !== undefined) ctx.addIssue({ code: 'custom', path: ['deployments', i, 'base_url'], message: problem });
     });
     const deployments = new Set(config.deployments.map((d) => d.name));
+    config.deployments.forEach((d, i) => {
+      if (d.region !== undefined && d.provider !== 'bedrock') ctx.addIssue({ code: 'custom', path: ['deployments', i, 'region'], message: 'region is for provider: bedrock only' });
+    });
     config.models.forEach((model, i) => {
       if (model.weights !== undefined && model.weights.length !== model.deployments.length) {
         ctx.addIssue({ code: 'custom', path: ['models', i, 'weights'], message: `give one weight per deployment (${model.deployments.length}), got ${model.weights.length}` });

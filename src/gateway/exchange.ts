@@ -48,6 +48,11 @@ export interface DeploymentCall {
   readonly observer: () => StreamObserver;
   /** Set when the deployment speaks the other wire format: its replies re-written in the client's. */
   readonly translate?: { json(text: string): string; stream(): StreamTranslator };
+  /**
+   * Set when the deployment streams something other than SSE (Bedrock's event stream, which is
+   * always translated): the reply's content type and its decoder into events, in batches.
+   */
+  readonly framing?: { readonly contentType: string; events(body: AsyncIterable<Uint8Array>): AsyncIterable<readonly SseEvent[]> };
 }
 
 /** Everything a route knows about a request once it is parsed and counted; as a call, the primary deployment's. */
@@ -74,6 +79,9 @@ export interface Exchange extends DeploymentCall {
   readonly deploymentQuota?: boolean;
 }
 
+/** First wait before retrying a Bedrock ThrottlingException (it carries no retry-after), ms; `retry_backoff` overrides. */
+const DEFAULT_BEDROCK_BACKOFF_MS = 1_000;
+
 /**
  * Upstream response headers never passed to the client: hop-by-hop, length, and the upstream's own
  * limits (Azure's `x-ms-retry-after-ms` too: a relayed 429 carries `retry-after` and `retry-after-ms`,
@@ -99,7 +107,7 @@ export function scrubberOf(ctx: GatewayContext): SecretScrubber {
   const deployments = ctx.config.deployments;
   let scrubber = scrubbers.get(deployments);
   if (scrubber === undefined) {
-    scrubber = new SecretScrubber([...deployments.values()].map((d) => d.apiKey));
+    scrubber = new SecretScrubber([...deployments.values()].flatMap((d) => [d.apiKey, d.aws?.credentials.secretAccessKey, d.aws?.credentials.sessionToken]));
     scrubbers.set(deployments, scrubber);
   }
   return scrubber;
@@ -439,7 +447,7 @@ async function exchange(ctx: GatewayContext, request: FastifyRequest, reply: Fas
       Object.assign(headers, attempt.relayedHeaders);
       // Which deployment served, when it is not the model's first (a headroom choice or a failover).
       if (deployment.name !== ex.model.deployments[0]) headers['x-quotaring-deployment'] = deployment.name;
-      const isEventStream = String(res.headers['content-type'] ?? '').startsWith('text/event-stream');
+      const isEventStream = String(res.headers['content-type'] ?? '').startsWith(call.framing?.contentType ?? 'text/event-stream');
       if (res.statusCode >= 300 || !ex.stream || !isEventStream) {
         let text: string;
         try {
@@ -504,11 +512,12 @@ function translatedCall(ex: Exchange, deployment: ResolvedDeployment): Deploymen
   }
 }
 
-/** The provider's error message from an error body (either format), for a reply in the client's format. */
+/** The provider's error message from an error body (OpenAI's, Anthropic's, or AWS's `{"message"}`), for a reply in the client's format. */
 function upstreamMessage(text: string, deployment: string): string {
   try {
-    const body = JSON.parse(text) as { error?: { message?: unknown } };
+    const body = JSON.parse(text) as { error?: { message?: unknown }; message?: unknown };
     if (typeof body.error?.message === 'string') return `Deployment ${deployment}: ${body.error.message}`;
+    if (typeof body.message === 'string') return `Deployment ${deployment}: ${body.message}`;
   } catch {
     // not JSON: fall through
   }
@@ -558,6 +567,8 @@ async function callDeployment(
   }
   const quotas = ctx.quotas !== undefined && ex.deploymentQuota !== false && ctx.quotas.limited.has(deployment.name) ? ctx.quotas.leases : undefined;
   let budget = deployment.max_retry_wait;
+  // A 429 that names no wait (Bedrock's ThrottlingException) waits this, doubled at each retry.
+  let backoff = deployment.retry_backoff ?? (deployment.provider === 'bedrock' ? DEFAULT_BEDROCK_BACKOFF_MS : undefined);
   for (;;) {
     let res: Dispatcher.ResponseData;
     const sentAt = ctx.clock.now();
@@ -602,7 +613,9 @@ async function callDeployment(
     }
     // A 429 about billing (insufficient_quota) is not fixed by waiting: no retry, no cooldown, no failover.
     const billing = text.includes('insufficient_quota');
-    const wait = billing ? undefined : providerRetryWaitMs(res.headers, Date.now());
+    const hinted = billing ? undefined : providerRetryWaitMs(res.headers, Date.now());
+    const wait = billing ? undefined : (hinted ?? backoff);
+    if (hinted === undefined && backoff !== undefined) backoff *= 2;
     // A provider 429 drains the deployment's bucket for the whole cluster by its wait × rate.
     if (!billing && quotas !== undefined) void quotas.providerLimited(deployment.name, { retryAfterMs: wait ?? 1_000 });
     if (wait === undefined || wait > budget || String(res.headers['x-should-retry']) === 'false') {
@@ -687,6 +700,11 @@ function finish(ctx: GatewayContext, tenant: string, id: string, actual: number,
   }
 }
 
+/** The SSE events of a body, one batch per chunk (the splitter keeps an unterminated tail). */
+async function* sseBatches(body: AsyncIterable<Buffer>, splitter: SseSplitter): AsyncGenerator<readonly SseEvent[]> {
+  for await (const chunk of body) yield splitter.push(chunk);
+}
+
 /**
  * Passes an SSE reply through event by event, with backpressure, renewing the concurrency lease while
  * it flows. @returns tokens to settle: reported usage, or prompt + delivered output when the stream
@@ -711,10 +729,11 @@ async function pipeStream(
   const scrubber = scrubberOf(ctx);
   const renewEvery = 5_000;
   let lastRenew = ctx.clock.now();
+  const batches = call.framing === undefined ? sseBatches(res.body, splitter) : call.framing.events(res.body);
   try {
-    for await (const chunk of res.body) {
+    for await (const batch of batches) {
       let out = '';
-      for (const upstreamEvent of splitter.push(chunk)) {
+      for (const upstreamEvent of batch) {
         // An error event may echo what the upstream was sent (the provider key): scrubbed; other events are passed exactly.
         const event = scrubber.event(upstreamEvent);
         const pass = observer.onEvent(event);

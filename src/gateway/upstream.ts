@@ -9,6 +9,7 @@ import { Pool } from 'undici';
 import type { Dispatcher } from 'undici';
 import type { ResolvedDeployment } from '../config/load.ts';
 import { azureAuthHeaders, azurePath } from '../providers/azure/endpoint.ts';
+import { signBedrockRequest } from '../providers/bedrock/sigv4.ts';
 
 /** One upstream call. */
 export interface UpstreamCall {
@@ -23,25 +24,32 @@ export interface UpstreamCall {
 
 /** Pools per deployment; create once per process, `close()` on shutdown. */
 export class Upstreams {
-  readonly #pools = new Map<string, { pool: Pool; prefix: string; query: string }>();
+  readonly #pools = new Map<string, { pool: Pool; prefix: string; query: string; origin: string }>();
 
-  /** Sends a POST to a deployment; the body of the returned response must be consumed or destroyed. @throws undici errors on connect failure, timeout or abort. */
-  request(deployment: ResolvedDeployment, call: UpstreamCall): Promise<Dispatcher.ResponseData> {
-    const { pool, prefix, query } = this.#poolFor(deployment);
-    const headers: Record<string, string> = {
+  /**
+   * Sends a POST to a deployment; the body of the returned response must be consumed or destroyed.
+   * A Bedrock deployment without an API key is signed with SigV4 (its `aws` credentials), afresh
+   * for every attempt. @throws undici errors on connect failure, timeout or abort.
+   */
+  async request(deployment: ResolvedDeployment, call: UpstreamCall): Promise<Dispatcher.ResponseData> {
+    const { pool, prefix, query, origin } = this.#poolFor(deployment);
+    let headers: Record<string, string> = {
       ...call.headers,
       'content-type': 'application/json',
       'accept-encoding': 'identity',
     };
+    const base = prefix + (deployment.provider === 'azure' ? azurePath(call.path) : call.path);
+    const path = query === '' ? base : `${base}${base.includes('?') ? '&' : '?'}${query.slice(1)}`;
     if (deployment.apiKey !== undefined) {
       if (deployment.provider === 'anthropic') headers['x-api-key'] = deployment.apiKey;
       else if (deployment.provider === 'azure') Object.assign(headers, azureAuthHeaders(deployment.apiKey, deployment.auth));
       else headers.authorization = `Bearer ${deployment.apiKey}`;
+    } else if (deployment.aws !== undefined) {
+      headers = await signBedrockRequest(deployment.aws, { origin, path, headers, body: call.body });
     }
-    const path = prefix + (deployment.provider === 'azure' ? azurePath(call.path) : call.path);
     return pool.request({
       method: 'POST',
-      path: query === '' ? path : `${path}${path.includes('?') ? '&' : '?'}${query.slice(1)}`,
+      path,
       headers,
       body: call.body,
       signal: call.signal,
@@ -50,7 +58,7 @@ export class Upstreams {
     });
   }
 
-  #poolFor(deployment: ResolvedDeployment): { pool: Pool; prefix: string; query: string } {
+  #poolFor(deployment: ResolvedDeployment): { pool: Pool; prefix: string; query: string; origin: string } {
     let entry = this.#pools.get(deployment.name);
     if (entry === undefined) {
       const url = new URL(deployment.base_url);
@@ -58,6 +66,7 @@ export class Upstreams {
         pool: new Pool(url.origin, { connections: deployment.connections, keepAliveTimeout: 30_000, pipelining: 1 }),
         prefix: url.pathname.replace(/\/+$/, ''),
         query: url.search,
+        origin: url.origin,
       };
       this.#pools.set(deployment.name, entry);
     }

@@ -7,8 +7,9 @@ import type { IncomingHttpHeaders } from 'node:http';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { LimitState } from '../limiter/index.ts';
 import type { PreparedRequest, Prepare, ReplyIdentity } from './prepared-request.ts';
-import { anthropicError, badRequest, echoedKeyError, echoedKeyEvent, openAIError, serverFault, type ProviderError, type Wire } from './provider-errors.ts';
+import { anthropicError, badRequest, bedrockError, echoedKeyError, echoedKeyEvent, openAIError, serverFault, type ProviderError, type Wire } from './provider-errors.ts';
 import { isEchoFault } from './faults.ts';
+import { EVENT_STREAM_CONTENT_TYPE } from '../providers/bedrock/converse.ts';
 import {
   anthropicRateLimitHeaders,
   formatGoDuration,
@@ -40,6 +41,8 @@ export interface ModelRoute {
   readonly idPrefix: string;
   /** An Azure OpenAI route (see `./azure.ts`): its key, errors, headers and content filter are Azure's. */
   readonly azure?: AzureApi;
+  /** The model of a request whose model is not in its body (Bedrock: the `{modelId}` path label). @default body.model */
+  readonly modelOf?: (req: FastifyRequest) => string;
 }
 
 /** The key of a request on `route` ('' when missing). */
@@ -47,12 +50,20 @@ export function routeKeyOf(route: ModelRoute, headers: IncomingHttpHeaders): str
   return route.azure === undefined ? apiKeyOf(route.wire, headers) : azureKeyOf(headers);
 }
 
+/** `Credential=<access key id>/…` of a SigV4 Authorization header. */
+const SIGV4_CREDENTIAL = /^AWS4-HMAC-SHA256 Credential=([^/,\s]+)\//;
+
 /**
  * The API key of a request: OpenAI `Authorization: Bearer K`; Anthropic `x-api-key: K`, or
  * `Authorization: Bearer K` (what @anthropic-ai/sdk 1.x sends for `apiKey`).
  * @returns '' when missing.
  */
 export function apiKeyOf(wire: Wire, headers: IncomingHttpHeaders): string {
+  if (wire === 'bedrock') {
+    // SigV4: the access key id (the signature is verified before the route runs); else a Bedrock API key.
+    const id = SIGV4_CREDENTIAL.exec(headers.authorization ?? '')?.[1];
+    if (id !== undefined) return id;
+  }
   if (wire === 'anthropic') {
     const key = headerValue(headers['x-api-key']);
     if (key !== undefined && key !== '') return key;
@@ -64,6 +75,7 @@ export function apiKeyOf(wire: Wire, headers: IncomingHttpHeaders): string {
 
 /** Sends a provider error with `headers`. */
 export function sendError(reply: FastifyReply, err: ProviderError, headers: HeaderMap = {}): void {
+  if (err.headers !== undefined) Object.assign(headers, err.headers);
   headers['content-type'] = 'application/json; charset=utf-8';
   reply.code(err.status).headers(headers).send(err.body);
 }
@@ -74,6 +86,8 @@ function limitOf(limits: readonly LimitState[], kind: 'requests' | 'tokens'): Li
 
 /** The 429 body of a quota refusal, in OpenAI's or Anthropic's words. */
 function rateLimitError(wire: Wire, model: string, reason: 'limited' | 'too_large', kind: 'requests' | 'tokens', retryAfterMs: number, requested: number, limits: readonly LimitState[]): ProviderError {
+  // Bedrock says neither the limit nor the wait (and sends no retry-after).
+  if (wire === 'bedrock') return bedrockError(429, 'ThrottlingException', kind === 'tokens' ? 'Too many tokens, please wait before trying again.' : 'Too many requests, please wait before trying again.');
   const l = limitOf(limits, kind);
   const limit = l?.limit ?? 0;
   const used = l === undefined ? 0 : l.limit - l.remaining;
@@ -112,7 +126,8 @@ export function serveModelRequest(state: SimulatorState, route: ModelRoute, req:
   }
 
   // A classic Azure deployment URL names the model in its path; the body's `model` is not needed.
-  const model = azure === 'deployment' ? (req.params as { deployment: string }).deployment : readModel(req.body);
+  const model =
+    azure === 'deployment' ? (req.params as { deployment: string }).deployment : route.modelOf === undefined ? readModel(req.body) : route.modelOf(req);
   if (isFieldError(model)) {
     stats.errors++;
     return sendError(reply, badRequest(wire, model.message, model.param));
@@ -131,7 +146,7 @@ export function serveModelRequest(state: SimulatorState, route: ModelRoute, req:
   const fault = state.faults.pick(prepared.stream, headerValue(headers['x-sim-fault']));
 
   const out: HeaderMap = {};
-  out[wire === 'openai' ? 'x-request-id' : 'request-id'] = state.nextId('req_sim');
+  out[wire === 'openai' ? 'x-request-id' : wire === 'bedrock' ? 'x-amzn-requestid' : 'request-id'] = state.nextId('req_sim');
   if (azure !== undefined) {
     out['apim-request-id'] = out['x-request-id'] ?? '';
     if (wantsContentFilter(headers)) {
@@ -146,7 +161,7 @@ export function serveModelRequest(state: SimulatorState, route: ModelRoute, req:
     const received = { authorization: headerValue(headers.authorization) ?? '', 'x-api-key': headerValue(headers['x-api-key']) ?? '' };
     out['x-sim-echo-authorization'] = received.authorization;
     out['x-sim-echo-x-api-key'] = received['x-api-key'];
-    if (fault === 'echo-key-stream' && prepared.stream) {
+    if (fault === 'echo-key-stream' && prepared.stream && wire !== 'bedrock') {
       out['content-type'] = 'text/event-stream; charset=utf-8';
       reply.code(200).headers(out).send(prepared.plan({ id: state.nextId(route.idPrefix), created: Math.floor(opts.clock.now() / 1000) }).head + echoedKeyEvent(wire, received));
       return;
@@ -156,7 +171,9 @@ export function serveModelRequest(state: SimulatorState, route: ModelRoute, req:
     return sendError(reply, echoedKeyError(wire, status, received), out);
   }
   const decision = quota.admit(key, prepared.reserveTokens);
-  Object.assign(out, azure !== undefined ? azureRateLimitHeaders(decision.limits) : wire === 'openai' ? openAIRateLimitHeaders(decision.limits) : anthropicRateLimitHeaders(decision.limits, opts.clock.now()));
+  // Bedrock reports no rate-limit headers, and no retry-after with its ThrottlingException.
+  if (azure !== undefined) Object.assign(out, azureRateLimitHeaders(decision.limits));
+  else if (wire !== 'bedrock') Object.assign(out, wire === 'openai' ? openAIRateLimitHeaders(decision.limits) : anthropicRateLimitHeaders(decision.limits, opts.clock.now()));
   if (!decision.ok) {
     stats.rateLimited++;
     stats.key(key).rateLimited++;
@@ -164,7 +181,7 @@ export function serveModelRequest(state: SimulatorState, route: ModelRoute, req:
       if (decision.reason === 'limited') Object.assign(out, azureRetryHeaders(decision.retryAfterMs));
       return sendError(reply, azureRateLimitError(azureOperation(req.url.split('?')[0] ?? ''), apiVersion ?? 'v1', decision.kind, decision.retryAfterMs), out);
     }
-    if (decision.reason === 'limited') Object.assign(out, retryAfterHeaders(decision.retryAfterMs, wire === 'openai'));
+    if (decision.reason === 'limited' && wire !== 'bedrock') Object.assign(out, retryAfterHeaders(decision.retryAfterMs, wire === 'openai'));
     return sendError(reply, rateLimitError(wire, model, decision.reason, decision.kind, decision.retryAfterMs, prepared.reserveTokens, decision.limits), out);
   }
   if (fault === 'error') {
@@ -178,6 +195,7 @@ export function serveModelRequest(state: SimulatorState, route: ModelRoute, req:
   const ids: ReplyIdentity = { id: state.nextId(route.idPrefix), created: Math.floor(opts.clock.now() / 1000) };
   const onEnd = settleOnEnd(state, key, decision.id, prepared);
   if (prepared.stream) {
+    if (wire === 'bedrock') out['content-type'] = EVENT_STREAM_CONTENT_TYPE;
     const plan = prepared.plan(ids);
     const timing = { delayMs, tokensPerSecond: opts.tokensPerSecond, dropAfter: fault === 'drop' ? Math.floor(plan.units / 2) : null };
     const perUnit = prepared.tokensPerUnit ?? 1;

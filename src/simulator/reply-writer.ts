@@ -27,6 +27,11 @@ export interface StreamPlan {
   readonly units: number;
   /** Events after the last token (final chunk, usage chunk, `[DONE]`; message_delta, message_stop). */
   readonly tail: string;
+  /**
+   * How the strings are written: `utf8` text (SSE), or `latin1` for a binary stream held one byte
+   * per character (Bedrock's event-stream messages, whose head + unit × n + tail is the same concatenation). @default 'utf8'
+   */
+  readonly encoding?: 'utf8' | 'latin1';
 }
 
 /** Timing of a stream. */
@@ -80,8 +85,8 @@ export function deliverJson(reply: FastifyReply, headers: HeaderMap, body: strin
 }
 
 /** Writes `data`, then destroys the socket once it was handed to the OS. */
-function writeThenDestroy(raw: ServerResponse, data: string): void {
-  raw.write(data, () => raw.destroy());
+function writeThenDestroy(raw: ServerResponse, data: string, encoding: BufferEncoding): void {
+  raw.write(data, encoding, () => raw.destroy());
 }
 
 /**
@@ -95,6 +100,7 @@ export function deliverStream(reply: FastifyReply, headers: HeaderMap, plan: Str
   reply.hijack();
   const raw = reply.raw;
   const { head, unit, units, tail } = plan;
+  const enc = plan.encoding ?? 'utf8';
   const dropAt = timing.dropAfter === null ? Infinity : Math.min(timing.dropAfter, units);
   const tps = timing.tokensPerSecond;
   let done = false;
@@ -108,7 +114,7 @@ export function deliverStream(reply: FastifyReply, headers: HeaderMap, plan: Str
   };
   const drop = (data: string): void => {
     finish('dropped');
-    writeThenDestroy(raw, data);
+    writeThenDestroy(raw, data, enc);
   };
 
   const tick = (): void => {
@@ -123,10 +129,10 @@ export function deliverStream(reply: FastifyReply, headers: HeaderMap, plan: Str
     if (sent >= dropAt) return drop(data);
     if (sent >= units) {
       finish('completed');
-      raw.end(data + tail);
+      raw.end(data + tail, enc);
       return;
     }
-    if (data !== '') raw.write(data);
+    if (data !== '') raw.write(data, enc);
     timer = setTimeout(tick, Math.max(0, t0 + sent * interval - performance.now()));
   };
 
@@ -140,7 +146,7 @@ export function deliverStream(reply: FastifyReply, headers: HeaderMap, plan: Str
     if (tps === 0 || units === 0) {
       sent = units;
       finish('completed');
-      raw.end(head + unit.repeat(units) + tail);
+      raw.end(head + unit.repeat(units) + tail, enc);
       return;
     }
     t0 = performance.now();
@@ -148,10 +154,10 @@ export function deliverStream(reply: FastifyReply, headers: HeaderMap, plan: Str
     if (sent >= dropAt) return drop(head + unit);
     if (sent >= units) {
       finish('completed');
-      raw.end(head + unit + tail);
+      raw.end(head + unit + tail, enc);
       return;
     }
-    raw.write(head + unit);
+    raw.write(head + unit, enc);
     timer = setTimeout(tick, 1000 / tps);
   };
 

@@ -1,12 +1,13 @@
 /**
- * The provider simulator's HTTP server: OpenAI's and Anthropic's wire formats, its own per-key
- * RPM/TPM quota with provider-style 429s, fault injection, and counters for benchmarks.
+ * The provider simulator's HTTP server: OpenAI's, Anthropic's and Bedrock Converse's wire formats,
+ * its own per-key RPM/TPM quota with provider-style 429s, fault injection, and counters for benchmarks.
  *
  * Routes: `POST /v1/chat/completions`, `POST /v1/completions`, `POST /v1/embeddings`,
  * `POST /v1/messages`, `POST /v1/messages/count_tokens`, `GET /v1/models`, Azure OpenAI's
  * `POST /openai/deployments/{deployment}/{chat/completions,completions,embeddings}` and
- * `POST /openai/v1/{chat/completions,completions,embeddings}` (see `./azure.ts`),
- * `GET /sim/stats`, `POST /sim/reset`.
+ * `POST /openai/v1/{chat/completions,completions,embeddings}` (see `./azure.ts`), Bedrock's
+ * `POST /model/{modelId}/converse` and `POST /model/{modelId}/converse-stream` (SigV4-checked; see
+ * `bedrock-routes.ts`), `GET /sim/stats`, `POST /sim/reset`.
  */
 import type { AddressInfo } from 'node:net';
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
@@ -19,7 +20,8 @@ import { anthropicModelList, openAIModelList } from './model-list.ts';
 import { prepareOpenAIChat } from './openai-chat.ts';
 import { prepareEmbeddings } from './openai-embeddings.ts';
 import type { SimulatorOptions } from './options.ts';
-import { badRequest, missingKey, notFound, openAIError, anthropicError, type Wire } from './provider-errors.ts';
+import { badRequest, bedrockError, missingKey, notFound, openAIError, anthropicError, type Wire } from './provider-errors.ts';
+import { bedrockRoutes } from './bedrock-routes.ts';
 import { rfc3339After } from '../providers/rate-limit-headers.ts';
 import { SimulatorState } from './simulator-state.ts';
 
@@ -41,6 +43,7 @@ const ROUTES: readonly (ModelRoute & { url: string })[] = [
 ];
 
 function wireOfUrl(url: string): Wire {
+  if (url.startsWith('/model/')) return 'bedrock';
   return url.startsWith('/v1/messages') ? 'anthropic' : 'openai';
 }
 
@@ -83,6 +86,7 @@ export function buildSimulator(opts: SimulatorOptions = {}): FastifyInstance {
     },
     handler: (req, reply) => serveCountTokens(state, req, reply),
   });
+  void app.register(bedrockRoutes(state));
 
   app.get('/v1/models', (req, reply) => {
     const anthropic = req.headers['anthropic-version'] !== undefined;
@@ -103,7 +107,7 @@ export function buildSimulator(opts: SimulatorOptions = {}): FastifyInstance {
 
   app.setErrorHandler((err: FastifyError, req, reply) => {
     const wire = wireOfUrl(req.url);
-    if (req.url.startsWith('/v1/') || req.url.startsWith('/openai/')) stats.errors++;
+    if (wire === 'bedrock' || req.url.startsWith('/v1/') || req.url.startsWith('/openai/')) stats.errors++;
     const status = err.statusCode ?? 500;
     if (status === 400 && (err.code === 'FST_ERR_CTP_INVALID_JSON_BODY' || err.code === 'FST_ERR_CTP_EMPTY_JSON_BODY' || err instanceof SyntaxError)) {
       const message =
@@ -112,6 +116,7 @@ export function buildSimulator(opts: SimulatorOptions = {}): FastifyInstance {
           : 'There was an issue with the format of your request: the body is not valid JSON.';
       return sendError(reply, badRequest(wire, message));
     }
+    if (wire === 'bedrock') return sendError(reply, status < 500 ? bedrockError(status, 'ValidationException', err.message) : bedrockError(500, 'InternalServerException', err.message));
     if (status < 500) {
       return sendError(reply, wire === 'openai' ? openAIError(status, err.message, 'invalid_request_error') : anthropicError(status, 'invalid_request_error', err.message));
     }

@@ -14,6 +14,7 @@ import { runExchange } from '../exchange.ts';
 import { countingOf, routeModel, upstreamModelOf } from '../routing.ts';
 import type { DeploymentCall } from '../exchange.ts';
 import { wireFormatOf } from '../../providers/wire-format.ts';
+import { bedrockCallForOpenAI } from '../bedrock-call.ts';
 
 /** Anthropic API version sent to an Anthropic deployment that serves an OpenAI request. */
 const ANTHROPIC_VERSION = '2023-06-01';
@@ -67,6 +68,7 @@ export function chatCompletionsHandler(ctx: GatewayContext): ApiHandler {
       failover: route.failover,
       callFor: (d): DeploymentCall => {
         const model = upstreamModelOf(route.model, d);
+        if (d.provider === 'bedrock') return bedrockCallForOpenAI(chat.body, { modelId: model, model: chat.model, stream: chat.stream, defaultMaxTokens: route.model.default_max_output, includeUsage: chat.clientWantsUsage });
         if (wireFormatOf(d.provider) === 'openai') {
           return { path: '/v1/chat/completions', body: JSON.stringify(upstreamChatBody(chat, model)), headers: {}, usageFromJson: openAIUsage, observer: () => new OpenAIChatStreamObserver(chat.clientWantsUsage) };
         }
