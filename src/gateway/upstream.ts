@@ -15,6 +15,8 @@ export interface UpstreamCall {
   /** Provider path, e.g. `/v1/chat/completions` (the base URL's path is prefixed). */
   readonly path: string;
   readonly body: string | Buffer;
+  /** HTTP method; a GET or DELETE sends no body. @default 'POST' */
+  readonly method?: 'GET' | 'POST' | 'DELETE';
   /** Extra request headers (forwarded client headers, `anthropic-version`, ...). */
   readonly headers: Record<string, string>;
   /** Aborts the call: an AbortSignal, or an EventEmitter that emits `abort` (cheaper; undici takes both). */
@@ -25,14 +27,12 @@ export interface UpstreamCall {
 export class Upstreams {
   readonly #pools = new Map<string, { pool: Pool; prefix: string; query: string }>();
 
-  /** Sends a POST to a deployment; the body of the returned response must be consumed or destroyed. @throws undici errors on connect failure, timeout or abort. */
+  /** Sends a request (a POST unless `call.method` says) to a deployment; the body of the returned response must be consumed or destroyed. @throws undici errors on connect failure, timeout or abort. */
   request(deployment: ResolvedDeployment, call: UpstreamCall): Promise<Dispatcher.ResponseData> {
     const { pool, prefix, query } = this.#poolFor(deployment);
-    const headers: Record<string, string> = {
-      ...call.headers,
-      'content-type': 'application/json',
-      'accept-encoding': 'identity',
-    };
+    const method = call.method ?? 'POST';
+    const headers: Record<string, string> = { ...call.headers, 'accept-encoding': 'identity' };
+    if (method === 'POST') headers['content-type'] = 'application/json';
     if (deployment.apiKey !== undefined) {
       if (deployment.provider === 'anthropic') headers['x-api-key'] = deployment.apiKey;
       else if (deployment.provider === 'azure') Object.assign(headers, azureAuthHeaders(deployment.apiKey, deployment.auth));
@@ -40,10 +40,10 @@ export class Upstreams {
     }
     const path = prefix + (deployment.provider === 'azure' ? azurePath(call.path) : call.path);
     return pool.request({
-      method: 'POST',
+      method,
       path: query === '' ? path : `${path}${path.includes('?') ? '&' : '?'}${query.slice(1)}`,
       headers,
-      body: call.body,
+      body: method === 'POST' ? call.body : null,
       signal: call.signal,
       headersTimeout: deployment.headers_timeout,
       bodyTimeout: deployment.body_timeout,
