@@ -231,11 +231,13 @@ describe('the official client → quotaring → the simulator (Responses API)', 
 
   test('JSON: reserves prompt + max_output_tokens, settles on the reported usage (reasoning included)', async () => {
     const openai = client('json');
+    const sent = (await stats(sim)).byKey[UPSTREAM_KEY]?.requests ?? 0;
     const first = await openai.responses.create({ model: 'gpt-4o-mini', input: 'hi', max_output_tokens: 100 }, { headers: { 'x-sim-output-tokens': '2', 'x-sim-reasoning-tokens': '5' } }).withResponse();
     assert.deepEqual(first.data.usage, usage(HI, 7, 5));
     assert.equal(first.data.output_text, ' the the');
     assert.equal(remainingTokens(first.response.headers), 10_000 - (HI + 100), 'reserved prompt + max_output_tokens');
     assert.ok(first.response.headers.get('x-quotaring-request-id'));
+    assert.equal((await stats(sim)).byKey[UPSTREAM_KEY]?.requests, sent + 1, 'sent upstream with the deployment\'s key');
     const second = await openai.responses.create({ model: 'gpt-4o-mini', input: 'hi', max_output_tokens: 16 }).withResponse();
     assert.equal(remainingTokens(second.response.headers), 10_000 - (HI + 7) - (HI + 16), 'the first settled on input + output (reasoning included)');
   });
