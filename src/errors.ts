@@ -87,6 +87,12 @@ export const ERRORS = {
     anthropicType: 'not_found_error',
     message: 'No such route on this gateway.',
   },
+  response_not_found: {
+    status: 404,
+    openaiType: 'invalid_request_error',
+    anthropicType: 'not_found_error',
+    message: 'No response with this id was created with this API key.',
+  },
   rate_limit_exceeded: {
     status: 429,
     openaiType: 'requests',

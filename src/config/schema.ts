@@ -146,6 +146,13 @@ export const ModelSchema = z.strictObject({
   estimator: z.enum(ESTIMATORS).default('estimate'),
   /** Output reserved when a request sets no max_tokens, in tokens. @default 4096 */
   default_max_output: positiveInt.default(4096),
+  /**
+   * Prompt tokens reserved at admission for each piece of context a Responses request names but does
+   * not carry (`previous_response_id` this node has not seen answered, `conversation`, a stored
+   * `prompt`, a file or image by `file_id`, an `item_reference`); settlement uses the provider's
+   * reported usage either way. @default 4096
+   */
+  stored_context_tokens: z.number().int().min(0).default(4096),
   /** Deployment names, in order of preference (failover follows this order). */
   deployments: z.array(z.string().min(1)).min(1),
   /**
@@ -198,6 +205,13 @@ export const DeploymentSchema = z.strictObject({
   retry_backoff: duration.optional(),
   /** Model name to send upstream when it differs from the public one. */
   upstream_model: z.string().min(1).optional(),
+  /**
+   * How an openai or azure deployment serves `POST /v1/responses`: `native` (its own Responses API)
+   * or `chat` (translated to chat completions, for OpenAI-compatible servers without it; requests
+   * that need stored state, such as `previous_response_id` or `background`, skip it). Anthropic
+   * deployments always translate. @default native
+   */
+  responses_api: z.enum(['native', 'chat']).optional(),
   /** Provider quota (enforced cluster-wide by the global cap; see issue 4). */
   quota: z.strictObject({ rpm: positiveInt.optional(), tpm: positiveInt.optional() }).default({}),
   /** Fraction of the quota to use. @default 0.9 */
@@ -582,6 +596,7 @@ export const ConfigSchema = z
       ids.add(m.id);
     });
     config.deployments.forEach((d, i) => {
+      if (d.responses_api !== undefined && d.provider !== 'openai' && d.provider !== 'azure') ctx.addIssue({ code: 'custom', path: ['deployments', i, 'responses_api'], message: `responses_api applies to openai and azure deployments (a ${d.provider} deployment always serves Responses requests translated)` });
       if (d.auth !== undefined && d.provider !== 'azure') ctx.addIssue({ code: 'custom', path: ['deployments', i, 'auth'], message: `auth applies to azure deployments only (${d.provider} keys are sent the ${d.provider} way)` });
       const problem = d.provider === 'azure' ? azureBaseUrlProblem(d.base_url) : undefined;
       if (problem !== undefined) ctx.addIssue({ code: 'custom', path: ['deployments', i, 'base_url'], message: problem });

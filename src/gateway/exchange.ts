@@ -77,6 +77,16 @@ export interface Exchange extends DeploymentCall {
    * limits apart, such as Anthropic's count_tokens: no quota taken, a 429 drains none). @default true
    */
   readonly deploymentQuota?: boolean;
+  /**
+   * Called once per request whose reply succeeded (2xx), after it was relayed, with the upstream's
+   * JSON text (undefined for a stream). `settle` is given when the reply may not have reported its
+   * usage (a JSON reply without it, any stream): the concurrency slot was released, and returning
+   * true takes the settlement over — the reservation (and the deployment quota it holds) stays
+   * until `settle(actualTokens)` is called, once the provider reports the usage (Responses
+   * `background: true`, whose usage comes with a later GET). Returning false settles as usual.
+   * Never given `settle` in central mode (one call settles and releases there). @default none
+   */
+  readonly onReply?: (text: string | undefined, settle: ((actualTokens: number) => void) | undefined) => boolean;
 }
 
 /** First wait before retrying a Bedrock ThrottlingException (it carries no retry-after), ms; `retry_backoff` overrides. */
@@ -391,6 +401,8 @@ async function exchange(ctx: GatewayContext, request: FastifyRequest, reply: Fas
   raw.on('close', onClose);
   // Tokens to settle at the end; starts at "refund everything" (upstream failure before any output).
   let actual = 0;
+  /** A success: its upstream JSON text (undefined for a stream) and whether it reported usage, for `ex.onReply`. */
+  let succeeded: { readonly text: string | undefined; readonly reported: boolean } | undefined;
   // The deployment serving the request and whose quota it holds (failover moves both).
   let deployment = ex.deployment;
   let call: DeploymentCall = ex;
@@ -464,6 +476,7 @@ async function exchange(ctx: GatewayContext, request: FastifyRequest, reply: Fas
           const usage = call.usageFromJson(jsonField(text, 'usage'));
           // No usage reported: keep the reservation (the conservative charge).
           actual = usage === undefined ? cost : usage.input + usage.output;
+          succeeded = { text, reported: usage !== undefined };
         }
         if (call.translate !== undefined) {
           delete headers['content-length'];
@@ -485,22 +498,45 @@ async function exchange(ctx: GatewayContext, request: FastifyRequest, reply: Fas
       }
       if (call.translate !== undefined) headers['content-type'] = 'text/event-stream';
       actual = await pipeStream(ctx, reply, ex, call, res, headers, client, id);
+      if (res.statusCode < 300) succeeded = { text: undefined, reported: false };
       return reply;
     }
   } finally {
     raw.off('close', onClose);
     ctx.activity.inFlight--;
     trail.used = actual;
-    finish(ctx, tenantId, id, actual, spread !== undefined);
-    if (held !== undefined && ctx.quotas !== undefined) {
-      if (actual < cost) ctx.quotas.leases.refund(held, { tokens: cost - actual });
-      else if (actual > cost) ctx.quotas.leases.debit(held, { tokens: actual - cost });
+    const quotaHolder = held;
+    const settle = (tokens: number): void => {
+      finish(ctx, tenantId, id, tokens, spread !== undefined);
+      if (quotaHolder !== undefined && ctx.quotas !== undefined) {
+        if (tokens < cost) ctx.quotas.leases.refund(quotaHolder, { tokens: cost - tokens });
+        else if (tokens > cost) ctx.quotas.leases.debit(quotaHolder, { tokens: tokens - cost });
+      }
+      if (group !== undefined && leases !== undefined) {
+        if (tokens < cost) leases.refund(group, { tokens: cost - tokens });
+        else if (tokens > cost) leases.debit(group, { tokens: tokens - cost });
+      }
+    };
+    let taken = false;
+    if (succeeded !== undefined && ex.onReply !== undefined) {
+      // Maybe still at work upstream (background): the slot goes back now, the tokens once it reports them.
+      const deferrable = !succeeded.reported && central === undefined && releaseSlot(ctx, tenantId, id, spread !== undefined);
+      taken = ex.onReply(succeeded.text, deferrable ? settle : undefined) && deferrable;
     }
-    if (group !== undefined && leases !== undefined) {
-      if (actual < cost) leases.refund(group, { tokens: cost - actual });
-      else if (actual > cost) leases.debit(group, { tokens: actual - cost });
-    }
+    if (!taken) settle(actual);
   }
+}
+
+/**
+ * Frees the concurrency slot of reservation `id` and keeps its tokens reserved (see `Exchange.onReply`).
+ * @returns false when this node no longer decides for the tenant (then the request settles at once).
+ */
+function releaseSlot(ctx: GatewayContext, tenant: string, id: string, spread: boolean): boolean {
+  const handoff = ctx.handoff;
+  if (!spread && handoff !== undefined && !handoff.holds(tenant)) return false;
+  ctx.limiter.release(tenant, id);
+  if (!spread) handoff?.touched(tenant);
+  return true;
 }
 
 /** `ex.callFor(deployment)`, or undefined when the request cannot be said in its format. */

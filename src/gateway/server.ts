@@ -44,6 +44,7 @@ import { openAIRoutes } from './routes/openai.ts';
 import { completionsRoutes } from './routes/completions.ts';
 import { azureRoutes } from './routes/azure.ts';
 import { countTokensRoutes } from './routes/count-tokens.ts';
+import { responsesRoutes } from './routes/responses.ts';
 import { sendSettlement, settlementRoutes } from './routes/settlements.ts';
 import { tenantStateRoutes } from './routes/tenant-state.ts';
 import { Upstreams } from './upstream.ts';
@@ -440,6 +441,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     azureRoutes(v1, ctx);
     anthropicRoutes(v1, ctx);
     countTokensRoutes(v1, ctx);
+    responsesRoutes(v1, ctx);
   });
 
   if (handoff !== undefined) {

@@ -16,6 +16,8 @@ export interface UpstreamCall {
   /** Provider path, e.g. `/v1/chat/completions` (the base URL's path is prefixed). */
   readonly path: string;
   readonly body: string | Buffer;
+  /** HTTP method; a GET or DELETE sends no body. @default 'POST' */
+  readonly method?: 'GET' | 'POST' | 'DELETE';
   /** Extra request headers (forwarded client headers, `anthropic-version`, ...). */
   readonly headers: Record<string, string>;
   /** Aborts the call: an AbortSignal, or an EventEmitter that emits `abort` (cheaper; undici takes both). */
@@ -27,17 +29,16 @@ export class Upstreams {
   readonly #pools = new Map<string, { pool: Pool; prefix: string; query: string; origin: string }>();
 
   /**
-   * Sends a POST to a deployment; the body of the returned response must be consumed or destroyed.
-   * A Bedrock deployment without an API key is signed with SigV4 (its `aws` credentials), afresh
-   * for every attempt. @throws undici errors on connect failure, timeout or abort.
+   * Sends a request (a POST unless `call.method` says) to a deployment; the body of the returned
+   * response must be consumed or destroyed. A Bedrock deployment without an API key is signed with
+   * SigV4 (its `aws` credentials), afresh for every attempt. @throws undici errors on connect
+   * failure, timeout or abort.
    */
   async request(deployment: ResolvedDeployment, call: UpstreamCall): Promise<Dispatcher.ResponseData> {
     const { pool, prefix, query, origin } = this.#poolFor(deployment);
-    let headers: Record<string, string> = {
-      ...call.headers,
-      'content-type': 'application/json',
-      'accept-encoding': 'identity',
-    };
+    const method = call.method ?? 'POST';
+    let headers: Record<string, string> = { ...call.headers, 'accept-encoding': 'identity' };
+    if (method === 'POST') headers['content-type'] = 'application/json';
     const base = prefix + (deployment.provider === 'azure' ? azurePath(call.path) : call.path);
     const path = query === '' ? base : `${base}${base.includes('?') ? '&' : '?'}${query.slice(1)}`;
     if (deployment.apiKey !== undefined) {
@@ -48,10 +49,10 @@ export class Upstreams {
       headers = await signBedrockRequest(deployment.aws, { origin, path, headers, body: call.body });
     }
     return pool.request({
-      method: 'POST',
+      method,
       path,
       headers,
-      body: call.body,
+      body: method === 'POST' ? call.body : null,
       signal: call.signal,
       headersTimeout: deployment.headers_timeout,
       bodyTimeout: deployment.body_timeout,

@@ -79,7 +79,7 @@ export function routerControl(app: FastifyInstance): RouterControl {
 }
 
 /**
- * Builds the router (not listening). Routes: `GET|POST /v1/*` and `/openai/*` (Azure OpenAI's paths) proxied to the tenant's owner;
+ * Builds the router (not listening). Routes: `GET|POST|DELETE /v1/*` and `/openai/*` (Azure OpenAI's paths) proxied to the tenant's owner;
  * `GET /healthz`; `GET /readyz` (503 while the ring is empty, naming `redis` while the members were never read). Health checks run every
  * `healthCheckMs` from `onReady` until `close()`, which also closes the member pools. The
  * membership is not started or stopped here.
@@ -159,8 +159,8 @@ export function buildRouter(opts: RouterOptions): FastifyInstance {
       return forward(ctx, request, reply, tenant.id, spread);
     };
     // The provider APIs: OpenAI's and Anthropic's under /v1, Azure OpenAI's under /openai.
-    v1.route({ method: ['GET', 'POST'], url: '/v1/*', handler: proxy });
-    v1.route({ method: ['GET', 'POST'], url: '/openai/*', handler: proxy });
+    v1.route({ method: ['GET', 'POST', 'DELETE'], url: '/v1/*', handler: proxy });
+    v1.route({ method: ['GET', 'POST', 'DELETE'], url: '/openai/*', handler: proxy });
   });
 
   let unsubscribe: (() => void) | undefined;

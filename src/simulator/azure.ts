@@ -147,6 +147,7 @@ export function withPromptFilterResults(prepared: PreparedRequest): PreparedRequ
 /** Azure's name of an operation, as its 429 messages give it. */
 export function azureOperation(path: string): string {
   if (path.endsWith('/chat/completions')) return 'ChatCompletions_Create';
+  if (path.endsWith('/responses')) return 'Responses_Create';
   if (path.endsWith('/completions')) return 'Completions_Create';
   return 'Embeddings_Create';
 }

@@ -43,6 +43,8 @@ export interface ModelRoute {
   readonly azure?: AzureApi;
   /** The model of a request whose model is not in its body (Bedrock: the `{modelId}` path label). @default body.model */
   readonly modelOf?: (req: FastifyRequest) => string;
+  /** Replies without Azure's `prompt_filter_results` (the Responses API has none). @default false */
+  readonly noPromptFilterResults?: boolean;
 }
 
 /** The key of a request on `route` ('' when missing). */
@@ -132,12 +134,12 @@ export function serveModelRequest(state: SimulatorState, route: ModelRoute, req:
     stats.errors++;
     return sendError(reply, badRequest(wire, model.message, model.param));
   }
-  let prepared = route.prepare(req.body as Record<string, unknown>, model, headers, { prompts: state.prompts, defaultOutputTokens: opts.defaultOutputTokens });
+  let prepared = route.prepare(req.body as Record<string, unknown>, model, headers, { prompts: state.prompts, defaultOutputTokens: opts.defaultOutputTokens, responses: state.responses, key, paceTokensPerSecond: opts.tokensPerSecond });
   if (isFieldError(prepared)) {
     stats.errors++;
     return sendError(reply, badRequest(wire, prepared.message, prepared.param));
   }
-  if (azure !== undefined) prepared = withPromptFilterResults(prepared);
+  if (azure !== undefined && route.noPromptFilterResults !== true) prepared = withPromptFilterResults(prepared);
   const ttft = readMsHeader('x-sim-ttft-ms', headers['x-sim-ttft-ms']);
   if (isFieldError(ttft)) {
     stats.errors++;
@@ -193,7 +195,7 @@ export function serveModelRequest(state: SimulatorState, route: ModelRoute, req:
   stats.inFlight++;
   const delayMs = (ttft ?? opts.ttftMs) + (fault === 'slow' ? opts.slowMs : 0);
   const ids: ReplyIdentity = { id: state.nextId(route.idPrefix), created: Math.floor(opts.clock.now() / 1000) };
-  const onEnd = settleOnEnd(state, key, decision.id, prepared);
+  const onEnd = settleOnEnd(state, key, decision.id, prepared, ids);
   if (prepared.stream) {
     if (wire === 'bedrock') out['content-type'] = EVENT_STREAM_CONTENT_TYPE;
     const plan = prepared.plan(ids);
@@ -206,9 +208,12 @@ export function serveModelRequest(state: SimulatorState, route: ModelRoute, req:
 }
 
 /** The end of a reply: count it and settle the quota to the prompt + the completion tokens sent. */
-function settleOnEnd(state: SimulatorState, key: string, id: string, prepared: PreparedRequest): (outcome: ReplyOutcome, sent: number) => void {
+function settleOnEnd(state: SimulatorState, key: string, id: string, prepared: PreparedRequest, ids: ReplyIdentity): (outcome: ReplyOutcome, sent: number) => void {
   const ks = state.stats.key(key);
-  return (outcome, sent) => {
+  return (outcome, streamed) => {
+    prepared.ended?.(outcome, streamed, ids);
+    // Reasoning tokens are generated before the first visible one, and never streamed.
+    const sent = prepared.stream ? streamed + (prepared.hiddenOutputTokens ?? 0) : streamed;
     const stats = state.stats;
     stats.inFlight--;
     if (outcome === 'completed') stats.completed++;

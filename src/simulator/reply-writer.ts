@@ -25,6 +25,8 @@ export interface StreamPlan {
   readonly unit: string;
   /** Output tokens (unit events). */
   readonly units: number;
+  /** The event of output token `i` (from 0) when they differ (a sequence number in each); else `unit` every time. */
+  readonly unitAt?: (i: number) => string;
   /** Events after the last token (final chunk, usage chunk, `[DONE]`; message_delta, message_stop). */
   readonly tail: string;
   /**
@@ -99,8 +101,16 @@ function writeThenDestroy(raw: ServerResponse, data: string, encoding: BufferEnc
 export function deliverStream(reply: FastifyReply, headers: HeaderMap, plan: StreamPlan, timing: StreamTiming, onEnd: ReplyEnd): void {
   reply.hijack();
   const raw = reply.raw;
-  const { head, unit, units, tail } = plan;
+  const { head, units, tail } = plan;
   const enc = plan.encoding ?? 'utf8';
+  const unitAt = plan.unitAt;
+  /** The events of tokens `from` (inclusive) to `to` (exclusive). */
+  const run = (from: number, to: number): string => {
+    if (unitAt === undefined) return plan.unit.repeat(to - from);
+    let out = '';
+    for (let i = from; i < to; i++) out += unitAt(i);
+    return out;
+  };
   const dropAt = timing.dropAfter === null ? Infinity : Math.min(timing.dropAfter, units);
   const tps = timing.tokensPerSecond;
   let done = false;
@@ -123,7 +133,7 @@ export function deliverStream(reply: FastifyReply, headers: HeaderMap, plan: Str
     const due = Math.min(units, dropAt, 1 + Math.floor((performance.now() - t0) / interval));
     let data = '';
     if (due > sent) {
-      data = unit.repeat(due - sent);
+      data = run(sent, due);
       sent = due;
     }
     if (sent >= dropAt) return drop(data);
@@ -141,23 +151,23 @@ export function deliverStream(reply: FastifyReply, headers: HeaderMap, plan: Str
     raw.writeHead(200, { ...SSE_HEADERS, ...headers });
     if (dropAt !== Infinity && (tps === 0 || dropAt === 0)) {
       sent = dropAt;
-      return drop(head + unit.repeat(dropAt));
+      return drop(head + run(0, dropAt));
     }
     if (tps === 0 || units === 0) {
       sent = units;
       finish('completed');
-      raw.end(head + unit.repeat(units) + tail, enc);
+      raw.end(head + run(0, units) + tail, enc);
       return;
     }
     t0 = performance.now();
     sent = 1;
-    if (sent >= dropAt) return drop(head + unit);
+    if (sent >= dropAt) return drop(head + run(0, 1));
     if (sent >= units) {
       finish('completed');
-      raw.end(head + unit + tail, enc);
+      raw.end(head + run(0, 1) + tail, enc);
       return;
     }
-    raw.write(head + unit, enc);
+    raw.write(head + run(0, 1), enc);
     timer = setTimeout(tick, 1000 / tps);
   };
 

@@ -5,7 +5,9 @@
  * Routes: `POST /v1/chat/completions`, `POST /v1/completions`, `POST /v1/embeddings`,
  * `POST /v1/messages`, `POST /v1/messages/count_tokens`, `GET /v1/models`, Azure OpenAI's
  * `POST /openai/deployments/{deployment}/{chat/completions,completions,embeddings}` and
- * `POST /openai/v1/{chat/completions,completions,embeddings}` (see `./azure.ts`), Bedrock's
+ * `POST /openai/v1/{chat/completions,completions,embeddings}` (see `./azure.ts`), the Responses API
+ * `POST /v1/responses`, `GET|DELETE /v1/responses/{id}`, `POST /v1/responses/{id}/cancel` (also below
+ * `/openai/v1` and `/openai`; see `./openai-responses.ts`), Bedrock's
  * `POST /model/{modelId}/converse` and `POST /model/{modelId}/converse-stream` (SigV4-checked; see
  * `bedrock-routes.ts`), `GET /sim/stats`, `POST /sim/reset`.
  */
@@ -18,6 +20,7 @@ import { azureMissingKey, azureNotFound } from './azure.ts';
 import { prepareOpenAICompletions } from './openai-completions.ts';
 import { anthropicModelList, openAIModelList } from './model-list.ts';
 import { prepareOpenAIChat } from './openai-chat.ts';
+import { prepareOpenAIResponses, storedResponseRoutes } from './openai-responses.ts';
 import { prepareEmbeddings } from './openai-embeddings.ts';
 import type { SimulatorOptions } from './options.ts';
 import { badRequest, bedrockError, missingKey, notFound, openAIError, anthropicError, type Wire } from './provider-errors.ts';
@@ -33,6 +36,7 @@ const OPENAI_ROUTES: readonly (ModelRoute & { path: string })[] = [
   { path: '/chat/completions', wire: 'openai', prepare: prepareOpenAIChat, idPrefix: 'chatcmpl-sim' },
   { path: '/completions', wire: 'openai', prepare: prepareOpenAICompletions, idPrefix: 'cmpl-sim' },
   { path: '/embeddings', wire: 'openai', prepare: prepareEmbeddings, idPrefix: 'emb-sim' },
+  { path: '/responses', wire: 'openai', prepare: prepareOpenAIResponses, idPrefix: 'resp_sim', noPromptFilterResults: true },
 ];
 
 const ROUTES: readonly (ModelRoute & { url: string })[] = [
@@ -40,6 +44,8 @@ const ROUTES: readonly (ModelRoute & { url: string })[] = [
   { url: '/v1/messages', wire: 'anthropic', prepare: prepareAnthropicMessages, idPrefix: 'msg_sim' },
   ...OPENAI_ROUTES.map((r) => ({ ...r, url: `/openai/deployments/:deployment${r.path}`, azure: 'deployment' as const })),
   ...OPENAI_ROUTES.map((r) => ({ ...r, url: `/openai/v1${r.path}`, azure: 'v1' as const })),
+  // The `AzureOpenAI` client's Responses path: below /openai, not below a deployment.
+  { url: '/openai/responses', wire: 'openai', prepare: prepareOpenAIResponses, idPrefix: 'resp_sim', noPromptFilterResults: true, azure: 'v1' },
 ];
 
 function wireOfUrl(url: string): Wire {
@@ -96,6 +102,8 @@ export function buildSimulator(opts: SimulatorOptions = {}): FastifyInstance {
     const body = anthropic ? anthropicModelList(rfc3339After(0, 1_700_000_000_000)) : openAIModelList(Math.floor(now / 1000));
     reply.header('content-type', 'application/json').send(body);
   });
+
+  for (const prefix of ['/v1', '/openai/v1', '/openai']) storedResponseRoutes(app, state, prefix);
 
   app.get('/sim/stats', (_req, reply) => {
     reply.send(stats.snapshot());

@@ -137,6 +137,7 @@ describe('error catalogue', () => {
       model_not_found: 404,
       wrong_endpoint: 400,
       not_found: 404,
+      response_not_found: 404,
       rate_limit_exceeded: 429,
       request_too_large: 429,
       misdirected: 421,
