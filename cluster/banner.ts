@@ -9,8 +9,8 @@ import { redactUrl } from '../src/config/redis-url.ts';
 export interface BannerInfo {
   /** Router base URLs; the first one is used in the examples. */
   readonly routers: readonly string[];
-  /** Nodes as `{ id, url }`. */
-  readonly nodes: readonly { readonly id: string; readonly url: string }[];
+  /** Nodes as `{ id, url, pid }`. */
+  readonly nodes: readonly { readonly id: string; readonly url: string; readonly pid?: number }[];
   /** Redis URL of the membership, or undefined for static members. */
   readonly redis?: string;
   readonly simulator: string;
@@ -22,6 +22,17 @@ export interface BannerInfo {
   readonly admin?: { readonly token: string; readonly tokenEnv: string; readonly routers: readonly string[]; readonly nodes: readonly string[] };
   /** Model names for the examples; an example is left out when its model is undefined. */
   readonly models: { readonly openai?: string; readonly anthropic?: string };
+  /**
+   * The deployments of a config the user gave (absent for the demo, whose deployments are the
+   * simulator): where each one sends requests, and the variable its key is read from.
+   */
+  readonly upstreams?: readonly { readonly name: string; readonly baseUrl: string; readonly keyEnv?: string }[];
+  /** Process ids: `up` itself, the simulator, the first router. */
+  readonly pids?: { readonly up?: number; readonly simulator?: number; readonly router?: number };
+  /** `server.log_level` of the children (`info` and below print a line per request). */
+  readonly logLevel?: string;
+  /** `quotaring reload` reaches this up (its pid file was written). */
+  readonly reload?: boolean;
 }
 
 /** First line of the banner; the end-to-end test waits for it. */
@@ -36,15 +47,27 @@ export function clusterBanner(info: BannerInfo): string {
     info.redis === undefined
       ? 'static members (no Redis): every router and node builds the same ring from this list; routers health-check the nodes'
       : `Redis membership at ${redactUrl(info.redis)}: nodes heartbeat, routers and nodes build the ring from the live set`;
+  const pidOf = (pid: number | undefined): string => (pid === undefined ? '' : `   pid ${pid}`);
+  const upstreams = info.upstreams;
+  const provider =
+    upstreams === undefined
+      ? 'the provider simulator (the demo\'s deployments: no provider key needed)'
+      : upstreams.every((u) => u.baseUrl.startsWith(info.simulator))
+        ? 'the provider simulator (your deployments point at it)'
+        : 'the provider simulator (started, but your deployments send to the URLs below)';
   const lines = [
     '',
-    `${BANNER_HEADLINE}: ${plural(info.routers.length, 'router')}, ${plural(info.nodes.length, 'node')}, the provider simulator (no provider key needed)`,
+    `${BANNER_HEADLINE}: ${plural(info.routers.length, 'router')}, ${plural(info.nodes.length, 'node')}, ${provider}`,
     '',
-    `  routers    ${info.routers.join('  ')}   <- send requests here`,
-    ...info.nodes.map((n, i) => `  ${i === 0 ? 'nodes    ' : '         '}  ${n.id.padEnd(8)} ${n.url}`),
+    `  routers    ${info.routers.join('  ')}   <- send requests here${pidOf(info.pids?.router)}`,
+    ...info.nodes.map((n, i) => `  ${i === 0 ? 'nodes    ' : '         '}  ${n.id.padEnd(8)} ${n.url}${pidOf(n.pid)}`),
     `  ring       ${ring}`,
-    `  simulator  ${info.simulator}`,
-    `  config     ${info.configSource}`,
+    `  simulator  ${info.simulator}${pidOf(info.pids?.simulator)}`,
+    ...(upstreams ?? []).map((u, i) => `  ${i === 0 ? 'upstream ' : '         '}  ${u.name}  ${u.baseUrl}${u.keyEnv === undefined ? '  (no key)' : `  (key from ${u.keyEnv})`}`),
+    `  config     ${info.configSource}${info.reload === true ? `   edit it, then: npx quotaring reload${info.routers[0]?.endsWith(':8080') === true ? '' : ` --port ${new URL(info.routers[0] ?? 'http://x:8080').port}`} (or kill -HUP ${info.pids?.up ?? '<pid of up>'})` : ''}`,
+    ...(info.logLevel === undefined
+      ? []
+      : [`  logs       ${['info', 'debug', 'trace'].includes(info.logLevel) ? `level ${info.logLevel}: a line per request` : `level ${info.logLevel}: no request lines (--logs for one per request)`}`]),
     '',
   ];
   if (info.admin !== undefined) {

@@ -1,7 +1,10 @@
 /**
- * Runs several quotaring processes (simulator, nodes, later routers) as children of one command:
- * prefixes each one's log lines with its name, waits until each answers `/healthz`, and stops them
- * all on Ctrl-C / SIGTERM, or when one dies (a gateway node may leave or die while another runs).
+ * Runs several quotaring processes (simulator, nodes, routers) as children of one command: starts
+ * them stage by stage (the children of a stage together), prefixes each one's log lines with its
+ * name, waits until each answers its health URL, and stops them all on Ctrl-C / SIGTERM, or when one
+ * dies (a gateway node may leave or die while another runs). No child outlives this process: each
+ * holds a pipe from it as stdin and stops when the pipe closes (see {@link EXIT_WITH_PARENT_ENV}),
+ * so even a SIGKILL of the launcher stops them.
  */
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
@@ -9,9 +12,19 @@ import { createInterface } from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { request } from 'undici';
+import { EXIT_WITH_PARENT_ENV } from '../src/exit-with-parent.ts';
 
 /** How long after a child's exit a SIGINT/SIGTERM of this process still counts as the cause, ms. */
 const UNEXPECTED_EXIT_GRACE_MS = 200;
+
+
+/** Thrown by {@link launch} when a signal stopped the start (every child started so far was stopped). */
+export class LaunchInterrupted extends Error {
+  constructor() {
+    super('stopped by a signal while starting');
+    this.name = 'LaunchInterrupted';
+  }
+}
 
 /** One child process: `quotaring <args...>` with extra environment. */
 export interface ChildSpec {
@@ -27,6 +40,11 @@ export interface ChildSpec {
   readonly replaceable?: boolean;
   /** Stopped only after every other child exited (the simulator: nodes drain through it). @default false */
   readonly stopLast?: boolean;
+  /**
+   * Start stage: every child of a stage starts at once, and the next stage once all of them answer
+   * their health URL (routers after the nodes, so their first health checks find the nodes up). @default 0
+   */
+  readonly stage?: number;
 }
 
 /** Path of the CLI entry next to this file's build (`src/cli.ts` under tsx, `dist/src/cli.js` built). */
@@ -69,14 +87,17 @@ export interface LaunchedGroup {
   stop(graceMs?: number): Promise<void>;
   /** Resolves when the group stopped (by stop(), a signal, or a child dying). */
   readonly done: Promise<number>;
+  /** Process id of each child by name. */
+  readonly pids: Readonly<Record<string, number>>;
 }
 
 /**
- * Starts children in order, each after the previous answers its health URL. With `handleSignals`,
- * SIGINT/SIGTERM stop every child (SIGTERM, SIGKILL after 5 s) and resolve `done` with 0, also
- * during the start.
- * @throws Error when a child exits or stays silent for 20 s during start, or a signal arrives during
- *   start (all started ones are stopped).
+ * Starts the children stage by stage (see {@link ChildSpec.stage}): those of one stage together,
+ * each stage once the previous one answers its health URLs. With `handleSignals`, a first
+ * SIGINT/SIGTERM stops every child (SIGTERM, SIGKILL after 5 s) and resolves `done` with 0, also
+ * during the start; a second one SIGKILLs every child at once.
+ * @throws LaunchInterrupted when a signal arrives during the start; Error when a child exits or
+ *   stays silent for 20 s during the start. Either way every child started is stopped first.
  */
 export async function launch(specs: readonly ChildSpec[], opts: { handleSignals?: boolean } = {}): Promise<LaunchedGroup> {
   const children: { spec: ChildSpec; proc: ChildProcess }[] = [];
@@ -112,20 +133,31 @@ export async function launch(specs: readonly ChildSpec[], opts: { handleSignals?
   };
 
   if (opts.handleSignals === true) {
+    let signals = 0;
     const onSignal = (): void => {
-      process.stdout.write('\nstopping...\n');
+      if (++signals > 1) {
+        process.stdout.write('\nstopping now (SIGKILL)...\n');
+        for (const c of children) if (isAlive(c)) c.proc.kill('SIGKILL');
+        return;
+      }
+      process.stdout.write('\nstopping... (again to stop at once)\n');
       void stop().then(() => resolveDone(outcome));
     };
-    process.once('SIGINT', onSignal);
-    process.once('SIGTERM', onSignal);
+    process.on('SIGINT', onSignal);
+    process.on('SIGTERM', onSignal);
+    void done.then(() => {
+      process.removeListener('SIGINT', onSignal);
+      process.removeListener('SIGTERM', onSignal);
+    });
   }
 
-  for (const spec of specs) {
-    if (stopping) break;
+  const spawnChild = (spec: ChildSpec): ChildProcess => {
     const proc = spawn(process.execPath, [...loaderArgs(), cliPath(), ...spec.args], {
-      env: { ...process.env, ...spec.env },
-      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, ...spec.env, [EXIT_WITH_PARENT_ENV]: '1' },
+      // stdin: a pipe the child watches; it closes when this process exits, however it exits.
+      stdio: ['pipe', 'pipe', 'pipe'],
     });
+    proc.stdin?.on('error', () => undefined);
     const prefix = `[${spec.name.padEnd(width)}] `;
     for (const stream of [proc.stdout, proc.stderr]) {
       if (stream !== null) createInterface({ input: stream }).on('line', (line) => process.stdout.write(prefix + line + '\n'));
@@ -150,17 +182,24 @@ export async function launch(specs: readonly ChildSpec[], opts: { handleSignals?
       }, UNEXPECTED_EXIT_GRACE_MS);
     });
     children.push({ spec, proc });
+    return proc;
+  };
+
+  const stages = [...new Set(specs.map((s) => s.stage ?? 0))].sort((a, b) => a - b);
+  for (const stage of stages) {
+    if (stopping) break;
+    const started = specs.filter((s) => (s.stage ?? 0) === stage).map((spec) => ({ spec, proc: spawnChild(spec) }));
     try {
-      await waitHealthy(spec.healthUrl, proc, 20_000);
+      await Promise.all(started.map(({ spec, proc }) => waitHealthy(spec.healthUrl, proc, 20_000).catch((err: unknown) => Promise.reject(new Error(`${spec.name}: ${(err as Error).message}`)))));
     } catch (err) {
       const interrupted = stopping;
       await stop();
-      throw new Error(interrupted ? 'stopped by a signal while starting' : `${spec.name}: ${(err as Error).message}`);
+      throw interrupted ? new LaunchInterrupted() : err;
     }
   }
   if (stopping) {
     await stop();
-    throw new Error('stopped by a signal while starting');
+    throw new LaunchInterrupted();
   }
-  return { stop, done };
+  return { stop, done, pids: Object.fromEntries(children.map((c) => [c.spec.name, c.proc.pid ?? 0])) };
 }

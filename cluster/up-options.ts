@@ -5,6 +5,10 @@
 import type { UpOptions } from './up.ts';
 import { hasPassword, redactUrl } from '../src/config/redis-url.ts';
 
+/** Levels of `server.log_level` (pino's), for `up --log-level`. */
+export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+export type LogLevel = (typeof LOG_LEVELS)[number];
+
 /** Bounds of `quotaring up`. A local cluster bigger than this is a mistake, not a test. */
 export const UP_LIMITS = { nodes: { min: 1, max: 16 }, routers: { min: 1, max: 8 } } as const;
 

@@ -3,19 +3,18 @@
  * The `quotaring` command: `node`, `router`, `up`, `demo`, `simulate`, `config check`, `replay`.
  */
 import { Command, InvalidArgumentError } from 'commander';
-import { runUp } from '../cluster/up.ts';
-import { redisUrlFromFlags } from '../cluster/up-options.ts';
-import type { UpOptions } from '../cluster/up.ts';
+// Each command imports what it runs when it runs (dynamic imports below): a process started by
+// `quotaring up` loads only its own part, which shortens the cluster's start on a small machine.
+import { LOG_LEVELS, redisUrlFromFlags } from '../cluster/up-options.ts';
+import type { LogLevel, UpOptions } from '../cluster/up.ts';
+import { findUp } from '../cluster/up-pid.ts';
 import { ConfigError, loadConfig } from './config/load.ts';
 import type { ClusterConfig } from './config/schema.ts';
-import { membershipFromConfig } from './coord/from-config.ts';
 import { parseMemberList } from './coord/member-list.ts';
-import { startGateway } from './gateway/start.ts';
-import { startRouter } from './router/server.ts';
-import { HotSet } from './coord/hot-set.ts';
 import { replayCommand } from './replay/cli.ts';
-import { startSimulator } from './simulator/server.ts';
 import { clusterSecretFor } from './security/cluster-secret.ts';
+import { packageVersion } from './version.ts';
+import { exitWithParent } from './exit-with-parent.ts';
 
 function int(value: string): number {
   const n = Number(value);
@@ -44,8 +43,12 @@ function fail(err: unknown): never {
   process.exit(err instanceof ConfigError ? 2 : 1);
 }
 
+// Under `quotaring up`: stop when up exits, however it exits.
+exitWithParent(process.env);
+
 const program = new Command('quotaring')
   .description('Rate-limiting gateway for LLM APIs: per-tenant requests, tokens and concurrency limits, decided in RAM.')
+  .version(packageVersion(), '-V, --version', 'print the version and exit')
   .showHelpAfterError();
 
 program
@@ -61,6 +64,7 @@ program
   .option('--pretty-logs', 'readable log lines instead of JSON (server.log_format: pretty)')
   .action(async (opts: { config: string; host?: string; port?: number; id?: string; url?: string; members?: string; adminPort?: number; prettyLogs?: boolean }) => {
     try {
+      const { startGateway } = await import('./gateway/start.ts');
       await startGateway({
         configFile: opts.config,
         ...(opts.adminPort === undefined ? {} : { adminPort: opts.adminPort }),
@@ -88,6 +92,7 @@ program
   .option('--pretty-logs', 'readable log lines instead of JSON (server.log_format: pretty)')
   .action(async (opts: { config: string; host?: string; port?: number; members?: string; adminPort?: number; prettyLogs?: boolean }) => {
     try {
+      const [{ membershipFromConfig }, { HotSet }, { startRouter }] = await Promise.all([import('./coord/from-config.ts'), import('./coord/hot-set.ts'), import('./router/server.ts')]);
       const config = loadConfig(opts.config);
       const cluster = withMembers(config.config.cluster, opts.members);
       const clusterSecret = clusterSecretFor(cluster, process.env, 'a router');
@@ -121,7 +126,7 @@ program
 
 program
   .command('top')
-  .description('live view of the cluster in the terminal: nodes, busiest tenants, hot tenants, events (a router\'s live stream)')
+  .description('live view of the cluster in the terminal: nodes, busiest tenants, hot tenants, events (a router\'s live stream); q or Ctrl-C quits')
   .option('--url <url>', 'router admin URL (admin.router_port)', 'http://127.0.0.1:9200')
   .option('--token-env <name>', 'environment variable holding the admin token', 'QUOTARING_ADMIN_TOKEN')
   .option('--once', 'print one snapshot without ANSI codes and exit')
@@ -137,7 +142,7 @@ program
 
 program
   .command('simulate')
-  .description('run the provider simulator (OpenAI and Anthropic wire formats, no key needed)')
+  .description('run the provider simulator (OpenAI, Azure OpenAI, Anthropic and Bedrock Converse wire formats, no key needed; Bedrock signatures: the AWS docs example key, or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)')
   .option('--host <host>', 'listen address', '127.0.0.1')
   .option('-p, --port <port>', 'listen port', int, 9090)
   .option('--ttft-ms <ms>', 'time to first token, ms', int, 0)
@@ -151,6 +156,8 @@ program
   .action(async (opts: { host: string; port: number; ttftMs: number; tps: number; rpm?: number; tpm?: number; errorRate: number; dropRate: number; slowRate: number; slowMs: number }) => {
     try {
       const quota = { ...(opts.rpm === undefined ? {} : { rpm: opts.rpm }), ...(opts.tpm === undefined ? {} : { tpm: opts.tpm }) };
+      const { startSimulator } = await import('./simulator/server.ts');
+      const { simulatorAwsCredentials } = await import('./simulator/options.ts');
       const sim = await startSimulator({
         host: opts.host,
         port: opts.port,
@@ -158,6 +165,7 @@ program
         tokensPerSecond: opts.tps,
         ...(Object.keys(quota).length > 0 ? { quota } : {}),
         faults: { errorRate: opts.errorRate, dropRate: opts.dropRate, slowRate: opts.slowRate, slowMs: opts.slowMs },
+        bedrockCredentials: simulatorAwsCredentials(process.env),
       });
       process.stdout.write(`provider simulator listening on ${sim.url}\n`);
       const stop = (): void => {
@@ -174,16 +182,35 @@ program
   .command('config')
   .description('config tools')
   .command('check')
-  .description('validate a config file offline (secrets are never printed)')
+  .description('validate a config file offline (secrets are never printed); variables it names that are not set here are warnings')
   .argument('<file>', 'YAML config file')
-  .option('--no-env', 'do not require the environment variables the config names')
-  .action((file: string, opts: { env: boolean }) => {
+  .option('--require-env', 'fail (exit 2) when a variable the config names is not set, as a node or router would at start')
+  .option('--no-env', 'do not read the environment at all (no warnings about unset variables)')
+  .action((file: string, opts: { env: boolean; requireEnv?: boolean }) => {
     try {
-      // --no-env: every variable "set", to a distinct value that is also a valid Redis URL (cluster.redis.url_env).
-      const env = opts.env ? process.env : new Proxy({}, { get: (_target, name) => `redis://unchecked/${String(name)}` });
+      // Checking a file needs no secrets: a variable that is not set here reads as a placeholder
+      // (a valid Redis URL too, for cluster.redis.url_env) and is reported as a warning.
+      const unset = new Set<string>();
+      const env =
+        opts.requireEnv === true
+          ? process.env
+          : new Proxy({}, {
+              get: (_target, name) => {
+                const value = opts.env && typeof name === 'string' ? process.env[name] : undefined;
+                if (value !== undefined && value !== '') return value;
+                unset.add(String(name));
+                return `redis://unchecked/${String(name)}`;
+              },
+            });
       const loaded = loadConfig(file, env);
       const c = loaded.config;
       process.stdout.write(`${file}: ok (tenants: ${c.tenants.length}, keys: ${loaded.tenantByKey.size}, models: ${c.models.length}, deployments: ${c.deployments.length})\n`);
+      unset.delete(c.admin.token_env); // unset = no admin API, a choice rather than a missing secret
+      if (opts.env) {
+        for (const name of [...unset].sort()) {
+          process.stderr.write(`warning: environment variable ${name} is not set here; nodes and routers started with this config need it (--require-env makes this an error)\n`);
+        }
+      }
     } catch (err) {
       fail(err);
     }
@@ -200,6 +227,13 @@ interface UpFlags {
   nodePort?: number;
   simulatorPort?: number;
   adminPort?: number;
+  logs?: boolean;
+  logLevel?: LogLevel;
+}
+
+function logLevel(value: string): LogLevel {
+  if (!(LOG_LEVELS as readonly string[]).includes(value)) throw new InvalidArgumentError(`must be one of ${LOG_LEVELS.join(', ')}`);
+  return value as LogLevel;
 }
 
 /**
@@ -217,6 +251,7 @@ function upOptions(flags: UpFlags, nodes = flags.nodes): UpOptions {
     ...(flags.nodePort === undefined ? {} : { nodePort: flags.nodePort }),
     ...(flags.simulatorPort === undefined ? {} : { simulatorPort: flags.simulatorPort }),
     ...(flags.adminPort === undefined ? {} : { adminPort: flags.adminPort }),
+    ...(flags.logLevel !== undefined ? { logLevel: flags.logLevel } : flags.logs === true ? { logLevel: 'info' as const } : {}),
   };
 }
 
@@ -231,7 +266,9 @@ function withClusterFlags(command: Command, nodes: boolean): Command {
     .option('-p, --port <port>', 'port of the first router (default: 8080)', int)
     .option('--node-port <port>', 'port of the first node; nodes take consecutive ports (default: 8101)', int)
     .option('--simulator-port <port>', 'port of the provider simulator (default: 9090)', int)
-    .option('--admin-port <port>', 'first admin port: routers\' admin APIs (dashboard, live stream), then the nodes\' (default: 9200)', int);
+    .option('--admin-port <port>', 'first admin port: routers\' admin APIs (dashboard, live stream), then the nodes\' (default: 9200)', int)
+    .option('--logs', 'a log line per request from every node and router (= --log-level info)')
+    .option('--log-level <level>', `server.log_level of every node and router: ${LOG_LEVELS.join(', ')} (default: warn, no request lines)`, logLevel);
 }
 
 withClusterFlags(
@@ -239,6 +276,7 @@ withClusterFlags(
   true,
 ).action(async (flags: UpFlags) => {
   try {
+    const { runUp } = await import('../cluster/up.ts');
     process.exit(await runUp(upOptions(flags)));
   } catch (err) {
     fail(err);
@@ -247,11 +285,26 @@ withClusterFlags(
 
 withClusterFlags(program.command('demo').description('`quotaring up --nodes 1`: the simulator, one gateway node and a router'), false).action(async (flags: UpFlags) => {
   try {
+    const { runUp } = await import('../cluster/up.ts');
     process.exit(await runUp(upOptions(flags, 1)));
   } catch (err) {
     fail(err);
   }
 });
+
+program
+  .command('reload')
+  .description('reload a running `quotaring up` from the config file it was started with (sends it SIGHUP): every router and node')
+  .option('-p, --port <port>', 'the first router port of that up', int, 8080)
+  .action((opts: { port: number }) => {
+    try {
+      const pid = findUp(opts.port);
+      process.kill(pid, 'SIGHUP');
+      process.stdout.write(`reload sent to quotaring up (pid ${pid}); its output shows each process's answer\n`);
+    } catch (err) {
+      fail(err);
+    }
+  });
 
 program.addCommand(replayCommand());
 

@@ -87,6 +87,12 @@ export const ERRORS = {
     anthropicType: 'not_found_error',
     message: 'No such route on this gateway.',
   },
+  response_not_found: {
+    status: 404,
+    openaiType: 'invalid_request_error',
+    anthropicType: 'not_found_error',
+    message: 'No response with this id was created with this API key.',
+  },
   rate_limit_exceeded: {
     status: 429,
     openaiType: 'requests',
@@ -134,6 +140,12 @@ export const ERRORS = {
     openaiType: 'server_error',
     anthropicType: 'overloaded_error',
     message: 'No gateway node is available for this tenant right now (none in the ring, or all failing health checks); retry shortly.',
+  },
+  node_starting: {
+    status: 503,
+    openaiType: 'server_error',
+    anthropicType: 'overloaded_error',
+    message: 'This gateway node has not joined its cluster yet (it waits for Redis membership; see its /readyz) and decides for no tenant until then; retry shortly, through a router.',
   },
   internal_error: {
     status: 500,

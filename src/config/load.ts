@@ -9,8 +9,10 @@ import type { Policy } from '../limiter/types.ts';
 import { policyFromLimits } from './policy.ts';
 import { ConfigSchema } from './schema.ts';
 import type { Config, DeploymentConfig, ModelConfig, RedisConfig, TenantConfig } from './schema.ts';
-import { resolveRedisUrl } from './redis-url.ts';
+import { resolveRedisConnection } from './redis-url.ts';
 import { adminExposureProblem } from '../security/admin-exposure.ts';
+import { bedrockSigningFromEnv } from '../providers/bedrock/credentials.ts';
+import type { BedrockSigning } from '../providers/bedrock/credentials.ts';
 
 /** A config that cannot be used; the message names the file and the key path of every problem. */
 export class ConfigError extends Error {
@@ -28,6 +30,8 @@ export class ConfigError extends Error {
 export interface ResolvedDeployment extends DeploymentConfig {
   /** Provider key, or undefined when `api_key_env` is not set. */
   readonly apiKey: string | undefined;
+  /** A Bedrock deployment without an API key: the SigV4 region and credentials (from AWS_*). */
+  readonly aws?: BedrockSigning;
 }
 
 /** A priority tier as the gateway uses it. */
@@ -86,8 +90,8 @@ function zodProblems(file: string, error: z.ZodError): string[] {
 /**
  * Validates a parsed config object and builds the runtime view.
  * @param file name used in error messages.
- * @param env where `{env: NAME}` keys, `api_key_env`, `cluster.redis.url_env`/`password_env` and
- *   `admin.token_env` are read. @default process.env
+ * @param env where `{env: NAME}` keys, `api_key_env`, the `cluster.redis` `*_env` variables,
+ *   `admin.token_env` and a Bedrock deployment's AWS_* credentials and region are read. @default process.env
  * @throws ConfigError naming the file and the key path of every problem (among them an admin
  *   listener on a non-loopback `admin.host` whose token is a placeholder or too short); values
  *   are never echoed.
@@ -99,9 +103,11 @@ export function buildConfig(raw: unknown, file: string, env: NodeJS.ProcessEnv =
   const { redis: redisSource, ...clusterRest } = parsed.data.cluster;
   let redis: RedisConfig | undefined;
   if (redisSource !== undefined) {
-    const resolved = resolveRedisUrl(redisSource, env);
-    if ('url' in resolved) redis = { ...redisSource, url: resolved.url };
-    else problems.push(...resolved.problems.map((p) => `${file}: ${p}`));
+    const resolved = resolveRedisConnection(redisSource, env);
+    if ('connection' in resolved) {
+      const { url: _fileUrl, ...rest } = redisSource;
+      redis = { ...rest, ...(resolved.connection.kind === 'url' ? { url: resolved.connection.url } : {}), connection: resolved.connection };
+    } else problems.push(...resolved.problems.map((p) => `${file}: ${p}`));
   }
   const config: Config = { ...parsed.data, cluster: { ...clusterRest, ...(redis === undefined ? {} : { redis }) } };
 
@@ -136,6 +142,14 @@ export function buildConfig(raw: unknown, file: string, env: NodeJS.ProcessEnv =
     const apiKey = d.api_key_env === undefined ? undefined : env[d.api_key_env];
     if (d.api_key_env !== undefined && (apiKey === undefined || apiKey.length === 0)) {
       problems.push(`${file}: deployments[${i}].api_key_env: environment variable ${d.api_key_env} is not set`);
+    }
+    if (d.provider === 'bedrock' && d.api_key_env === undefined) {
+      const signing = bedrockSigningFromEnv(d, env);
+      if ('problems' in signing) problems.push(...signing.problems.map((p) => `${file}: deployments[${i}]: ${p}`));
+      else {
+        deployments.set(d.name, Object.freeze({ ...d, apiKey, aws: signing }));
+        return;
+      }
     }
     deployments.set(d.name, Object.freeze({ ...d, apiKey }));
   });

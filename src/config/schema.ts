@@ -5,6 +5,7 @@
 import { z } from 'zod';
 import { parseDuration } from './duration.ts';
 import { hasPassword } from './redis-url.ts';
+import { azureBaseUrlProblem } from '../providers/azure/endpoint.ts';
 
 /** A duration: ms as a number, or a string like `1m`, `500ms`, `1h30m`. Output: ms. */
 const duration = z.union([z.number().nonnegative(), z.string()]).transform((value, ctx) => {
@@ -145,6 +146,13 @@ export const ModelSchema = z.strictObject({
   estimator: z.enum(ESTIMATORS).default('estimate'),
   /** Output reserved when a request sets no max_tokens, in tokens. @default 4096 */
   default_max_output: positiveInt.default(4096),
+  /**
+   * Prompt tokens reserved at admission for each piece of context a Responses request names but does
+   * not carry (`previous_response_id` this node has not seen answered, `conversation`, a stored
+   * `prompt`, a file or image by `file_id`, an `item_reference`); settlement uses the provider's
+   * reported usage either way. @default 4096
+   */
+  stored_context_tokens: z.number().int().min(0).default(4096),
   /** Deployment names, in order of preference (failover follows this order). */
   deployments: z.array(z.string().min(1)).min(1),
   /**
@@ -155,16 +163,55 @@ export const ModelSchema = z.strictObject({
   weights: z.array(z.number().int('weights: whole numbers from 0 to 1000').min(0, 'weights: whole numbers from 0 to 1000').max(1_000, 'weights: whole numbers from 0 to 1000')).optional(),
 });
 
+/**
+ * Providers a deployment may be: `openai` and `anthropic` (their own APIs and any server of the same
+ * wire format), `azure` (Azure OpenAI: OpenAI's wire format on Azure's URLs and key header),
+ * `bedrock` (AWS Bedrock Converse, SigV4-signed; serves both client formats, always translated).
+ */
+export const PROVIDERS = ['openai', 'anthropic', 'azure', 'bedrock'] as const;
+/** A provider of {@link PROVIDERS}. */
+export type Provider = (typeof PROVIDERS)[number];
+
 /** An upstream deployment: provider kind, base URL, key from the environment, quota, timeouts. */
 export const DeploymentSchema = z.strictObject({
   name: z.string().min(1),
-  provider: z.enum(['openai', 'anthropic']),
-  /** Base URL without the `/v1` path, e.g. `https://api.openai.com`. */
+  provider: z.enum(PROVIDERS),
+  /**
+   * Base URL without the `/v1` path, e.g. `https://api.openai.com`; its query string is kept on every
+   * call. Azure: the whole prefix of the API paths, either a classic deployment URL with its
+   * `api-version` (`https://RESOURCE.openai.azure.com/openai/deployments/DEPLOYMENT?api-version=2024-10-21`)
+   * or the v1 API (`https://RESOURCE.openai.azure.com/openai/v1`). Bedrock: `https://bedrock-runtime.<region>.amazonaws.com`.
+   */
   base_url: z.url({ protocol: /^https?$/ }),
-  /** Environment variable holding the provider key (never written in config). */
+  /**
+   * Environment variable holding the provider key (never written in config). Bedrock: a Bedrock API
+   * key (sent as a bearer token); without it, requests are signed with SigV4 from the AWS_* variables.
+   */
   api_key_env: z.string().regex(/^[A-Z_][A-Z0-9_]*$/, 'an environment variable name').optional(),
+  /**
+   * How the key of `api_key_env` is sent (azure only): `api-key` (an Azure resource key, header
+   * `api-key`) or `bearer` (a Microsoft Entra ID token, `Authorization: Bearer`). @default api-key
+   */
+  auth: z.enum(['api-key', 'bearer']).optional(),
+  /**
+   * Bedrock only: the AWS region requests are signed for. @default the region in a
+   * `bedrock-runtime.<region>.amazonaws.com` base_url, else AWS_REGION, else AWS_DEFAULT_REGION
+   */
+  region: z.string().regex(/^[a-z]{2}(-[a-z]+)+-\d+$/, 'an AWS region such as us-east-1').optional(),
+  /**
+   * Wait before retrying a provider 429 that names no wait (Bedrock's ThrottlingException sends no
+   * retry-after), doubled at each retry, within max_retry_wait. @default 1s for bedrock; unset: such a 429 is relayed
+   */
+  retry_backoff: duration.optional(),
   /** Model name to send upstream when it differs from the public one. */
   upstream_model: z.string().min(1).optional(),
+  /**
+   * How an openai or azure deployment serves `POST /v1/responses`: `native` (its own Responses API)
+   * or `chat` (translated to chat completions, for OpenAI-compatible servers without it; requests
+   * that need stored state, such as `previous_response_id` or `background`, skip it). Anthropic
+   * deployments always translate. @default native
+   */
+  responses_api: z.enum(['native', 'chat']).optional(),
   /** Provider quota (enforced cluster-wide by the global cap; see issue 4). */
   quota: z.strictObject({ rpm: positiveInt.optional(), tpm: positiveInt.optional() }).default({}),
   /** Fraction of the quota to use. @default 0.9 */
@@ -239,6 +286,13 @@ export const ServerSchema = z.strictObject({
   max_messages: positiveInt.default(10_000),
   /** Most tool definitions (`tools`, and `functions`) in one request; more gets 400 `invalid_request`. @default 512 */
   max_tools: positiveInt.default(512),
+  /**
+   * What `POST /v1/messages/count_tokens` (passed through to the model's Anthropic deployment) costs
+   * the tenant: `free` (nothing: Anthropic does not bill it and limits it apart from messages) or
+   * `request` (one request of the tenant's requests limits and a concurrency slot, no tokens; no
+   * deployment quota). @default free
+   */
+  count_tokens: z.enum(['free', 'request']).default('free'),
   ...listenerLimits,
   /** Period of the idle-tenant sweep. @default 10s */
   sweep_interval: duration.default(10_000),
@@ -289,11 +343,21 @@ export const MemberSchema = z.strictObject({
 /** The name of an environment variable. */
 const envName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'an environment variable name');
 
+/** One Redis Sentinel: host and port (default 26379). */
+const SentinelSchema = z.strictObject({
+  host: z.string().min(1),
+  /** @default 26379 */
+  port: z.number().int().min(1).max(65535).default(26379),
+});
+
 /**
  * Where Redis is: exactly one of `url` (in the file: no password there, the file is not a secret
- * store) and `url_env` (an environment variable holding the whole URL, password included), plus
- * optionally `password_env` (an environment variable holding the password, put into the URL).
- * Resolved at load (`src/config/redis-url.ts`); the resolved URL is never logged unredacted.
+ * store), `url_env` (an environment variable holding the whole URL, password included) and
+ * `sentinels` + `name` (Redis Sentinel: the sentinels are asked for the current primary, and again
+ * after a failover), plus optionally ACL credentials from the environment (`username_env`,
+ * `password_env`; `sentinel_username_env`, `sentinel_password_env` for the sentinels) and TLS
+ * options (`tls`). Resolved at load (`src/config/redis-url.ts`); the resolved URL and credentials
+ * are never logged unredacted.
  */
 export const RedisSchema = z
   .strictObject({
@@ -305,8 +369,34 @@ export const RedisSchema = z
       .optional(),
     /** Environment variable holding the URL (it may carry the password). */
     url_env: envName.optional(),
-    /** Environment variable holding the password (ACL user: put it in the URL, `redis://user@host`). */
+    /** Environment variable holding the ACL user name (Redis 6+ `AUTH <user> <password>`). */
+    username_env: envName.optional(),
+    /** Environment variable holding the password (of the ACL user when `username_env` or the URL names one). */
     password_env: envName.optional(),
+    /** Redis Sentinel: the sentinels to ask where the primary named `name` is (3 or more, on separate machines). */
+    sentinels: z.array(SentinelSchema).min(1, 'sentinels: list at least one sentinel (three for a quorum of two)').optional(),
+    /** The primary's name in the sentinels' configuration (`sentinel monitor <name> ...`). Required with `sentinels`. */
+    name: z.string().regex(/^[A-Za-z0-9._-]{1,64}$/, 'a sentinel master name: 1-64 of A-Z a-z 0-9 . _ -').optional(),
+    /** Environment variable holding the sentinels' ACL user name. */
+    sentinel_username_env: envName.optional(),
+    /** Environment variable holding the sentinels' password (their `requirepass`). */
+    sentinel_password_env: envName.optional(),
+    /**
+     * TLS to Redis (a `rediss://` URL turns it on too). With `sentinels`: TLS to the primary and the
+     * replicas, and to the sentinels when `sentinels_tls` is true.
+     */
+    tls: z
+      .strictObject({
+        /** PEM file of the CA that signed Redis' certificate (else the system's CAs), read at start. */
+        ca_file: z.string().min(1).optional(),
+        /** Name expected in Redis' certificate when it differs from the host connected to. */
+        servername: z.string().min(1).optional(),
+        /** Refuse a certificate the CA did not sign. Off only for tests. @default true */
+        reject_unauthorized: z.boolean().default(true),
+        /** Use TLS to the sentinels too. @default false */
+        sentinels_tls: z.boolean().default(false),
+      })
+      .optional(),
     /**
      * How often a node in fallback probes Redis (one PING through the circuit breaker, with or
      * without traffic), and how long the breaker stays open before its next probe: a node leaves
@@ -315,7 +405,18 @@ export const RedisSchema = z
     probe_interval: duration.refine((ms) => ms >= 10, 'probe_interval: at least 10ms').default(1_000),
   })
   .superRefine((redis, ctx) => {
-    if ((redis.url === undefined) === (redis.url_env === undefined)) ctx.addIssue({ code: 'custom', message: 'set exactly one of url and url_env' });
+    const given = [redis.url, redis.url_env, redis.sentinels].filter((x) => x !== undefined).length;
+    if (given !== 1) ctx.addIssue({ code: 'custom', message: 'set exactly one of url, url_env and sentinels' });
+    if (redis.sentinels !== undefined && redis.name === undefined) ctx.addIssue({ code: 'custom', path: ['name'], message: 'name: the primary\'s name in the sentinels\' configuration (sentinel monitor <name> ...), required with sentinels' });
+    if (redis.sentinels === undefined) {
+      for (const key of ['name', 'sentinel_username_env', 'sentinel_password_env'] as const) {
+        if (redis[key] !== undefined) ctx.addIssue({ code: 'custom', path: [key], message: `${key} applies with sentinels only` });
+      }
+      if (redis.tls?.sentinels_tls === true) ctx.addIssue({ code: 'custom', path: ['tls', 'sentinels_tls'], message: 'sentinels_tls applies with sentinels only' });
+    }
+    if (redis.url !== undefined && redis.tls !== undefined && !redis.url.startsWith('rediss://')) {
+      ctx.addIssue({ code: 'custom', path: ['tls'], message: 'tls options with a redis:// URL: use rediss:// for TLS' });
+    }
   });
 
 /**
@@ -494,7 +595,16 @@ export const ConfigSchema = z
       if (ids.has(m.id)) ctx.addIssue({ code: 'custom', path: ['cluster', 'members', i, 'id'], message: `duplicate member id "${m.id}"` });
       ids.add(m.id);
     });
+    config.deployments.forEach((d, i) => {
+      if (d.responses_api !== undefined && d.provider !== 'openai' && d.provider !== 'azure') ctx.addIssue({ code: 'custom', path: ['deployments', i, 'responses_api'], message: `responses_api applies to openai and azure deployments (a ${d.provider} deployment always serves Responses requests translated)` });
+      if (d.auth !== undefined && d.provider !== 'azure') ctx.addIssue({ code: 'custom', path: ['deployments', i, 'auth'], message: `auth applies to azure deployments only (${d.provider} keys are sent the ${d.provider} way)` });
+      const problem = d.provider === 'azure' ? azureBaseUrlProblem(d.base_url) : undefined;
+      if (problem !== undefined) ctx.addIssue({ code: 'custom', path: ['deployments', i, 'base_url'], message: problem });
+    });
     const deployments = new Set(config.deployments.map((d) => d.name));
+    config.deployments.forEach((d, i) => {
+      if (d.region !== undefined && d.provider !== 'bedrock') ctx.addIssue({ code: 'custom', path: ['deployments', i, 'region'], message: 'region is for provider: bedrock only' });
+    });
     config.models.forEach((model, i) => {
       if (model.weights !== undefined && model.weights.length !== model.deployments.length) {
         ctx.addIssue({ code: 'custom', path: ['models', i, 'weights'], message: `give one weight per deployment (${model.deployments.length}), got ${model.weights.length}` });
@@ -550,8 +660,33 @@ export const ConfigSchema = z
 
 /** The config as the schema validates it, before secrets are resolved. */
 export type ParsedConfig = z.output<typeof ConfigSchema>;
-/** `cluster.redis` once loaded: `url` resolved (from the file, or `url_env`, with `password_env`'s password in it). A secret: never log it unredacted. */
-export type RedisConfig = Omit<NonNullable<ParsedConfig['cluster']['redis']>, 'url'> & { readonly url: string };
+/** Where and how to connect to Redis, resolved at load (see `src/config/redis-url.ts`). A secret: never log it unredacted. */
+export type RedisConnection =
+  | {
+      readonly kind: 'url';
+      /** `redis://` or `rediss://` with the credentials of `username_env` / `password_env` in it. */
+      readonly url: string;
+      readonly tls?: RedisTls;
+    }
+  | {
+      readonly kind: 'sentinel';
+      readonly sentinels: readonly { readonly host: string; readonly port: number }[];
+      /** The primary's name in the sentinels' configuration. */
+      readonly name: string;
+      readonly username?: string;
+      readonly password?: string;
+      readonly sentinelUsername?: string;
+      readonly sentinelPassword?: string;
+      readonly tls?: RedisTls;
+    };
+/** TLS options of a Redis connection (`cluster.redis.tls`). */
+export type RedisTls = NonNullable<NonNullable<ParsedConfig['cluster']['redis']>['tls']>;
+/**
+ * `cluster.redis` once loaded: `connection` resolved from the file and the environment, and `url`
+ * for a URL connection (from the file, or `url_env`, with the credentials in it; undefined with
+ * sentinels). A secret: never log it unredacted.
+ */
+export type RedisConfig = Omit<NonNullable<ParsedConfig['cluster']['redis']>, 'url'> & { readonly url?: string; readonly connection: RedisConnection };
 /** The validated config, as the YAML says it with defaults filled in, durations in ms and the Redis URL resolved. */
 export type Config = Omit<ParsedConfig, 'cluster'> & { cluster: Omit<ParsedConfig['cluster'], 'redis'> & { redis?: RedisConfig } };
 /** One validated tenant. */

@@ -1,9 +1,10 @@
 /**
- * Chooses the membership source from the config: Redis when `cluster.redis.url` is set, the static
+ * Chooses the membership source from the config: Redis when `cluster.redis` is set (a URL or Sentinel), the static
  * `cluster.members` list otherwise, none for a single node.
  */
 import { countRedisCommands } from '../ops/metrics.ts';
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
+import { newRedisClient } from '../config/redis-client.ts';
 import type { ClusterConfig } from '../config/schema.ts';
 import { RedisMembership } from './redis-membership.ts';
 import type { RingOptions } from './ring.ts';
@@ -36,7 +37,7 @@ export function membershipFromConfig(cluster: ClusterConfig, self: Member | unde
   if (cluster.redis !== undefined && secret !== undefined) {
     // Membership and handoff calls fail fast rather than queue while Redis is away: at most 2
     // retries after a reconnect, and no command waits more than 1 s on a frozen server.
-    const redis = new Redis(cluster.redis.url, { maxRetriesPerRequest: 2, connectTimeout: 2_000, commandTimeout: 1_000 });
+    const redis = newRedisClient(cluster.redis.connection, { maxRetriesPerRequest: 2, connectTimeout: 2_000, commandTimeout: 1_000 });
     countRedisCommands(redis);
     redis.on('error', () => {}); // reported through the membership's and handoff's own failures
     const membership = new RedisMembership({

@@ -245,11 +245,15 @@ export class RedisMembership implements Membership {
   /**
    * Subscribes to announcements, heartbeats (a node) and reads the live list once, then announces
    * the join and heartbeats every `heartbeatMs`. Resolves after that first read; calling it again
-   * returns the same promise.
+   * returns the same promise, or after a failed start tries again (Redis unreachable at start: the
+   * caller retries, see `startOrKeepTrying` in `./join.ts`).
    * @throws the Redis error when the first read fails (nothing keeps running then).
    */
   start(): Promise<void> {
-    this.#starting ??= this.#start();
+    this.#starting ??= this.#start().catch((err: unknown) => {
+      this.#starting = undefined;
+      throw err;
+    });
     return this.#starting;
   }
 

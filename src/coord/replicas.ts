@@ -12,6 +12,7 @@
  * JSON here: the loader parses and clamps them (`parseTenantSnapshot`, `boundSnapshot`).
  */
 import { MAX_STATE_BYTES } from '../limiter/snapshot-bounds.ts';
+import type { HandoffContext } from './handoff-context.ts';
 import type { OversizedState } from './state-store.ts';
 import type { Member } from './types.ts';
 
@@ -161,4 +162,23 @@ export interface PeerTransport {
    * @throws when `to` cannot be reached or answers other than 200.
    */
   pull(from: Member, to: Member): Promise<WireState[]>;
+}
+
+/**
+ * Pushes `states` from this node to member `to` over the context's peer transport, counting them
+ * (`stats.replicated` for a checkpoint, `stats.pushed` for a handoff). Never rejects: a failure is
+ * logged, and the receiver gets the tenant's next checkpoint or loads it from Redis.
+ * @returns whether `to` stored them (true when there is nothing to send or no peers).
+ */
+export async function pushStates(ctx: HandoffContext, to: Member, kind: TransferKind, states: readonly WireState[]): Promise<boolean> {
+  if (ctx.peers === undefined || states.length === 0) return true;
+  try {
+    await ctx.peers.transport.push(ctx.self, to, kind, states);
+    if (kind === 'checkpoint') ctx.stats.replicated += states.length;
+    else ctx.stats.pushed += states.length;
+    return true;
+  } catch (err) {
+    ctx.log.warn({ to: to.id, kind, tenants: states.length, err: (err as Error).message }, kind === 'checkpoint' ? 'replica checkpoint not delivered' : 'handoff to a peer not delivered');
+    return false;
+  }
 }

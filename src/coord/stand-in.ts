@@ -32,6 +32,14 @@
  */
 
 import { connect } from 'node:net';
+import type { TenantSnapshot } from '../limiter/snapshot.ts';
+import { isEmptyUsage, windowUsageSince } from '../limiter/usage-delta.ts';
+import type { UsageDelta } from '../limiter/usage-delta.ts';
+import type { Claims } from './claims.ts';
+import type { HandoffContext } from './handoff-context.ts';
+import type { RingPlacement } from './placement.ts';
+import type { WireState } from './replicas.ts';
+import type { Member } from './types.ts';
 
 /**
  * Whether the requests the previous owner had in flight died with it, so that their concurrency
@@ -75,4 +83,220 @@ export function listenerGone(url: string, timeoutMs = 500): Promise<boolean> {
     socket.once('connect', () => done(false));
     socket.once('error', (err: NodeJS.ErrnoException) => done(err.code === 'ECONNREFUSED'));
   });
+}
+
+/** A tenant this node holds in place of its suspect owner. */
+export interface StandIn {
+  /** The owner it stands in for. */
+  readonly owner: string;
+  /** The state as loaded when standing in began (undefined: fresh), or as last sent to the owner. */
+  base: TenantSnapshot | undefined;
+  /** Clock ms of the last request that stood in for the owner. */
+  lastMs: number;
+  /** A return is being sent. */
+  returning: boolean;
+  /** The owner's requests in flight in `base` hold slots here until the owner is known gone. */
+  ownerSlots: boolean;
+}
+
+/**
+ * The claims a node holds in place of a suspect owner, and the rule above applied to them: a
+ * stand-in claim is not checkpointed (Redis keeps the owner's state), and is given back once no
+ * request stood in for the owner for `standInIdleMs` and every request admitted here has ended: the
+ * usage admitted here since the claim (`windowUsageSince`, `Limiter.bucketUsage`) is sent to the
+ * owner, which adds it to its own state ({@link absorb}), and the claim is dropped. Without this the
+ * owner, healthy again, would decide on a state that lacks the stand-in's admissions, and the
+ * stand-in, routed to again later, on one that lacks the owner's. If the owner leaves the ring
+ * instead, the ring change hands the stand-in's state on like any claimed tenant's; if it gives the
+ * tenant to the stand-in itself, the stand-in loads the owner's state (its handoff, or its last
+ * checkpoint) like any moved tenant's and adds its own usage to it (`Claims.carry`).
+ */
+export class StandIns {
+  readonly #ctx: HandoffContext;
+  readonly #placement: RingPlacement;
+  readonly #claims: Claims;
+  readonly #standIns = new Map<string, StandIn>();
+
+  /** @param claims the claim table the stand-in claims belong to (it builds this). */
+  constructor(ctx: HandoffContext, placement: RingPlacement, claims: Claims) {
+    this.#ctx = ctx;
+    this.#placement = placement;
+    this.#claims = claims;
+  }
+
+  /** True when this node holds `tenant` in place of its suspect owner. */
+  has(tenant: string): boolean {
+    return this.#standIns.has(tenant);
+  }
+
+  /** The stand-in claim of `tenant`, or undefined. */
+  get(tenant: string): StandIn | undefined {
+    return this.#standIns.get(tenant);
+  }
+
+  /** Tenants held here in place of their suspect owner. */
+  tenants(): ReadonlySet<string> {
+    return new Set(this.#standIns.keys());
+  }
+
+  /** Notes that a request stood in for the owner of `tenant` now (when this node holds it as a stand-in). */
+  stoodIn(tenant: string): void {
+    const standIn = this.#standIns.get(tenant);
+    if (standIn !== undefined) standIn.lastMs = this.#ctx.clock.now();
+  }
+
+  /**
+   * Makes the claim of `tenant`, just loaded, a stand-in for `owner`: its state now is the base its
+   * usage is counted from. Frees the slots of the owner's requests in flight when the owner is
+   * known gone (see {@link returnDue}). Never rejects.
+   */
+  async begin(tenant: string, owner: Member): Promise<void> {
+    const { limiter, clock, stats } = this.#ctx;
+    const base = limiter.exportTenant(tenant);
+    const standIn: StandIn = { owner: owner.id, base, lastMs: clock.now(), returning: false, ownerSlots: base?.reservations.some((r) => !r.released) === true };
+    this.#standIns.set(tenant, standIn);
+    limiter.startTally(tenant);
+    stats.stoodIn++;
+    if (standIn.ownerSlots) await this.#freeIfOwnerGone([[tenant, standIn]], owner);
+  }
+
+  /** Forgets the stand-in role of `tenant` (its claim is being dropped). */
+  forget(tenant: string): void {
+    this.#standIns.delete(tenant);
+  }
+
+  /**
+   * Gives back the stand-in claims no request stood in for during `standInIdleMs` and whose
+   * requests admitted here have all ended: sends each owner the usage admitted here since the claim
+   * (one `absorb` per tenant, skipped when there is none), then drops the claim. A claim that a
+   * request stood in for while its usage travelled is kept, with what was sent as its new base. An
+   * owner that cannot be reached, or no longer owns the tenant under its ring, is tried again at the
+   * next period. First frees the slots of the requests in flight of owners known gone. Never rejects.
+   */
+  async returnDue(): Promise<void> {
+    const now = this.#ctx.clock.now();
+    const holding = [...this.#standIns].filter(([, s]) => s.ownerSlots);
+    for (const id of new Set(holding.map(([, s]) => s.owner))) {
+      const owner = this.#placement.ring.members.find((m) => m.id === id);
+      if (owner !== undefined) await this.#freeIfOwnerGone(holding.filter(([, s]) => s.owner === id), owner);
+    }
+    const due: [string, StandIn][] = [];
+    for (const [tenant, standIn] of this.#standIns) if (!standIn.returning && now - standIn.lastMs >= this.#ctx.standInIdleMs) due.push([tenant, standIn]);
+    await Promise.all(due.map(([tenant, standIn]) => this.#giveBack(tenant, standIn, false)));
+  }
+
+  /**
+   * Gives every stand-in claim back to its owner now, requests admitted here and still running
+   * included (counted as reserved): a graceful leave. Claims whose owner cannot be reached stay. Never rejects.
+   */
+  async giveBackAll(): Promise<void> {
+    await Promise.all([...this.#standIns].map(([tenant, standIn]) => this.#giveBack(tenant, standIn, true)));
+  }
+
+  /**
+   * Frees the slots of the owner's requests in flight that `standIns` loaded from its checkpoint,
+   * when `ownerGone` says its process is gone (see the rule above). Never rejects.
+   */
+  async #freeIfOwnerGone(standIns: readonly (readonly [string, StandIn])[], owner: Member): Promise<void> {
+    const { ownerGone, limiter, stats, log } = this.#ctx;
+    if (ownerGone === undefined || standIns.length === 0) return;
+    let gone = false;
+    try {
+      gone = await ownerGone(owner);
+    } catch {
+      gone = false;
+    }
+    if (!gone) return;
+    for (const [tenant, standIn] of standIns) {
+      if (this.#standIns.get(tenant) !== standIn || !standIn.ownerSlots) continue;
+      standIn.ownerSlots = false;
+      for (const r of standIn.base?.reservations ?? []) if (!r.released && limiter.release(tenant, r.id)) stats.slotsFreed++;
+      this.#claims.touched(tenant);
+    }
+    log.info({ owner: owner.id, tenants: standIns.length }, 'owner gone (connection refused): the slots of its requests in flight are freed');
+  }
+
+  /** Gives one stand-in claim back (see {@link returnDue}); `force`: also while requests admitted here run. */
+  async #giveBack(tenant: string, standIn: StandIn, force: boolean): Promise<void> {
+    const { limiter, clock, send, self, log, stats, onMoved } = this.#ctx;
+    const owner = this.#placement.ring.owner(tenant);
+    // The ring moved the tenant since (the ring change handed it on, or made it ours): not a stand-in any more.
+    if (owner === undefined || owner.id !== standIn.owner) return;
+    const current = limiter.exportTenant(tenant);
+    const baseIds = new Set(standIn.base?.reservations.map((r) => r.id));
+    // A request admitted here still runs: its settlement is applied here, so the claim stays until it ends.
+    if (!force && current?.reservations.some((r) => !baseIds.has(r.id)) === true) return;
+    const usage = this.usageSince(tenant, standIn.base, current);
+    const lastMs = standIn.lastMs;
+    const started = clock.now();
+    if (!isEmptyUsage(usage)) {
+      standIn.returning = true;
+      try {
+        await send(self, owner, { op: 'absorb', tenant, usage }, 1);
+      } catch (err) {
+        log.warn({ tenant, owner: owner.id, err: (err as Error).message }, 'giving a stand-in tenant back failed: tried again at the next checkpoint');
+        return;
+      } finally {
+        standIn.returning = false;
+      }
+    }
+    if (this.#standIns.get(tenant) !== standIn) return;
+    if (standIn.lastMs !== lastMs) {
+      // A request stood in for the owner meanwhile: keep standing in; what was sent is counted there.
+      standIn.base = current;
+      limiter.untally(tenant, usage.buckets);
+      return;
+    }
+    this.#claims.unclaim(tenant);
+    stats.returned++;
+    log.info({ tenant, owner: owner.id, windows: usage.windows.length, buckets: usage.buckets.length }, 'stand-in tenant given back to its owner');
+    onMoved?.('return', clock.now() - started, 1);
+  }
+
+  /**
+   * The owner's side: adds the usage a stand-in admitted for `tenant` to this node's state of it
+   * (see `withUsage`), loading the tenant first if this node had not claimed it.
+   * @returns false when this node does not own the tenant under its ring (nothing changes).
+   */
+  async absorb(tenant: string, usage: UsageDelta): Promise<boolean> {
+    const { tracks, limiter, stats } = this.#ctx;
+    if (!tracks || !this.#placement.place(tenant).here || this.#standIns.has(tenant)) return false;
+    await this.#claims.ready(tenant);
+    if (!this.#claims.has(tenant) || !this.#placement.place(tenant).here) return false;
+    limiter.absorbUsage(tenant, usage);
+    this.#claims.touched(tenant);
+    stats.absorbed++;
+    return true;
+  }
+
+  /** The usage admitted here for `tenant` since `base`, its state then; `current` is its state now. */
+  usageSince(tenant: string, base: TenantSnapshot | undefined, current: TenantSnapshot | undefined): UsageDelta {
+    return { windows: windowUsageSince(base, current), buckets: this.#ctx.limiter.bucketUsage(tenant) };
+  }
+
+  /**
+   * Gives `owner` back every tenant of it held here: the stand-in claims for it (their state now,
+   * requests admitted here included; the claim is dropped and the state kept as a replica, so a
+   * request still routed here before routers see the owner again starts from it) and the replicas
+   * of its tenants (its checkpoints, kept). Called when a restarted static member asks
+   * (`src/coord/static-handoff.ts`). Settlements of requests still running here are then forwarded to it.
+   */
+  surrender(owner: string): WireState[] {
+    const { clock, peers, limiter, ttlMs, stats } = this.#ctx;
+    const at = clock.now();
+    const out: WireState[] = [];
+    const replicas = peers?.replicas;
+    for (const e of replicas?.entries() ?? []) if (typeof e.json === 'string' && this.#placement.ring.owner(e.tenant)?.id === owner) out.push({ tenant: e.tenant, json: e.json, at: e.at });
+    for (const [tenant, standIn] of [...this.#standIns]) {
+      if (standIn.owner !== owner) continue;
+      const snapshot = limiter.exportTenant(tenant);
+      this.#claims.unclaim(tenant);
+      if (snapshot === undefined) continue;
+      const json = JSON.stringify(snapshot);
+      out.push({ tenant, json, at });
+      replicas?.put({ tenant, json, at, expiresAtMs: Date.now() + ttlMs(tenant) });
+      stats.returned++;
+    }
+    return out;
+  }
 }

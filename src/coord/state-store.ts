@@ -223,17 +223,23 @@ export class TenantStateStore {
 
   /**
    * Calls `listener` with every announcement from now on (after the returned promise resolves).
+   * After a failure (Redis unreachable at start) call it again to retry: the subscriber connection
+   * (reconnecting by itself meanwhile) and the listeners of the first call are kept, only the
+   * SUBSCRIBE is sent again.
    * @throws the Redis error when subscribing fails.
    */
   async subscribe(listener: (done: HandoffDone) => void, onError: (err: Error) => void): Promise<void> {
-    const subscriber = this.#redis.duplicate();
-    this.#subscriber = subscriber;
-    subscriber.on('error', onError);
-    subscriber.on('message', (channel: string, message: string) => {
-      if (channel !== this.#channel) return;
-      const done = parseDone(message);
-      if (done !== undefined) listener(done);
-    });
+    let subscriber = this.#subscriber;
+    if (subscriber === undefined) {
+      subscriber = this.#redis.duplicate();
+      this.#subscriber = subscriber;
+      subscriber.on('error', onError);
+      subscriber.on('message', (channel: string, message: string) => {
+        if (channel !== this.#channel) return;
+        const done = parseDone(message);
+        if (done !== undefined) listener(done);
+      });
+    }
     await subscriber.subscribe(this.#channel);
   }
 

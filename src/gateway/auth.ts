@@ -1,6 +1,7 @@
 /**
- * Tenant authentication: the API key from `Authorization: Bearer <key>` (OpenAI SDK) or
- * `x-api-key: <key>` (Anthropic SDK) selects the tenant. Keys are never logged.
+ * Tenant authentication: the API key from `Authorization: Bearer <key>` (OpenAI SDK),
+ * `x-api-key: <key>` (Anthropic SDK) or `api-key: <key>` (the openai SDK's `AzureOpenAI`) selects the
+ * tenant. Keys are never logged.
  */
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Tier } from '../config/load.ts';
@@ -29,7 +30,10 @@ export function apiKeyOf(request: FastifyRequest): string | undefined {
   const auth = request.headers.authorization;
   if (typeof auth === 'string' && auth.length > 7 && auth.slice(0, 7).toLowerCase() === 'bearer ') return auth.slice(7).trim();
   const key = request.headers['x-api-key'];
-  return typeof key === 'string' && key.length > 0 ? key : undefined;
+  if (typeof key === 'string' && key.length > 0) return key;
+  // The openai SDK's AzureOpenAI client sends its key as `api-key`.
+  const azure = request.headers['api-key'];
+  return typeof azure === 'string' && azure.length > 0 ? azure : undefined;
 }
 
 /**

@@ -25,6 +25,7 @@ import { providerRetryWaitMs } from '../providers/retry-wait.ts';
 import type { CapLeases, CapTakeResult } from '../globalcap/cap-leases.ts';
 import { anthropicRateLimitHeaders, openAIRateLimitHeaders, retryAfterHeaders } from '../providers/rate-limit-headers.ts';
 import { SecretScrubber } from '../security/scrub.ts';
+import { wireFormatOf } from '../providers/wire-format.ts';
 
 /** A stream of the other wire format, re-written in the client's: see `src/providers/translate`. */
 export interface StreamTranslator {
@@ -47,6 +48,11 @@ export interface DeploymentCall {
   readonly observer: () => StreamObserver;
   /** Set when the deployment speaks the other wire format: its replies re-written in the client's. */
   readonly translate?: { json(text: string): string; stream(): StreamTranslator };
+  /**
+   * Set when the deployment streams something other than SSE (Bedrock's event stream, which is
+   * always translated): the reply's content type and its decoder into events, in batches.
+   */
+  readonly framing?: { readonly contentType: string; events(body: AsyncIterable<Uint8Array>): AsyncIterable<readonly SseEvent[]> };
 }
 
 /** Everything a route knows about a request once it is parsed and counted; as a call, the primary deployment's. */
@@ -66,10 +72,32 @@ export interface Exchange extends DeploymentCall {
   /** Output tokens reserved (max_tokens × n, or the model's default). */
   readonly reservedOutput: number;
   readonly stream: boolean;
+  /**
+   * Whether the request takes from its deployments' provider quotas (false for calls a provider
+   * limits apart, such as Anthropic's count_tokens: no quota taken, a 429 drains none). @default true
+   */
+  readonly deploymentQuota?: boolean;
+  /**
+   * Called once per request whose reply succeeded (2xx), after it was relayed, with the upstream's
+   * JSON text (undefined for a stream). `settle` is given when the reply may not have reported its
+   * usage (a JSON reply without it, any stream): the concurrency slot was released, and returning
+   * true takes the settlement over — the reservation (and the deployment quota it holds) stays
+   * until `settle(actualTokens)` is called, once the provider reports the usage (Responses
+   * `background: true`, whose usage comes with a later GET). Returning false settles as usual.
+   * Never given `settle` in central mode (one call settles and releases there). @default none
+   */
+  readonly onReply?: (text: string | undefined, settle: ((actualTokens: number) => void) | undefined) => boolean;
 }
 
-/** Upstream response headers never passed to the client: hop-by-hop, length, and the upstream's own limits. */
-const DROPPED_UPSTREAM_HEADER = /^(connection|keep-alive|transfer-encoding|content-length|content-encoding|set-cookie|x-ratelimit-.*|anthropic-ratelimit-.*|openai-organization|openai-project)$/;
+/** First wait before retrying a Bedrock ThrottlingException (it carries no retry-after), ms; `retry_backoff` overrides. */
+const DEFAULT_BEDROCK_BACKOFF_MS = 1_000;
+
+/**
+ * Upstream response headers never passed to the client: hop-by-hop, length, and the upstream's own
+ * limits (Azure's `x-ms-retry-after-ms` too: a relayed 429 carries `retry-after` and `retry-after-ms`,
+ * which are replaced when the tenant must wait longer).
+ */
+const DROPPED_UPSTREAM_HEADER = /^(connection|keep-alive|transfer-encoding|content-length|content-encoding|set-cookie|x-ratelimit-.*|anthropic-ratelimit-.*|openai-organization|openai-project|x-ms-retry-after-ms)$/;
 /** Upstream retry hints, passed only with an upstream error (a success carries the tenant's view alone). */
 const RETRY_HEADER = /^(retry-after|retry-after-ms|x-should-retry)$/;
 
@@ -85,18 +113,18 @@ const scrubbers = new WeakMap<object, SecretScrubber>();
  * The scrubber of everything relayed from upstreams: it knows every deployment's provider key (a
  * failover or a shared proxy may echo another deployment's key than the one it was sent).
  */
-function scrubberOf(ctx: GatewayContext): SecretScrubber {
+export function scrubberOf(ctx: GatewayContext): SecretScrubber {
   const deployments = ctx.config.deployments;
   let scrubber = scrubbers.get(deployments);
   if (scrubber === undefined) {
-    scrubber = new SecretScrubber([...deployments.values()].map((d) => d.apiKey));
+    scrubber = new SecretScrubber([...deployments.values()].flatMap((d) => [d.apiKey, d.aws?.credentials.secretAccessKey, d.aws?.credentials.sessionToken]));
     scrubbers.set(deployments, scrubber);
   }
   return scrubber;
 }
 
 /** Copies the upstream's headers the client may see into `into`, scrubbed of credentials (see `SecretScrubber.headers`). */
-function passHeaders(scrubber: SecretScrubber, upstream: Record<string, string | string[] | undefined>, into: Record<string, string>, isError: boolean): void {
+export function passHeaders(scrubber: SecretScrubber, upstream: Record<string, string | string[] | undefined>, into: Record<string, string>, isError: boolean): void {
   const passed: Record<string, string> = {};
   for (const [name, value] of Object.entries(upstream)) {
     if (value === undefined || DROPPED_UPSTREAM_HEADER.test(name) || (!isError && RETRY_HEADER.test(name))) continue;
@@ -222,7 +250,7 @@ function drained(stream: NodeJS.WritableStream & EventEmitter): Promise<void> {
 }
 
 /** Maps an undici failure before any response to a client error. */
-function upstreamError(err: unknown): GatewayError {
+export function upstreamError(err: unknown): GatewayError {
   const code = (err as { code?: string }).code ?? '';
   if (code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_CONNECT_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT') {
     return new GatewayError('upstream_timeout');
@@ -264,7 +292,7 @@ async function exchange(ctx: GatewayContext, request: FastifyRequest, reply: Fas
   }
   const leases = ctx.quotas?.leases;
   // The deployment's provider quota (a local lease of the cluster-wide cap), then the tenant's limits.
-  const quotas = ctx.quotas !== undefined && ctx.quotas.limited.has(ex.deployment.name) ? ctx.quotas.leases : undefined;
+  const quotas = ctx.quotas !== undefined && ex.deploymentQuota !== false && ctx.quotas.limited.has(ex.deployment.name) ? ctx.quotas.leases : undefined;
   const closed = ctx.quotas?.closedOnFailure === true;
   if (quotas !== undefined) {
     const taken = await takeLeased(quotas, ex.deployment.name, cost, closed);
@@ -373,6 +401,8 @@ async function exchange(ctx: GatewayContext, request: FastifyRequest, reply: Fas
   raw.on('close', onClose);
   // Tokens to settle at the end; starts at "refund everything" (upstream failure before any output).
   let actual = 0;
+  /** A success: its upstream JSON text (undefined for a stream) and whether it reported usage, for `ex.onReply`. */
+  let succeeded: { readonly text: string | undefined; readonly reported: boolean } | undefined;
   // The deployment serving the request and whose quota it holds (failover moves both).
   let deployment = ex.deployment;
   let call: DeploymentCall = ex;
@@ -381,7 +411,7 @@ async function exchange(ctx: GatewayContext, request: FastifyRequest, reply: Fas
   // In flight from here to the `finally` that settles it.
   ctx.activity.inFlight++;
   try {
-    if (ex.deployment.provider !== ex.dialect) {
+    if (wireFormatOf(ex.deployment.provider) !== ex.dialect) {
       // Every deployment of the client's format is down: this one speaks the other, translated.
       const translated = translatedCall(ex, ex.deployment);
       if (translated !== undefined) call = translated;
@@ -429,7 +459,7 @@ async function exchange(ctx: GatewayContext, request: FastifyRequest, reply: Fas
       Object.assign(headers, attempt.relayedHeaders);
       // Which deployment served, when it is not the model's first (a headroom choice or a failover).
       if (deployment.name !== ex.model.deployments[0]) headers['x-quotaring-deployment'] = deployment.name;
-      const isEventStream = String(res.headers['content-type'] ?? '').startsWith('text/event-stream');
+      const isEventStream = String(res.headers['content-type'] ?? '').startsWith(call.framing?.contentType ?? 'text/event-stream');
       if (res.statusCode >= 300 || !ex.stream || !isEventStream) {
         let text: string;
         try {
@@ -446,6 +476,7 @@ async function exchange(ctx: GatewayContext, request: FastifyRequest, reply: Fas
           const usage = call.usageFromJson(jsonField(text, 'usage'));
           // No usage reported: keep the reservation (the conservative charge).
           actual = usage === undefined ? cost : usage.input + usage.output;
+          succeeded = { text, reported: usage !== undefined };
         }
         if (call.translate !== undefined) {
           delete headers['content-length'];
@@ -467,22 +498,45 @@ async function exchange(ctx: GatewayContext, request: FastifyRequest, reply: Fas
       }
       if (call.translate !== undefined) headers['content-type'] = 'text/event-stream';
       actual = await pipeStream(ctx, reply, ex, call, res, headers, client, id);
+      if (res.statusCode < 300) succeeded = { text: undefined, reported: false };
       return reply;
     }
   } finally {
     raw.off('close', onClose);
     ctx.activity.inFlight--;
     trail.used = actual;
-    finish(ctx, tenantId, id, actual, spread !== undefined);
-    if (held !== undefined && ctx.quotas !== undefined) {
-      if (actual < cost) ctx.quotas.leases.refund(held, { tokens: cost - actual });
-      else if (actual > cost) ctx.quotas.leases.debit(held, { tokens: actual - cost });
+    const quotaHolder = held;
+    const settle = (tokens: number): void => {
+      finish(ctx, tenantId, id, tokens, spread !== undefined);
+      if (quotaHolder !== undefined && ctx.quotas !== undefined) {
+        if (tokens < cost) ctx.quotas.leases.refund(quotaHolder, { tokens: cost - tokens });
+        else if (tokens > cost) ctx.quotas.leases.debit(quotaHolder, { tokens: tokens - cost });
+      }
+      if (group !== undefined && leases !== undefined) {
+        if (tokens < cost) leases.refund(group, { tokens: cost - tokens });
+        else if (tokens > cost) leases.debit(group, { tokens: tokens - cost });
+      }
+    };
+    let taken = false;
+    if (succeeded !== undefined && ex.onReply !== undefined) {
+      // Maybe still at work upstream (background): the slot goes back now, the tokens once it reports them.
+      const deferrable = !succeeded.reported && central === undefined && releaseSlot(ctx, tenantId, id, spread !== undefined);
+      taken = ex.onReply(succeeded.text, deferrable ? settle : undefined) && deferrable;
     }
-    if (group !== undefined && leases !== undefined) {
-      if (actual < cost) leases.refund(group, { tokens: cost - actual });
-      else if (actual > cost) leases.debit(group, { tokens: actual - cost });
-    }
+    if (!taken) settle(actual);
   }
+}
+
+/**
+ * Frees the concurrency slot of reservation `id` and keeps its tokens reserved (see `Exchange.onReply`).
+ * @returns false when this node no longer decides for the tenant (then the request settles at once).
+ */
+function releaseSlot(ctx: GatewayContext, tenant: string, id: string, spread: boolean): boolean {
+  const handoff = ctx.handoff;
+  if (!spread && handoff !== undefined && !handoff.holds(tenant)) return false;
+  ctx.limiter.release(tenant, id);
+  if (!spread) handoff?.touched(tenant);
+  return true;
 }
 
 /** `ex.callFor(deployment)`, or undefined when the request cannot be said in its format. */
@@ -494,11 +548,12 @@ function translatedCall(ex: Exchange, deployment: ResolvedDeployment): Deploymen
   }
 }
 
-/** The provider's error message from an error body (either format), for a reply in the client's format. */
+/** The provider's error message from an error body (OpenAI's, Anthropic's, or AWS's `{"message"}`), for a reply in the client's format. */
 function upstreamMessage(text: string, deployment: string): string {
   try {
-    const body = JSON.parse(text) as { error?: { message?: unknown } };
+    const body = JSON.parse(text) as { error?: { message?: unknown }; message?: unknown };
     if (typeof body.error?.message === 'string') return `Deployment ${deployment}: ${body.error.message}`;
+    if (typeof body.message === 'string') return `Deployment ${deployment}: ${body.message}`;
   } catch {
     // not JSON: fall through
   }
@@ -546,8 +601,10 @@ async function callDeployment(
     const value = request.headers[name];
     if (typeof value === 'string') forwarded[name] = value;
   }
-  const quotas = ctx.quotas !== undefined && ctx.quotas.limited.has(deployment.name) ? ctx.quotas.leases : undefined;
+  const quotas = ctx.quotas !== undefined && ex.deploymentQuota !== false && ctx.quotas.limited.has(deployment.name) ? ctx.quotas.leases : undefined;
   let budget = deployment.max_retry_wait;
+  // A 429 that names no wait (Bedrock's ThrottlingException) waits this, doubled at each retry.
+  let backoff = deployment.retry_backoff ?? (deployment.provider === 'bedrock' ? DEFAULT_BEDROCK_BACKOFF_MS : undefined);
   for (;;) {
     let res: Dispatcher.ResponseData;
     const sentAt = ctx.clock.now();
@@ -592,7 +649,9 @@ async function callDeployment(
     }
     // A 429 about billing (insufficient_quota) is not fixed by waiting: no retry, no cooldown, no failover.
     const billing = text.includes('insufficient_quota');
-    const wait = billing ? undefined : providerRetryWaitMs(res.headers, Date.now());
+    const hinted = billing ? undefined : providerRetryWaitMs(res.headers, Date.now());
+    const wait = billing ? undefined : (hinted ?? backoff);
+    if (hinted === undefined && backoff !== undefined) backoff *= 2;
     // A provider 429 drains the deployment's bucket for the whole cluster by its wait × rate.
     if (!billing && quotas !== undefined) void quotas.providerLimited(deployment.name, { retryAfterMs: wait ?? 1_000 });
     if (wait === undefined || wait > budget || String(res.headers['x-should-retry']) === 'false') {
@@ -642,7 +701,7 @@ async function nextDeployment(
     const candidate = ex.failover[i] as ResolvedDeployment;
     const call = translatedCall(ex, candidate);
     if (call === undefined) continue; // this request cannot be said in the candidate's format
-    const quotas = ctx.quotas;
+    const quotas = ex.deploymentQuota === false ? undefined : ctx.quotas;
     if (quotas !== undefined && quotas.limited.has(candidate.name)) {
       const taken = await takeLeased(quotas.leases, candidate.name, cost, closed);
       if (taken === 'unavailable' || !taken.ok) continue;
@@ -677,6 +736,11 @@ function finish(ctx: GatewayContext, tenant: string, id: string, actual: number,
   }
 }
 
+/** The SSE events of a body, one batch per chunk (the splitter keeps an unterminated tail). */
+async function* sseBatches(body: AsyncIterable<Buffer>, splitter: SseSplitter): AsyncGenerator<readonly SseEvent[]> {
+  for await (const chunk of body) yield splitter.push(chunk);
+}
+
 /**
  * Passes an SSE reply through event by event, with backpressure, renewing the concurrency lease while
  * it flows. @returns tokens to settle: reported usage, or prompt + delivered output when the stream
@@ -701,10 +765,11 @@ async function pipeStream(
   const scrubber = scrubberOf(ctx);
   const renewEvery = 5_000;
   let lastRenew = ctx.clock.now();
+  const batches = call.framing === undefined ? sseBatches(res.body, splitter) : call.framing.events(res.body);
   try {
-    for await (const chunk of res.body) {
+    for await (const batch of batches) {
       let out = '';
-      for (const upstreamEvent of splitter.push(chunk)) {
+      for (const upstreamEvent of batch) {
         // An error event may echo what the upstream was sent (the provider key): scrubbed; other events are passed exactly.
         const event = scrubber.event(upstreamEvent);
         const pass = observer.onEvent(event);

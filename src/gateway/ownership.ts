@@ -5,13 +5,16 @@
  * owner, so the router retries there and the request is never decided twice. A request the router
  * sent here because the owner is suspect (`x-quotaring-fallback-for: <owner id>`), or retried here
  * after a 421 while rings are in transition (`x-quotaring-redirected-for: <owner id>`), is accepted. Before
- * the first decision for a tenant that moved here, its state is loaded (see `Handoff.ready`).
+ * the first decision for a tenant that moved here, its state is loaded (see `Handoff.ready`). A node
+ * that has not read its member list yet (Redis unreachable since it started) owns nothing: 503
+ * `node_starting`, and routers route around it.
  */
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { ClaimHow, Handoff } from '../coord/handoff.ts';
 import { FALLBACK_HEADER, OWNER_HEADER, OWNER_URL_HEADER, REDIRECTED_HEADER, RING_HEADER, TENANT_HEADER } from '../coord/headers.ts';
 import type { Member, Membership } from '../coord/types.ts';
-import { errorBody } from '../errors.ts';
+import { ERRORS, errorBody } from '../errors.ts';
+import { membersUnread } from '../coord/join.ts';
 import { tenantOf } from './auth.ts';
 import type { SpreadTenants } from './spread.ts';
 
@@ -37,6 +40,8 @@ export { FALLBACK_HEADER, OWNER_HEADER, REDIRECTED_HEADER, RING_HEADER } from '.
 export function ownershipHook(cluster: NodeCluster) {
   const { handoff, spread } = cluster;
   return async (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply | undefined> => {
+    // Not in the cluster yet (Redis unreachable since start): no ring, so no tenant is this node's.
+    if (membersUnread(cluster.membership)) return sendNodeStarting(request, reply);
     const tenant = tenantOf(request).id;
     if (spread?.isSpread(tenant) === true) {
       const { members, index } = spread.placement(tenant);
@@ -58,6 +63,15 @@ export function ownershipHook(cluster: NodeCluster) {
     }
     return sendMisdirected(request, reply, handoff, tenant, placed.here ? undefined : placed.owner);
   };
+}
+
+/**
+ * Answers 503 `node_starting`: this node has never read its cluster's member list (Redis
+ * unreachable since it started), so it decides for no tenant. Routers route around it (`forward.ts`).
+ */
+function sendNodeStarting(request: FastifyRequest, reply: FastifyReply): FastifyReply {
+  const dialect = request.url.startsWith('/v1/messages') ? 'anthropic' : 'openai';
+  return reply.code(ERRORS.node_starting.status).headers({ 'x-quotaring-error': 'node_starting', 'retry-after': '1' }).send(errorBody(dialect, 'node_starting'));
 }
 
 /**

@@ -6,6 +6,7 @@
 import type { ResolvedDeployment } from '../config/load.ts';
 import type { ModelConfig, TenantConfig } from '../config/schema.ts';
 import { GatewayError } from '../errors.ts';
+import { servesFormat, wireFormatOf } from '../providers/wire-format.ts';
 import type { EncodingName } from '../tokens/index.ts';
 import type { GatewayContext } from './context.ts';
 
@@ -39,7 +40,7 @@ export function routeModel(ctx: GatewayContext, name: string, provider: 'openai'
   if (deployment === undefined) {
     const first = all[0];
     if (first === undefined) throw new Error(`model ${name} has no deployment`);
-    const endpoint = first.provider === 'anthropic' ? 'POST /v1/messages' : 'POST /v1/chat/completions';
+    const endpoint = wireFormatOf(first.provider) === 'anthropic' ? 'POST /v1/messages' : 'POST /v1/chat/completions';
     throw new GatewayError('wrong_endpoint', `The model "${name}" is served by an ${first.provider} deployment; call it with ${endpoint}.`, 'model');
   }
   return { model, deployment, upstreamModel: upstreamModelOf(model, deployment), failover: all.filter((d) => d !== deployment) };
@@ -47,19 +48,20 @@ export function routeModel(ctx: GatewayContext, name: string, provider: 'openai'
 
 /**
  * The deployment a request starts on: of the model's deployments that speak the endpoint's wire
- * format, the one with the most headroom — the smallest fraction left of its quota's buckets, as
+ * format (a Bedrock deployment speaks both), the one with the most headroom — the smallest fraction left of its quota's buckets, as
  * this node sees the cluster-wide cap (a deployment without a quota counts as full) — the first in
  * config order on a tie; when that one is slow (`soft_ttft`), its `soft_share` of requests go to the
  * best one that is not. Deployments down after a hard failure are left out; when all of the format
  * are, the first of the other format that is up. Undefined when none speaks the format.
  */
 function preferred(ctx: GatewayContext, model: ModelConfig, deployments: readonly ResolvedDeployment[], provider: 'openai' | 'anthropic'): ResolvedDeployment | undefined {
-  const ofFormat = deployments.filter((d) => d.provider === provider);
+  // A Bedrock deployment serves both formats (always translated).
+  const ofFormat = deployments.filter((d) => servesFormat(d.provider, provider));
   if (ofFormat.length === 0) return undefined;
   // A deployment that just failed hard is not started on while another of the format is up; when
   // every one of the format is down, one of the other format that is up starts (translated).
   const up = ofFormat.filter((d) => !ctx.health.isDown(d));
-  if (up.length === 0) return deployments.find((d) => d.provider !== provider && !ctx.health.isDown(d)) ?? ofFormat[0];
+  if (up.length === 0) return deployments.find((d) => wireFormatOf(d.provider) !== provider && !ctx.health.isDown(d)) ?? ofFormat[0];
   if (ofFormat.length === 1) return ofFormat[0];
   const candidates = up;
   if (model.weights !== undefined) {

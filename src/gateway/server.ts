@@ -21,6 +21,7 @@ import { systemClock } from '../clock.ts';
 import type { LoadedConfig } from '../config/load.ts';
 import { Handoff } from '../coord/handoff.ts';
 import { listenerGone } from '../coord/stand-in.ts';
+import { membersUnread } from '../coord/join.ts';
 import type { RingOptions } from '../coord/ring.ts';
 import type { TenantStateStore } from '../coord/state-store.ts';
 import type { Member, Membership } from '../coord/types.ts';
@@ -32,7 +33,6 @@ import { quotasFromConfig } from '../globalcap/quotas-from-config.ts';
 import { Limiter } from '../limiter/limiter.ts';
 import { AdmissionQueues } from './admission-queue.ts';
 import { DeploymentHealth } from './deployment-health.ts';
-import type { Policy } from '../limiter/types.ts';
 import { PromptCounter, exactCounter } from '../tokens/index.ts';
 import { authHook } from './auth.ts';
 import type { GatewayContext } from './context.ts';
@@ -41,6 +41,10 @@ import { registerJsonBody } from './json-body.ts';
 import { ownershipHook } from './ownership.ts';
 import { anthropicRoutes } from './routes/anthropic.ts';
 import { openAIRoutes } from './routes/openai.ts';
+import { completionsRoutes } from './routes/completions.ts';
+import { azureRoutes } from './routes/azure.ts';
+import { countTokensRoutes } from './routes/count-tokens.ts';
+import { responsesRoutes } from './routes/responses.ts';
 import { sendSettlement, settlementRoutes } from './routes/settlements.ts';
 import { tenantStateRoutes } from './routes/tenant-state.ts';
 import { Upstreams } from './upstream.ts';
@@ -57,8 +61,8 @@ import { RequestSigner } from '../security/request-signature.ts';
 import { clusterAuthHooks } from './cluster-auth.ts';
 import { ReplicaStore } from '../coord/replicas.ts';
 import { httpPeerTransport, transferRoutes } from '../coord/transfer-http.ts';
-import { loadLocalState, saveLocalState } from '../coord/local-state.ts';
-import { parseTenantSnapshot } from '../limiter/snapshot.ts';
+import { nodeStateFile, stateTtlMs } from './state-file.ts';
+import type { NodeLocalState } from './state-file.ts';
 
 /** Options of {@link buildGateway}. */
 export interface GatewayOptions {
@@ -103,16 +107,10 @@ export interface NodeClusterOptions {
 }
 
 /** What `/readyz` names while a node is not ready yet (see `buildGateway`). */
-export type ReadinessWait = 'start' | 'ring' | 'handoff' | 'scripts';
+export type ReadinessWait = 'start' | 'redis' | 'ring' | 'handoff' | 'scripts';
 
 const handoffs = new WeakMap<FastifyInstance, Handoff>();
-/** A node's state file: load before listening, save on a graceful stop. */
-export interface NodeLocalState {
-  /** Loads the state file (a single node: into its limiter; a cluster node: among its replicas). Never rejects (logged). */
-  restore(): Promise<void>;
-  /** Saves every tenant's state (a cluster node: the tenants it decides for and its replicas). Never rejects (logged). */
-  save(): Promise<void>;
-}
+export type { NodeLocalState } from './state-file.ts';
 const localStates = new WeakMap<FastifyInstance, NodeLocalState>();
 
 /** The state file of a node built by {@link buildGateway} with `stateDir`; undefined without. */
@@ -142,13 +140,6 @@ export function registerNodeAdmin(app: FastifyInstance, admin: FastifyInstance, 
 /** The handoff of a node built by {@link buildGateway} with a cluster; undefined for a single node. */
 export function nodeHandoff(app: FastifyInstance): Handoff | undefined {
   return handoffs.get(app);
-}
-
-/** Redis expiry of a tenant's stored state, ms: its longest window (or lease), plus a minute. */
-function stateTtlMs(policy: Policy | undefined): number {
-  let longest = 0;
-  for (const limit of policy?.limits ?? []) longest = Math.max(longest, limit.kind === 'concurrent' ? limit.leaseTtlMs : limit.windowMs);
-  return longest + 60_000;
 }
 
 function sendError(request: FastifyRequest, reply: FastifyReply, code: ErrorCode, message?: string, param: string | null = null): FastifyReply {
@@ -215,9 +206,9 @@ function hotDetector(
 
 /** `mode: central`: the central-store limiter on its own decision connection, every call behind a 1 s guard; undefined in the sharded mode. */
 function centralDecisions(config: LoadedConfig): (CentralDecisions & { ready(): Promise<void>; close(): void }) | undefined {
-  const url = config.config.cluster.redis?.url;
-  if (config.config.mode !== 'central' || url === undefined) return undefined;
-  const redis = redisForDecisions(url);
+  const connection = config.config.cluster.redis?.connection;
+  if (config.config.mode !== 'central' || connection === undefined) return undefined;
+  const redis = redisForDecisions(connection);
   return {
     limiter: new CentralLimiter({ redis, cluster: config.config.cluster.name, policyFor: (tenant) => config.policies.get(tenant) }),
     guard: new RedisGuard({ clock: systemClock, timeoutMs: CENTRAL_TIMEOUT_MS }),
@@ -377,9 +368,11 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     inFlight: () => activity.inFlight,
     fallbackActive: () => (inFallback() ? 1 : 0),
     ring: () => (handoff === undefined ? undefined : { members: handoff.ring().members.length, version: handoff.ring().version }),
+    // Only the tenant's owner on this node's ring exports its levels: a stand-in, a node of a spread
+    // tenant's range or one still holding a moved tenant has its own partial view (issue 19).
     tenantLevels: () =>
       config.config.tenants
-        .filter((t) => t.metrics && decidesFor(t.id))
+        .filter((t) => t.metrics && decidesFor(t.id) && (handoff === undefined || handoff.place(t.id).here))
         .flatMap((t) => limiter.peek(t.id).map((l) => ({ tenant: t.id, limit: l.name, remaining: l.remaining }))),
     leaseRenewals: () => quotas?.leases.renewals ?? { granted: 0, partial: 0, denied: 0, failed: 0 },
     leaseGivenBack: () => quotas?.leases.givenBack ?? { sent: 0, answered: 0 },
@@ -411,7 +404,8 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
   let drained = false;
   /**
    * What a node waits for before it is ready, in this order: `start` (listening and warmed up),
-   * `ring` (its own id is in its membership's ring: static members at once, a Redis node after its
+   * `redis` (a Redis membership that has not read the member list yet: Redis unreachable since the
+   * node started; it retries every heartbeat), `ring` (its own id is in its membership's ring: static members at once, a Redis node after its
    * first heartbeat), `handoff` (the handoffs of the ring it joined received, or `cluster.handoff.wait_ms`
    * waited: `Handoff.handoffsReceived`), `scripts` (Redis configured for the leases: connected and
    * every script loaded). Empty when ready.
@@ -420,6 +414,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     const waiting: ReadinessWait[] = [];
     if (!ready) waiting.push('start');
     if (clusterOpts !== undefined && handoff !== undefined) {
+      if (membersUnread(clusterOpts.membership)) waiting.push('redis');
       if (!handoff.ring().members.some((m) => m.id === clusterOpts.self.id)) waiting.push('ring');
       if (!handoff.handoffsReceived) waiting.push('handoff');
     }
@@ -443,70 +438,18 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     // Central mode: any node decides for any tenant (its limits are in Redis), so no ownership check.
     if (clusterOpts !== undefined && handoff !== undefined && central === undefined) v1.addHook('preHandler', ownershipHook({ ...clusterOpts, handoff, ...(spread === undefined ? {} : { spread }) }));
     openAIRoutes(v1, ctx);
+    completionsRoutes(v1, ctx);
+    azureRoutes(v1, ctx);
     anthropicRoutes(v1, ctx);
+    countTokensRoutes(v1, ctx);
+    responsesRoutes(v1, ctx);
   });
 
   if (handoff !== undefined) {
     settlementRoutes(app, config, handoff);
     transferRoutes(app, config, handoff);
   }
-  if (opts.stateDir !== undefined) {
-    const dir = opts.stateDir;
-    localStates.set(app, {
-      restore: async () => {
-        try {
-          const loaded = await loadLocalState(dir, nodeId());
-          const configured = config.config.tenants.map((t) => t.id);
-          if (loaded.kind === 'none') return;
-          if (loaded.kind === 'corrupt') {
-            app.log.warn({ dir, reason: loaded.reason }, 'state file is corrupt: every tenant it may hold starts with its requests and tokens limits used up for one window');
-            if (handoff === undefined) for (const t of configured) limiter.importConservative(t);
-            // An unparseable value at time 0: loaded as corrupt (conservative) unless a member gives a real state back.
-            else handoff.receive(configured.filter((t) => handoff.ring().range(t, 2).some((m) => m.id === nodeId())).map((t) => ({ tenant: t, json: '', at: 0 })), (t) => config.policies.has(t));
-            return;
-          }
-          if (handoff !== undefined) {
-            const n = handoff.receive(loaded.states, (t) => config.policies.has(t));
-            app.log.info({ dir, tenants: n, expired: loaded.expired }, 'state file loaded');
-            return;
-          }
-          let corrupt = 0;
-          for (const s of loaded.states) {
-            if (!config.policies.has(s.tenant)) continue;
-            try {
-              limiter.importTenant(s.tenant, parseTenantSnapshot(s.json));
-            } catch {
-              corrupt++;
-              limiter.importConservative(s.tenant);
-            }
-          }
-          app.log.info({ dir, tenants: loaded.states.length, expired: loaded.expired, corrupt }, 'state file loaded');
-        } catch (err) {
-          app.log.warn({ dir, err: (err as Error).message }, 'state file unreadable: starting fresh');
-        }
-      },
-      save: async () => {
-        const now = Date.now();
-        const states =
-          handoff?.states() ??
-          [...limiter.tenants()].flatMap((tenant) => {
-            const snapshot = limiter.exportTenant(tenant);
-            return snapshot === undefined ? [] : [{ tenant, json: JSON.stringify(snapshot), at: snapshot.at }];
-          });
-        try {
-          const file = await saveLocalState(
-            dir,
-            nodeId(),
-            states.map((s) => ({ ...s, expiresAtMs: now + stateTtlMs(config.policies.get(s.tenant)) })),
-            now,
-          );
-          app.log.info({ file, tenants: states.length }, 'state saved');
-        } catch (err) {
-          app.log.warn({ dir, err: (err as Error).message }, 'state not saved');
-        }
-      },
-    });
-  }
+  if (opts.stateDir !== undefined) localStates.set(app, nodeStateFile({ dir: opts.stateDir, nodeId, config, limiter, handoff, log: app.log }));
   /** A tenant's limits where this node decides for it, else its owner (admin API and `/_quotaring/v1/tenants/:id`). */
   const tenantUsage = async (tenant: string): Promise<TenantUsage | undefined> => {
     if (!config.policies.has(tenant)) return undefined;

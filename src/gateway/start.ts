@@ -17,6 +17,8 @@ import { recoverFromPeers } from '../coord/static-handoff.ts';
 import { ReloadableConfig } from '../config/reloadable.ts';
 import { startAdminServer } from '../ops/admin-server.ts';
 import { clusterSecretFor } from '../security/cluster-secret.ts';
+import { startOrKeepTrying } from '../coord/join.ts';
+import { describeRedis } from '../config/redis-url.ts';
 
 /** Options of {@link startGateway}; host and port override `server.host` / `server.port`. */
 export interface StartGatewayOptions {
@@ -44,8 +46,9 @@ export interface StartGatewayOptions {
  * @returns the listening URL and a graceful `close()`.
  * @throws ConfigError for a bad config file; Error for `members` with Redis membership, or a node id
  *   not among static members; Error naming the variable when a node of a cluster has no cluster
- *   secret (RangeError when it is too short); listen errors (port in use) as thrown by fastify;
- *   the Redis error when the membership cannot start.
+ *   secret (RangeError when it is too short); listen errors (port in use) as thrown by fastify.
+ *   Never for an unreachable Redis: the node then listens, is not ready (`/readyz` 503 waiting for
+ *   `redis`) and joins once Redis answers (`src/coord/join.ts`).
  */
 export async function startGateway(opts: StartGatewayOptions): Promise<{ url: string; adminUrl: string | undefined; close(): Promise<void> }> {
   const config = new ReloadableConfig(loadConfig(opts.configFile));
@@ -91,17 +94,37 @@ export async function startGateway(opts: StartGatewayOptions): Promise<{ url: st
   listenedPort = Number(new URL(url).port);
   // Port 0: the node id (and its file) is known only now.
   if (!idKnown) await localState?.restore();
-  // Join the ring only once this node can serve.
-  await handoff?.start();
-  await configured?.membership.start();
-  handoff?.joined();
-  app.log.info({ url, node: self.id, ring: handoff?.ring().version, tenants: config.config.tenants.length }, 'quotaring node listening');
+  // Join the ring only once this node can serve. Redis down: the node stays up, decides for no
+  // tenant (503 node_starting; /readyz names `redis`) and joins once Redis answers (./../coord/join.ts).
+  let handoffStarted = false;
+  let joined = false;
+  const stopJoining = new AbortController();
+  const join = await startOrKeepTrying(
+    async () => {
+      if (!handoffStarted) {
+        await handoff?.start();
+        handoffStarted = true;
+      }
+      await configured?.membership.start();
+    },
+    { retryMs: settings.heartbeat, signal: stopJoining.signal, log: app.log, what: `node ${self.id}`, ...(settings.redis === undefined ? {} : { redis: describeRedis(settings.redis) }) },
+  );
+  const onJoined = (): void => {
+    joined = true;
+    handoff?.joined();
+  };
+  if (join.started) onJoined();
+  else void join.done.then((ok) => ok && !stopJoining.signal.aborted && onJoined());
+  app.log.info({ url, node: self.id, ring: handoff?.ring().version, tenants: config.config.tenants.length, ...(join.started ? {} : { waiting: 'redis' }) }, 'quotaring node listening');
 
   let left: Promise<number> | undefined;
   /** Hands every tenant over and leaves the ring (once); resolves to the tenants handed over. */
   const leave = (): Promise<number> =>
     (left ??= (async () => {
-      if (handoff === undefined) return 0;
+      stopJoining.abort();
+      await join.done;
+      // Never joined (Redis was away the whole time): this node decided for no tenant; its replicas stay in its state file.
+      if (handoff === undefined || !joined) return 0;
       const before = handoff.stats.handedOff;
       // Hand over first (the new owners find the states before they see the new ring), then leave.
       await handoff.leave();

@@ -145,7 +145,7 @@ export function quotasFromConfig(
   let call = LOCAL_ONLY;
   let guard: RedisGuard | undefined;
   if (cluster.redis !== undefined) {
-    redis = redisForDecisions(cluster.redis.url);
+    redis = redisForDecisions(cluster.redis.connection);
     scripts = defineCapScripts(redis);
     guard = new RedisGuard({
       clock: opts.clock,

@@ -5,8 +5,9 @@
  * the wait (15 ms by default) and opens a circuit breaker; this client only makes sure that
  * nothing piles up behind the guard (issue 4, "Degraded local fallback").
  */
-import { Redis } from 'ioredis';
-import type { RedisOptions } from 'ioredis';
+import type { Redis, RedisOptions } from 'ioredis';
+import { newRedisClient } from '../config/redis-client.ts';
+import type { RedisConnection } from '../config/schema.ts';
 import { countRedisCommands } from '../ops/metrics.ts';
 
 /** First reconnect delay after the connection drops, ms. */
@@ -69,18 +70,19 @@ export const DECISION_REDIS_OPTIONS: Readonly<RedisOptions> = Object.freeze({
 });
 
 /**
- * An ioredis client for decision paths, connecting at once to `url`, with
+ * An ioredis client for decision paths, connecting at once to `connection` (a URL or Sentinel), with
  * `DECISION_REDIS_OPTIONS` (offline queue off, no retries or resends of written commands, no
  * auto-pipelining, 500 ms connect timeout, reconnect backoff 50 ms → 1 s).
  *
  * The client has an `error` listener that ignores connection errors: while Redis is down, ioredis
  * emits one per reconnect attempt, and the failures reach callers through their commands (and the
  * `RedisGuard`). Add your own listener to log them.
- * @param url `redis://[[user]:password@]host[:port][/db]` or `rediss://...` (TLS).
+ * @param connection `cluster.redis.connection`, or a URL `redis://[[user]:password@]host[:port][/db]` or `rediss://...` (TLS).
  * @returns the client; the caller closes it with `quit()` or `disconnect()`.
+ * @throws Error when a TLS CA file of the connection cannot be read.
  */
-export function redisForDecisions(url: string): Redis {
-  const redis = new Redis(url, { ...DECISION_REDIS_OPTIONS });
+export function redisForDecisions(connection: RedisConnection | string): Redis {
+  const redis = newRedisClient(connection, { ...DECISION_REDIS_OPTIONS });
   countRedisCommands(redis);
   redis.on('error', () => {
     // reported through the commands that fail; see the TSDoc above

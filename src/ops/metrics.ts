@@ -191,7 +191,7 @@ export class NodeMetrics {
     new Gauge({ name: 'quotaring_fallback_active', help: '1 while this node decides deployment quotas and hot tenants from local fallback shares (Redis unreachable), else 0.', registers: [r], collect() { this.set(src()?.fallbackActive() ?? 0); } });
     new Gauge({
       name: 'quotaring_tenant_remaining',
-      help: 'Units left in each limit of tenants with metrics: true, on the node that decides for them.',
+      help: 'Units left in each limit of tenants with metrics: true, exported by the tenant\'s owner only.',
       labelNames: ['tenant', 'limit'],
       registers: [r],
       collect() {

@@ -1,7 +1,7 @@
 /**
  * `quotaring top`: the router's live stream (`/admin/v1/live` on its admin port) as a plain-text
- * table in the terminal, redrawn on every snapshot (once a second) until Ctrl-C; with `--once`, one
- * snapshot printed without ANSI codes (for scripts and tests).
+ * table in the terminal, redrawn on every snapshot (once a second) until `q` or Ctrl-C; with
+ * `--once`, one snapshot printed without ANSI codes (for scripts and tests).
  */
 import type { IncomingMessage } from 'node:http';
 import { WebSocket } from 'ws';
@@ -96,7 +96,15 @@ export interface TopOptions {
   readonly signal?: AbortSignal;
   /** Where failures are written. @default process.stderr */
   readonly err?: NodeJS.WritableStream;
+  /**
+   * Keys: `q`, `Q` or Ctrl-C stop the view (resolves 0). A TTY is put in raw mode (one key at
+   * a time) and restored on exit. Not read with `once`. @default process.stdin when it is a TTY
+   */
+  readonly input?: NodeJS.ReadableStream & { isTTY?: boolean; setRawMode?: (raw: boolean) => unknown };
 }
+
+/** Keys that quit the live view: q, Q, Ctrl-C (in raw mode Ctrl-C arrives as a byte, not SIGINT). */
+const QUIT_KEYS = new Set(['q', 'Q', '\x03']);
 
 /**
  * Connects to the live stream with `Authorization: Bearer <token>` and prints each snapshot until
@@ -119,6 +127,11 @@ export async function runTop(opts: TopOptions): Promise<number> {
     const ws = new WebSocket(url, { headers: { authorization: `Bearer ${opts.token}` }, handshakeTimeout: 5_000, perMessageDeflate: false });
     const onSigint = (): void => finish(0);
     const onAbort = (): void => finish(0);
+    const input = opts.once === true ? undefined : (opts.input ?? (process.stdin.isTTY ? process.stdin : undefined));
+    const raw = input?.isTTY === true && typeof input.setRawMode === 'function';
+    const onKey = (data: Buffer | string): void => {
+      if ([...String(data)].some((c) => QUIT_KEYS.has(c))) finish(0);
+    };
     const onceTimer =
       opts.once === true
         ? setTimeout(() => {
@@ -132,6 +145,11 @@ export async function runTop(opts: TopOptions): Promise<number> {
       clearTimeout(onceTimer);
       process.removeListener('SIGINT', onSigint);
       opts.signal?.removeEventListener('abort', onAbort);
+      if (input !== undefined) {
+        input.removeListener('data', onKey);
+        if (raw) input.setRawMode?.(false);
+        input.pause();
+      }
       if (opts.once !== true && tty.isTTY === true) opts.out.write('\x1b[?25h');
       if (ws.readyState === WebSocket.OPEN || ws.readyState === WebSocket.CONNECTING) ws.terminate();
       resolve(code);
@@ -139,6 +157,11 @@ export async function runTop(opts: TopOptions): Promise<number> {
     if (opts.signal?.aborted === true) return finish(0);
     opts.signal?.addEventListener('abort', onAbort, { once: true });
     process.once('SIGINT', onSigint);
+    if (input !== undefined) {
+      if (raw) input.setRawMode?.(true);
+      input.on('data', onKey);
+      input.resume();
+    }
 
     ws.on('unexpected-response', (_req, res: IncomingMessage) => {
       res.resume();

@@ -232,8 +232,12 @@ export async function runReplay(opts: ReplayOptions): Promise<ReplayReport> {
       } catch {
         body = null;
       }
+      const queued = Number(header(res.headers, 'x-quotaring-queued-ms'));
+      const queuedMs = Number.isFinite(queued) && queued > 0 ? queued : null;
       record = {
         ...base,
+        queuedMs,
+        decidedMs: base.sentMs + (queuedMs ?? 0),
         status: res.statusCode,
         latencyMs: clock.now() - sentAt,
         usage: res.statusCode >= 200 && res.statusCode < 300 ? usageOf(body) : null,
@@ -244,7 +248,7 @@ export async function runReplay(opts: ReplayOptions): Promise<ReplayReport> {
       };
     } catch (err) {
       const code = signal.aborted ? 'aborted' : `network:${(err as { code?: unknown }).code ?? (err as Error).name}`;
-      record = { ...base, status: 0, latencyMs: clock.now() - sentAt, usage: null, headers: NO_HEADERS, retryAfterMs: null, errorCode: code, gatewayError: false };
+      record = { ...base, queuedMs: null, decidedMs: base.sentMs, status: 0, latencyMs: clock.now() - sentAt, usage: null, headers: NO_HEADERS, retryAfterMs: null, errorCode: code, gatewayError: false };
     }
     records.push(record);
     out?.write(`${JSON.stringify(record)}\n`);

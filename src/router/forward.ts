@@ -1,7 +1,8 @@
 /**
  * Forwarding one client request to the tenant's owner node and streaming the answer back, with at
  * most one retry: on another member when the first refused or dropped the connection before any
- * response byte (replayable bodies only), or on the named owner when the node answered 421.
+ * response byte or answered 503 `node_starting` (replayable bodies only), or on the named owner when
+ * the node answered 421.
  */
 import { EventEmitter } from 'node:events';
 import type { Readable } from 'node:stream';
@@ -158,6 +159,18 @@ export async function forward(ctx: ForwardContext, request: FastifyRequest, repl
     ctx.onRetry?.('unreachable');
     target = next;
     result = await send(next, ring, true);
+  } else if (isNodeStarting(result.res) && isReplayable(body)) {
+    // The member has not joined its cluster yet (started while Redis was down) and decides for no
+    // tenant: route around it like an unreachable member; the next one stands in (from its replica).
+    ctx.suspects.markFor(first.id, ctx.suspectMs);
+    const next = choose(ring, first.id);
+    if (next !== undefined) {
+      await result.res.body.dump().catch(() => undefined);
+      request.log.warn({ member: first.id, retry: next.id }, 'member not in the cluster yet; retrying once on the next member');
+      ctx.onRetry?.('unreachable');
+      target = next;
+      result = await send(next, ring, true);
+    }
   } else if (result.res.statusCode === 421 && isReplayable(body)) {
     // Rings in transition: the node and this router disagree on the owner.
     // - The named owner is a live member here: retry there, naming the node that redirected (whose
@@ -242,6 +255,11 @@ async function attempt(
   } catch (err) {
     return { ok: false, err };
   }
+}
+
+/** A node's 503 `node_starting`: it has not joined its cluster yet (see `src/gateway/ownership.ts`). */
+function isNodeStarting(res: Dispatcher.ResponseData): boolean {
+  return res.statusCode === 503 && header(res.headers['x-quotaring-error']) === 'node_starting';
 }
 
 function header(value: string | string[] | undefined): string | undefined {

@@ -3,11 +3,13 @@
  * the API key, finds the tenant's owner on the ring and streams request and response through.
  */
 import Fastify, { LogController } from 'fastify';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Clock } from '../clock.ts';
 import { systemClock } from '../clock.ts';
 import type { LoadedConfig } from '../config/load.ts';
 import type { Membership } from '../coord/types.ts';
+import { membersUnread, startOrKeepTrying } from '../coord/join.ts';
+import { describeRedis } from '../config/redis-url.ts';
 import { apiKeyOf } from '../gateway/auth.ts';
 import { bodyTooLarge, forward, sendError } from './forward.ts';
 import type { ForwardContext } from './forward.ts';
@@ -66,6 +68,9 @@ export interface RouterControl {
 
 const controls = new WeakMap<FastifyInstance, RouterControl>();
 
+/** The message of a 503 `no_healthy_node` while the router has never read its members (Redis unreachable since it started). */
+const NO_MEMBERS_YET = 'No gateway node is known yet: this router has not reached Redis (cluster.redis) to read the cluster members; it keeps trying. Retry shortly.';
+
 /** The control of a router built by {@link buildRouter}. @throws Error for another fastify instance. */
 export function routerControl(app: FastifyInstance): RouterControl {
   const control = controls.get(app);
@@ -74,8 +79,8 @@ export function routerControl(app: FastifyInstance): RouterControl {
 }
 
 /**
- * Builds the router (not listening). Routes: `GET|POST /v1/*` proxied to the tenant's owner;
- * `GET /healthz`; `GET /readyz` (503 while the ring is empty). Health checks run every
+ * Builds the router (not listening). Routes: `GET|POST|DELETE /v1/*` and `/openai/*` (Azure OpenAI's paths) proxied to the tenant's owner;
+ * `GET /healthz`; `GET /readyz` (503 while the ring is empty, naming `redis` while the members were never read). Health checks run every
  * `healthCheckMs` from `onReady` until `close()`, which also closes the member pools. The
  * membership is not started or stopped here.
  */
@@ -126,7 +131,8 @@ export function buildRouter(opts: RouterOptions): FastifyInstance {
   app.get('/healthz', async () => ({ status: 'ok', ring: membership.ring().version }));
   app.get('/readyz', async (_request, reply) => {
     const ring = membership.ring();
-    return ring.members.length > 0 ? { status: 'ready', ring: ring.version, members: ring.members.length } : reply.code(503).send({ status: 'no members' });
+    if (ring.members.length > 0) return { status: 'ready', ring: ring.version, members: ring.members.length };
+    return reply.code(503).send(membersUnread(membership) ? { status: 'no members', waiting: ['redis'] } : { status: 'no members' });
   });
   app.register(async (v1) => {
     // One info line per request (tenant, member, status, ms; never the key), and the router's metrics.
@@ -137,24 +143,24 @@ export function buildRouter(opts: RouterOptions): FastifyInstance {
       if (levelEnabled(request.log, 'info')) request.log.info({ tenant: request.tenant?.id ?? null, status, ms: Math.round(reply.elapsedTime * 10) / 10 }, 'request');
       done();
     });
-    v1.route({
-      method: ['GET', 'POST'],
-      url: '/v1/*',
-      handler: async (request, reply) => {
-        const key = apiKeyOf(request);
-        const tenant = key === undefined ? undefined : config.tenantByKey.get(key);
-        if (tenant === undefined) {
-          return sendError(request, reply, 'invalid_api_key', key === undefined ? undefined : 'Incorrect API key provided. Use a key configured for a tenant of this gateway.');
-        }
-        request.tenant = tenant;
-        // The nodes' body limit, enforced here: a body over it is never sent to a node.
-        const bodyLimit = config.config.server.body_limit;
-        if (declaresMoreThan(request.raw, bodyLimit)) return bodyTooLarge(request, reply, bodyLimit);
-        // Central mode: any node decides for any tenant (every limit is in Redis): round-robin over all.
-        const spread = config.config.mode === 'central' ? Number.POSITIVE_INFINITY : (tenant.spread ?? opts.hot?.spreadOf(tenant.id));
-        return forward(ctx, request, reply, tenant.id, spread);
-      },
-    });
+    const proxy = async (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> => {
+      const key = apiKeyOf(request);
+      const tenant = key === undefined ? undefined : config.tenantByKey.get(key);
+      if (tenant === undefined) {
+        return sendError(request, reply, 'invalid_api_key', key === undefined ? undefined : 'Incorrect API key provided. Use a key configured for a tenant of this gateway.');
+      }
+      request.tenant = tenant;
+      // The nodes' body limit, enforced here: a body over it is never sent to a node.
+      const bodyLimit = config.config.server.body_limit;
+      if (declaresMoreThan(request.raw, bodyLimit)) return bodyTooLarge(request, reply, bodyLimit);
+      // Central mode: any node decides for any tenant (every limit is in Redis): round-robin over all.
+      const spread = config.config.mode === 'central' ? Number.POSITIVE_INFINITY : (tenant.spread ?? opts.hot?.spreadOf(tenant.id));
+      if (membership.ring().members.length === 0 && membersUnread(membership)) return sendError(request, reply, 'no_healthy_node', NO_MEMBERS_YET);
+      return forward(ctx, request, reply, tenant.id, spread);
+    };
+    // The provider APIs: OpenAI's and Anthropic's under /v1, Azure OpenAI's under /openai.
+    v1.route({ method: ['GET', 'POST', 'DELETE'], url: '/v1/*', handler: proxy });
+    v1.route({ method: ['GET', 'POST', 'DELETE'], url: '/openai/*', handler: proxy });
   });
 
   let unsubscribe: (() => void) | undefined;
@@ -191,20 +197,31 @@ export interface StartRouterOptions extends Omit<RouterOptions, 'clusterSecret'>
 }
 
 /**
- * Starts the membership, builds the router and listens.
+ * Builds the router, starts the membership and listens. A membership that cannot start (Redis
+ * unreachable) is retried every `cluster.heartbeat` in the background: the router listens with an
+ * empty ring meanwhile (503 `no_healthy_node` to clients, `/readyz` 503 waiting for `redis`).
  * @returns the listening URL and a `close()` that waits for requests in flight, then stops the membership.
  * @throws Error naming the variable when no cluster secret is given or set (RangeError when too short);
- *   whatever `membership.start()` throws; listen errors (port in use) as thrown by fastify.
+ *   listen errors (port in use) as thrown by fastify.
  */
 export async function startRouter(opts: StartRouterOptions): Promise<{ url: string; adminUrl: string | undefined; close(): Promise<void> }> {
   const config = opts.config instanceof ReloadableConfig ? opts.config : new ReloadableConfig(opts.config);
   const variable = config.config.cluster.secret_env;
   const clusterSecret = opts.clusterSecret ?? clusterSecretFromEnv(opts.env ?? process.env, variable);
   if (clusterSecret === undefined) throw new Error(missingSecret(variable, 'a router'));
-  await opts.membership.start();
-  await opts.hot?.start();
   let live: LiveHub | undefined;
   const app = buildRouter({ ...opts, config, clusterSecret, liveClients: () => live?.clients() ?? 0 });
+  // Redis down at start: the router listens with an empty ring (503 no_healthy_node, /readyz waiting
+  // for redis) and reads the members once Redis answers (src/coord/join.ts).
+  const stopJoining = new AbortController();
+  const join = await startOrKeepTrying(() => opts.membership.start(), {
+    retryMs: config.config.cluster.heartbeat,
+    signal: stopJoining.signal,
+    log: app.log,
+    what: 'router',
+    ...(config.config.cluster.redis === undefined ? {} : { redis: describeRedis(config.config.cluster.redis) }),
+  });
+  await opts.hot?.start();
   const signer = new RequestSigner(clusterSecret);
   const settings = config.config.router;
   let url: string;
@@ -227,14 +244,18 @@ export async function startRouter(opts: StartRouterOptions): Promise<{ url: stri
     if (admin !== undefined) app.log.info({ dashboard: `${admin.url}/dashboard` }, 'dashboard');
     live?.start();
   } catch (err) {
+    stopJoining.abort();
+    await join.done;
     await live?.stop();
     await app.close();
     await opts.membership.stop();
     throw err;
   }
   const ring = opts.membership.ring();
-  app.log.info({ url, ring: ring.version, members: ring.members.length }, 'quotaring router listening');
+  app.log.info({ url, ring: ring.version, members: ring.members.length, ...(join.started ? {} : { waiting: 'redis' }) }, 'quotaring router listening');
   const close = async (): Promise<void> => {
+    stopJoining.abort();
+    await join.done;
     await live?.stop();
     await admin?.close();
     await app.close();

@@ -7,8 +7,9 @@ import type { IncomingHttpHeaders } from 'node:http';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { LimitState } from '../limiter/index.ts';
 import type { PreparedRequest, Prepare, ReplyIdentity } from './prepared-request.ts';
-import { anthropicError, badRequest, echoedKeyError, echoedKeyEvent, openAIError, serverFault, type ProviderError, type Wire } from './provider-errors.ts';
+import { anthropicError, badRequest, bedrockError, echoedKeyError, echoedKeyEvent, openAIError, serverFault, type ProviderError, type Wire } from './provider-errors.ts';
 import { isEchoFault } from './faults.ts';
+import { EVENT_STREAM_CONTENT_TYPE } from '../providers/bedrock/converse.ts';
 import {
   anthropicRateLimitHeaders,
   formatGoDuration,
@@ -19,6 +20,18 @@ import {
 import { deliverJson, deliverStream, type ReplyOutcome } from './reply-writer.ts';
 import { headerValue, isFieldError, readModel, readMsHeader } from './request-fields.ts';
 import type { SimulatorState } from './simulator-state.ts';
+import {
+  apiVersionError,
+  azureKeyOf,
+  azureOperation,
+  azureRateLimitError,
+  azureRateLimitHeaders,
+  azureRetryHeaders,
+  contentFilterError,
+  wantsContentFilter,
+  withPromptFilterResults,
+  type AzureApi,
+} from './azure.ts';
 
 /** A model route: its wire format, its request preparation and the prefix of its reply ids. */
 export interface ModelRoute {
@@ -26,7 +39,21 @@ export interface ModelRoute {
   readonly prepare: Prepare;
   /** e.g. `chatcmpl-sim`, `msg_sim`, `emb-sim`. */
   readonly idPrefix: string;
+  /** An Azure OpenAI route (see `./azure.ts`): its key, errors, headers and content filter are Azure's. */
+  readonly azure?: AzureApi;
+  /** The model of a request whose model is not in its body (Bedrock: the `{modelId}` path label). @default body.model */
+  readonly modelOf?: (req: FastifyRequest) => string;
+  /** Replies without Azure's `prompt_filter_results` (the Responses API has none). @default false */
+  readonly noPromptFilterResults?: boolean;
 }
+
+/** The key of a request on `route` ('' when missing). */
+export function routeKeyOf(route: ModelRoute, headers: IncomingHttpHeaders): string {
+  return route.azure === undefined ? apiKeyOf(route.wire, headers) : azureKeyOf(headers);
+}
+
+/** `Credential=<access key id>/…` of a SigV4 Authorization header. */
+const SIGV4_CREDENTIAL = /^AWS4-HMAC-SHA256 Credential=([^/,\s]+)\//;
 
 /**
  * The API key of a request: OpenAI `Authorization: Bearer K`; Anthropic `x-api-key: K`, or
@@ -34,6 +61,11 @@ export interface ModelRoute {
  * @returns '' when missing.
  */
 export function apiKeyOf(wire: Wire, headers: IncomingHttpHeaders): string {
+  if (wire === 'bedrock') {
+    // SigV4: the access key id (the signature is verified before the route runs); else a Bedrock API key.
+    const id = SIGV4_CREDENTIAL.exec(headers.authorization ?? '')?.[1];
+    if (id !== undefined) return id;
+  }
   if (wire === 'anthropic') {
     const key = headerValue(headers['x-api-key']);
     if (key !== undefined && key !== '') return key;
@@ -45,6 +77,7 @@ export function apiKeyOf(wire: Wire, headers: IncomingHttpHeaders): string {
 
 /** Sends a provider error with `headers`. */
 export function sendError(reply: FastifyReply, err: ProviderError, headers: HeaderMap = {}): void {
+  if (err.headers !== undefined) Object.assign(headers, err.headers);
   headers['content-type'] = 'application/json; charset=utf-8';
   reply.code(err.status).headers(headers).send(err.body);
 }
@@ -55,6 +88,8 @@ function limitOf(limits: readonly LimitState[], kind: 'requests' | 'tokens'): Li
 
 /** The 429 body of a quota refusal, in OpenAI's or Anthropic's words. */
 function rateLimitError(wire: Wire, model: string, reason: 'limited' | 'too_large', kind: 'requests' | 'tokens', retryAfterMs: number, requested: number, limits: readonly LimitState[]): ProviderError {
+  // Bedrock says neither the limit nor the wait (and sends no retry-after).
+  if (wire === 'bedrock') return bedrockError(429, 'ThrottlingException', kind === 'tokens' ? 'Too many tokens, please wait before trying again.' : 'Too many requests, please wait before trying again.');
   const l = limitOf(limits, kind);
   const limit = l?.limit ?? 0;
   const used = l === undefined ? 0 : l.limit - l.remaining;
@@ -81,18 +116,30 @@ export function serveModelRequest(state: SimulatorState, route: ModelRoute, req:
   const { wire } = route;
   const { stats, quota, opts } = state;
   const headers = req.headers;
-  const key = apiKeyOf(wire, headers);
+  const key = routeKeyOf(route, headers);
+  const azure = route.azure;
+  const apiVersion = (req.query as Record<string, string | undefined> | undefined)?.['api-version'];
+  if (azure !== undefined) {
+    const versionError = apiVersionError(azure, apiVersion);
+    if (versionError !== undefined) {
+      stats.errors++;
+      return sendError(reply, versionError);
+    }
+  }
 
-  const model = readModel(req.body);
+  // A classic Azure deployment URL names the model in its path; the body's `model` is not needed.
+  const model =
+    azure === 'deployment' ? (req.params as { deployment: string }).deployment : route.modelOf === undefined ? readModel(req.body) : route.modelOf(req);
   if (isFieldError(model)) {
     stats.errors++;
     return sendError(reply, badRequest(wire, model.message, model.param));
   }
-  const prepared = route.prepare(req.body as Record<string, unknown>, model, headers, { prompts: state.prompts, defaultOutputTokens: opts.defaultOutputTokens });
+  let prepared = route.prepare(req.body as Record<string, unknown>, model, headers, { prompts: state.prompts, defaultOutputTokens: opts.defaultOutputTokens, responses: state.responses, key, paceTokensPerSecond: opts.tokensPerSecond });
   if (isFieldError(prepared)) {
     stats.errors++;
     return sendError(reply, badRequest(wire, prepared.message, prepared.param));
   }
+  if (azure !== undefined && route.noPromptFilterResults !== true) prepared = withPromptFilterResults(prepared);
   const ttft = readMsHeader('x-sim-ttft-ms', headers['x-sim-ttft-ms']);
   if (isFieldError(ttft)) {
     stats.errors++;
@@ -101,14 +148,22 @@ export function serveModelRequest(state: SimulatorState, route: ModelRoute, req:
   const fault = state.faults.pick(prepared.stream, headerValue(headers['x-sim-fault']));
 
   const out: HeaderMap = {};
-  out[wire === 'openai' ? 'x-request-id' : 'request-id'] = state.nextId('req_sim');
+  out[wire === 'openai' ? 'x-request-id' : wire === 'bedrock' ? 'x-amzn-requestid' : 'request-id'] = state.nextId('req_sim');
+  if (azure !== undefined) {
+    out['apim-request-id'] = out['x-request-id'] ?? '';
+    if (wantsContentFilter(headers)) {
+      // The prompt is refused before the quota: nothing is charged.
+      stats.errors++;
+      return sendError(reply, contentFilterError(), out);
+    }
+  }
   if (isEchoFault(fault)) {
     // Refused before the quota, as a provider refuses a bad key: nothing is charged.
     stats.errors++;
     const received = { authorization: headerValue(headers.authorization) ?? '', 'x-api-key': headerValue(headers['x-api-key']) ?? '' };
     out['x-sim-echo-authorization'] = received.authorization;
     out['x-sim-echo-x-api-key'] = received['x-api-key'];
-    if (fault === 'echo-key-stream' && prepared.stream) {
+    if (fault === 'echo-key-stream' && prepared.stream && wire !== 'bedrock') {
       out['content-type'] = 'text/event-stream; charset=utf-8';
       reply.code(200).headers(out).send(prepared.plan({ id: state.nextId(route.idPrefix), created: Math.floor(opts.clock.now() / 1000) }).head + echoedKeyEvent(wire, received));
       return;
@@ -118,11 +173,17 @@ export function serveModelRequest(state: SimulatorState, route: ModelRoute, req:
     return sendError(reply, echoedKeyError(wire, status, received), out);
   }
   const decision = quota.admit(key, prepared.reserveTokens);
-  Object.assign(out, wire === 'openai' ? openAIRateLimitHeaders(decision.limits) : anthropicRateLimitHeaders(decision.limits, opts.clock.now()));
+  // Bedrock reports no rate-limit headers, and no retry-after with its ThrottlingException.
+  if (azure !== undefined) Object.assign(out, azureRateLimitHeaders(decision.limits));
+  else if (wire !== 'bedrock') Object.assign(out, wire === 'openai' ? openAIRateLimitHeaders(decision.limits) : anthropicRateLimitHeaders(decision.limits, opts.clock.now()));
   if (!decision.ok) {
     stats.rateLimited++;
     stats.key(key).rateLimited++;
-    if (decision.reason === 'limited') Object.assign(out, retryAfterHeaders(decision.retryAfterMs, wire === 'openai'));
+    if (azure !== undefined) {
+      if (decision.reason === 'limited') Object.assign(out, azureRetryHeaders(decision.retryAfterMs));
+      return sendError(reply, azureRateLimitError(azureOperation(req.url.split('?')[0] ?? ''), apiVersion ?? 'v1', decision.kind, decision.retryAfterMs), out);
+    }
+    if (decision.reason === 'limited' && wire !== 'bedrock') Object.assign(out, retryAfterHeaders(decision.retryAfterMs, wire === 'openai'));
     return sendError(reply, rateLimitError(wire, model, decision.reason, decision.kind, decision.retryAfterMs, prepared.reserveTokens, decision.limits), out);
   }
   if (fault === 'error') {
@@ -134,19 +195,25 @@ export function serveModelRequest(state: SimulatorState, route: ModelRoute, req:
   stats.inFlight++;
   const delayMs = (ttft ?? opts.ttftMs) + (fault === 'slow' ? opts.slowMs : 0);
   const ids: ReplyIdentity = { id: state.nextId(route.idPrefix), created: Math.floor(opts.clock.now() / 1000) };
-  const onEnd = settleOnEnd(state, key, decision.id, prepared);
+  const onEnd = settleOnEnd(state, key, decision.id, prepared, ids);
   if (prepared.stream) {
-    const timing = { delayMs, tokensPerSecond: opts.tokensPerSecond, dropAfter: fault === 'drop' ? Math.floor(prepared.outputTokens / 2) : null };
-    deliverStream(reply, out, prepared.plan(ids), timing, onEnd);
+    if (wire === 'bedrock') out['content-type'] = EVENT_STREAM_CONTENT_TYPE;
+    const plan = prepared.plan(ids);
+    const timing = { delayMs, tokensPerSecond: opts.tokensPerSecond, dropAfter: fault === 'drop' ? Math.floor(plan.units / 2) : null };
+    const perUnit = prepared.tokensPerUnit ?? 1;
+    deliverStream(reply, out, plan, timing, (outcome, sent) => onEnd(outcome, sent * perUnit));
   } else {
     deliverJson(reply, out, prepared.json(ids), delayMs, prepared.outputTokens, onEnd);
   }
 }
 
 /** The end of a reply: count it and settle the quota to the prompt + the completion tokens sent. */
-function settleOnEnd(state: SimulatorState, key: string, id: string, prepared: PreparedRequest): (outcome: ReplyOutcome, sent: number) => void {
+function settleOnEnd(state: SimulatorState, key: string, id: string, prepared: PreparedRequest, ids: ReplyIdentity): (outcome: ReplyOutcome, sent: number) => void {
   const ks = state.stats.key(key);
-  return (outcome, sent) => {
+  return (outcome, streamed) => {
+    prepared.ended?.(outcome, streamed, ids);
+    // Reasoning tokens are generated before the first visible one, and never streamed.
+    const sent = prepared.stream ? streamed + (prepared.hiddenOutputTokens ?? 0) : streamed;
     const stats = state.stats;
     stats.inFlight--;
     if (outcome === 'completed') stats.completed++;

@@ -2,6 +2,13 @@
  * Options of the provider simulator, and their resolved form with every default applied.
  */
 import { systemClock, type Clock } from '../clock.ts';
+import type { AwsCredentials } from '../providers/bedrock/credentials.ts';
+
+/**
+ * The AWS credentials the Bedrock routes accept by default: the example pair of the AWS
+ * documentation (access key id `AKIAIOSFODNN7EXAMPLE`), never a real account's.
+ */
+export const EXAMPLE_AWS_CREDENTIALS: AwsCredentials = { accessKeyId: 'AKIAIOSFODNN7EXAMPLE', secretAccessKey: 'wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY' };
 
 /** Options of the provider simulator (`buildSimulator`, `startSimulator`, `quotaring simulate`). */
 export interface SimulatorOptions {
@@ -24,8 +31,14 @@ export interface SimulatorOptions {
   faults?: { errorRate?: number; dropRate?: number; slowRate?: number; slowMs?: number };
   /** Seed of the fault PRNG (same seed, same request order → same faults). @default 1 */
   seed?: number;
-  /** Source of time for the quota buckets and the `created` fields. @default systemClock */
+  /** Source of time for the quota buckets, the `created` fields and SigV4 date checks. @default systemClock */
   clock?: Clock;
+  /**
+   * AWS credentials whose SigV4 signatures the Bedrock routes accept (a pair with a session token
+   * also requires that token); a Bedrock API key (`Authorization: Bearer …`) is always accepted.
+   * @default [EXAMPLE_AWS_CREDENTIALS]
+   */
+  bedrockCredentials?: readonly AwsCredentials[];
 }
 
 /** `SimulatorOptions` with every default applied and validated. */
@@ -41,6 +54,7 @@ export interface ResolvedSimulatorOptions {
   readonly slowMs: number;
   readonly seed: number;
   readonly clock: Clock;
+  readonly bedrockCredentials: readonly AwsCredentials[];
 }
 
 function nonNegative(name: string, v: number | undefined, dflt: number): number {
@@ -82,5 +96,20 @@ export function resolveSimulatorOptions(opts: SimulatorOptions = {}): ResolvedSi
     slowMs: nonNegative('slowMs', f.slowMs, 5_000),
     seed: opts.seed ?? 1,
     clock: opts.clock ?? systemClock,
+    bedrockCredentials: opts.bedrockCredentials ?? [EXAMPLE_AWS_CREDENTIALS],
   };
+}
+
+/**
+ * The credentials `quotaring simulate` accepts: the documentation's example pair, and the pair in
+ * AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (with AWS_SESSION_TOKEN) when set, so a gateway started
+ * with the same environment signs requests the simulator accepts.
+ */
+export function simulatorAwsCredentials(env: NodeJS.ProcessEnv): AwsCredentials[] {
+  const out: AwsCredentials[] = [EXAMPLE_AWS_CREDENTIALS];
+  const { AWS_ACCESS_KEY_ID: id, AWS_SECRET_ACCESS_KEY: secret, AWS_SESSION_TOKEN: token } = env;
+  if (id !== undefined && id !== '' && secret !== undefined && secret !== '' && id !== EXAMPLE_AWS_CREDENTIALS.accessKeyId) {
+    out.push({ accessKeyId: id, secretAccessKey: secret, ...(token === undefined || token === '' ? {} : { sessionToken: token }) });
+  }
+  return out;
 }

@@ -25,8 +25,15 @@ export interface StreamPlan {
   readonly unit: string;
   /** Output tokens (unit events). */
   readonly units: number;
+  /** The event of output token `i` (from 0) when they differ (a sequence number in each); else `unit` every time. */
+  readonly unitAt?: (i: number) => string;
   /** Events after the last token (final chunk, usage chunk, `[DONE]`; message_delta, message_stop). */
   readonly tail: string;
+  /**
+   * How the strings are written: `utf8` text (SSE), or `latin1` for a binary stream held one byte
+   * per character (Bedrock's event-stream messages, whose head + unit × n + tail is the same concatenation). @default 'utf8'
+   */
+  readonly encoding?: 'utf8' | 'latin1';
 }
 
 /** Timing of a stream. */
@@ -80,8 +87,8 @@ export function deliverJson(reply: FastifyReply, headers: HeaderMap, body: strin
 }
 
 /** Writes `data`, then destroys the socket once it was handed to the OS. */
-function writeThenDestroy(raw: ServerResponse, data: string): void {
-  raw.write(data, () => raw.destroy());
+function writeThenDestroy(raw: ServerResponse, data: string, encoding: BufferEncoding): void {
+  raw.write(data, encoding, () => raw.destroy());
 }
 
 /**
@@ -94,7 +101,16 @@ function writeThenDestroy(raw: ServerResponse, data: string): void {
 export function deliverStream(reply: FastifyReply, headers: HeaderMap, plan: StreamPlan, timing: StreamTiming, onEnd: ReplyEnd): void {
   reply.hijack();
   const raw = reply.raw;
-  const { head, unit, units, tail } = plan;
+  const { head, units, tail } = plan;
+  const enc = plan.encoding ?? 'utf8';
+  const unitAt = plan.unitAt;
+  /** The events of tokens `from` (inclusive) to `to` (exclusive). */
+  const run = (from: number, to: number): string => {
+    if (unitAt === undefined) return plan.unit.repeat(to - from);
+    let out = '';
+    for (let i = from; i < to; i++) out += unitAt(i);
+    return out;
+  };
   const dropAt = timing.dropAfter === null ? Infinity : Math.min(timing.dropAfter, units);
   const tps = timing.tokensPerSecond;
   let done = false;
@@ -108,7 +124,7 @@ export function deliverStream(reply: FastifyReply, headers: HeaderMap, plan: Str
   };
   const drop = (data: string): void => {
     finish('dropped');
-    writeThenDestroy(raw, data);
+    writeThenDestroy(raw, data, enc);
   };
 
   const tick = (): void => {
@@ -117,16 +133,16 @@ export function deliverStream(reply: FastifyReply, headers: HeaderMap, plan: Str
     const due = Math.min(units, dropAt, 1 + Math.floor((performance.now() - t0) / interval));
     let data = '';
     if (due > sent) {
-      data = unit.repeat(due - sent);
+      data = run(sent, due);
       sent = due;
     }
     if (sent >= dropAt) return drop(data);
     if (sent >= units) {
       finish('completed');
-      raw.end(data + tail);
+      raw.end(data + tail, enc);
       return;
     }
-    if (data !== '') raw.write(data);
+    if (data !== '') raw.write(data, enc);
     timer = setTimeout(tick, Math.max(0, t0 + sent * interval - performance.now()));
   };
 
@@ -135,23 +151,23 @@ export function deliverStream(reply: FastifyReply, headers: HeaderMap, plan: Str
     raw.writeHead(200, { ...SSE_HEADERS, ...headers });
     if (dropAt !== Infinity && (tps === 0 || dropAt === 0)) {
       sent = dropAt;
-      return drop(head + unit.repeat(dropAt));
+      return drop(head + run(0, dropAt));
     }
     if (tps === 0 || units === 0) {
       sent = units;
       finish('completed');
-      raw.end(head + unit.repeat(units) + tail);
+      raw.end(head + run(0, units) + tail, enc);
       return;
     }
     t0 = performance.now();
     sent = 1;
-    if (sent >= dropAt) return drop(head + unit);
+    if (sent >= dropAt) return drop(head + run(0, 1));
     if (sent >= units) {
       finish('completed');
-      raw.end(head + unit + tail);
+      raw.end(head + run(0, 1) + tail, enc);
       return;
     }
-    raw.write(head + unit);
+    raw.write(head + run(0, 1), enc);
     timer = setTimeout(tick, 1000 / tps);
   };
 

@@ -1,32 +1,55 @@
 /**
- * The provider simulator's HTTP server: OpenAI's and Anthropic's wire formats, its own per-key
- * RPM/TPM quota with provider-style 429s, fault injection, and counters for benchmarks.
+ * The provider simulator's HTTP server: OpenAI's, Anthropic's and Bedrock Converse's wire formats,
+ * its own per-key RPM/TPM quota with provider-style 429s, fault injection, and counters for benchmarks.
  *
- * Routes: `POST /v1/chat/completions`, `POST /v1/embeddings`, `POST /v1/messages`,
- * `GET /v1/models`, `GET /sim/stats`, `POST /sim/reset`.
+ * Routes: `POST /v1/chat/completions`, `POST /v1/completions`, `POST /v1/embeddings`,
+ * `POST /v1/messages`, `POST /v1/messages/count_tokens`, `GET /v1/models`, Azure OpenAI's
+ * `POST /openai/deployments/{deployment}/{chat/completions,completions,embeddings}` and
+ * `POST /openai/v1/{chat/completions,completions,embeddings}` (see `./azure.ts`), the Responses API
+ * `POST /v1/responses`, `GET|DELETE /v1/responses/{id}`, `POST /v1/responses/{id}/cancel` (also below
+ * `/openai/v1` and `/openai`; see `./openai-responses.ts`), Bedrock's
+ * `POST /model/{modelId}/converse` and `POST /model/{modelId}/converse-stream` (SigV4-checked; see
+ * `bedrock-routes.ts`), `GET /sim/stats`, `POST /sim/reset`.
  */
 import type { AddressInfo } from 'node:net';
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { prepareAnthropicMessages } from './anthropic-messages.ts';
-import { apiKeyOf, sendError, serveModelRequest, type ModelRoute } from './model-exchange.ts';
+import { apiKeyOf, routeKeyOf, sendError, serveModelRequest, type ModelRoute } from './model-exchange.ts';
+import { serveCountTokens } from './anthropic-count-tokens.ts';
+import { azureMissingKey, azureNotFound } from './azure.ts';
+import { prepareOpenAICompletions } from './openai-completions.ts';
 import { anthropicModelList, openAIModelList } from './model-list.ts';
 import { prepareOpenAIChat } from './openai-chat.ts';
+import { prepareOpenAIResponses, storedResponseRoutes } from './openai-responses.ts';
 import { prepareEmbeddings } from './openai-embeddings.ts';
 import type { SimulatorOptions } from './options.ts';
-import { badRequest, missingKey, notFound, openAIError, anthropicError, type Wire } from './provider-errors.ts';
+import { badRequest, bedrockError, missingKey, notFound, openAIError, anthropicError, type Wire } from './provider-errors.ts';
+import { bedrockRoutes } from './bedrock-routes.ts';
 import { rfc3339After } from '../providers/rate-limit-headers.ts';
 import { SimulatorState } from './simulator-state.ts';
 
 /** Largest request body accepted, bytes (long-context prompts). */
 const BODY_LIMIT = 64 * 1024 * 1024;
 
+/** OpenAI's model routes, by path below `/v1` (Azure serves the same below its own prefixes). */
+const OPENAI_ROUTES: readonly (ModelRoute & { path: string })[] = [
+  { path: '/chat/completions', wire: 'openai', prepare: prepareOpenAIChat, idPrefix: 'chatcmpl-sim' },
+  { path: '/completions', wire: 'openai', prepare: prepareOpenAICompletions, idPrefix: 'cmpl-sim' },
+  { path: '/embeddings', wire: 'openai', prepare: prepareEmbeddings, idPrefix: 'emb-sim' },
+  { path: '/responses', wire: 'openai', prepare: prepareOpenAIResponses, idPrefix: 'resp_sim', noPromptFilterResults: true },
+];
+
 const ROUTES: readonly (ModelRoute & { url: string })[] = [
-  { url: '/v1/chat/completions', wire: 'openai', prepare: prepareOpenAIChat, idPrefix: 'chatcmpl-sim' },
-  { url: '/v1/embeddings', wire: 'openai', prepare: prepareEmbeddings, idPrefix: 'emb-sim' },
+  ...OPENAI_ROUTES.map((r) => ({ ...r, url: `/v1${r.path}` })),
   { url: '/v1/messages', wire: 'anthropic', prepare: prepareAnthropicMessages, idPrefix: 'msg_sim' },
+  ...OPENAI_ROUTES.map((r) => ({ ...r, url: `/openai/deployments/:deployment${r.path}`, azure: 'deployment' as const })),
+  ...OPENAI_ROUTES.map((r) => ({ ...r, url: `/openai/v1${r.path}`, azure: 'v1' as const })),
+  // The `AzureOpenAI` client's Responses path: below /openai, not below a deployment.
+  { url: '/openai/responses', wire: 'openai', prepare: prepareOpenAIResponses, idPrefix: 'resp_sim', noPromptFilterResults: true, azure: 'v1' },
 ];
 
 function wireOfUrl(url: string): Wire {
+  if (url.startsWith('/model/')) return 'bedrock';
   return url.startsWith('/v1/messages') ? 'anthropic' : 'openai';
 }
 
@@ -44,10 +67,10 @@ export function buildSimulator(opts: SimulatorOptions = {}): FastifyInstance {
       // Counts the request and checks the key before the body is parsed, as a provider does.
       onRequest: (req: FastifyRequest, reply: FastifyReply, done: () => void) => {
         stats.requests++;
-        const key = apiKeyOf(route.wire, req.headers);
+        const key = routeKeyOf(route, req.headers);
         if (key === '') {
           stats.errors++;
-          sendError(reply, missingKey(route.wire));
+          sendError(reply, route.azure === undefined ? missingKey(route.wire) : azureMissingKey());
           return;
         }
         stats.key(key).requests++;
@@ -57,6 +80,20 @@ export function buildSimulator(opts: SimulatorOptions = {}): FastifyInstance {
     });
   }
 
+  app.post('/v1/messages/count_tokens', {
+    onRequest: (req: FastifyRequest, reply: FastifyReply, done: () => void) => {
+      stats.requests++;
+      if (apiKeyOf('anthropic', req.headers) === '') {
+        stats.errors++;
+        sendError(reply, missingKey('anthropic'));
+        return;
+      }
+      done();
+    },
+    handler: (req, reply) => serveCountTokens(state, req, reply),
+  });
+  void app.register(bedrockRoutes(state));
+
   app.get('/v1/models', (req, reply) => {
     const anthropic = req.headers['anthropic-version'] !== undefined;
     const wire: Wire = anthropic ? 'anthropic' : 'openai';
@@ -65,6 +102,8 @@ export function buildSimulator(opts: SimulatorOptions = {}): FastifyInstance {
     const body = anthropic ? anthropicModelList(rfc3339After(0, 1_700_000_000_000)) : openAIModelList(Math.floor(now / 1000));
     reply.header('content-type', 'application/json').send(body);
   });
+
+  for (const prefix of ['/v1', '/openai/v1', '/openai']) storedResponseRoutes(app, state, prefix);
 
   app.get('/sim/stats', (_req, reply) => {
     reply.send(stats.snapshot());
@@ -76,7 +115,7 @@ export function buildSimulator(opts: SimulatorOptions = {}): FastifyInstance {
 
   app.setErrorHandler((err: FastifyError, req, reply) => {
     const wire = wireOfUrl(req.url);
-    if (ROUTES.some((r) => req.url.startsWith(r.url))) stats.errors++;
+    if (wire === 'bedrock' || req.url.startsWith('/v1/') || req.url.startsWith('/openai/')) stats.errors++;
     const status = err.statusCode ?? 500;
     if (status === 400 && (err.code === 'FST_ERR_CTP_INVALID_JSON_BODY' || err.code === 'FST_ERR_CTP_EMPTY_JSON_BODY' || err instanceof SyntaxError)) {
       const message =
@@ -85,12 +124,13 @@ export function buildSimulator(opts: SimulatorOptions = {}): FastifyInstance {
           : 'There was an issue with the format of your request: the body is not valid JSON.';
       return sendError(reply, badRequest(wire, message));
     }
+    if (wire === 'bedrock') return sendError(reply, status < 500 ? bedrockError(status, 'ValidationException', err.message) : bedrockError(500, 'InternalServerException', err.message));
     if (status < 500) {
       return sendError(reply, wire === 'openai' ? openAIError(status, err.message, 'invalid_request_error') : anthropicError(status, 'invalid_request_error', err.message));
     }
     return sendError(reply, wire === 'openai' ? openAIError(500, err.message, 'server_error') : anthropicError(500, 'api_error', err.message));
   });
-  app.setNotFoundHandler((req, reply) => sendError(reply, notFound(wireOfUrl(req.url), req.method, req.url)));
+  app.setNotFoundHandler((req, reply) => sendError(reply, req.url.startsWith('/openai/') ? azureNotFound() : notFound(wireOfUrl(req.url), req.method, req.url)));
   return app;
 }
 

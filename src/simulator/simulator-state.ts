@@ -6,6 +6,7 @@ import { FaultPicker } from './faults.ts';
 import { resolveSimulatorOptions, type ResolvedSimulatorOptions, type SimulatorOptions } from './options.ts';
 import { PromptTokens } from './prompt-tokens.ts';
 import { KeyQuota } from './quota.ts';
+import { ResponseStore } from './response-store.ts';
 import { StatsCounters } from './stats.ts';
 
 /** State of one simulator (one per `buildSimulator`). */
@@ -15,6 +16,8 @@ export class SimulatorState {
   readonly stats = new StatsCounters();
   readonly faults: FaultPicker;
   readonly prompts = new PromptTokens();
+  /** Responses stored for `GET /v1/responses/{id}` and `previous_response_id`. */
+  readonly responses: ResponseStore;
   #seq = 0;
 
   /** @throws RangeError when an option is out of range (see `resolveSimulatorOptions`). */
@@ -22,6 +25,7 @@ export class SimulatorState {
     this.opts = resolveSimulatorOptions(opts);
     this.quota = new KeyQuota(this.opts.clock, this.opts.rpm, this.opts.tpm);
     this.faults = new FaultPicker(this.opts.seed, this.opts);
+    this.responses = new ResponseStore(this.opts.clock);
   }
 
   /** A fresh id with `prefix`, e.g. `chatcmpl-sim1a`. Unique within this simulator. */

@@ -38,6 +38,8 @@ export interface SimulatorStats {
   aborted: number;
   /** Admitted requests whose reply has not ended yet. Not zeroed by a reset. */
   inFlight: number;
+  /** `POST /v1/messages/count_tokens` answered (free: no quota, no tokens counted above). */
+  countTokens: number;
   /** Per API key. */
   byKey: Record<string, KeyStats>;
 }
@@ -53,6 +55,7 @@ export class StatsCounters {
   dropped = 0;
   aborted = 0;
   inFlight = 0;
+  countTokens = 0;
   #byKey = new Map<string, KeyStats>();
 
   /** The counters of `key`, created at zero. */
@@ -75,6 +78,7 @@ export class StatsCounters {
     this.errors = 0;
     this.dropped = 0;
     this.aborted = 0;
+    this.countTokens = 0;
     this.#byKey = new Map();
   }
 
@@ -92,6 +96,7 @@ export class StatsCounters {
       dropped: this.dropped,
       aborted: this.aborted,
       inFlight: this.inFlight,
+      countTokens: this.countTokens,
       byKey,
     };
   }

@@ -7,7 +7,10 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { readFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { connect } from 'node:net';
 import { describe, test } from 'node:test';
 import Anthropic from '@anthropic-ai/sdk';
@@ -65,13 +68,22 @@ interface RunningUp {
   kill(): Promise<void>;
 }
 
-/** Starts `quotaring up --nodes N` on free ports and waits for its banner. @throws with its output if it exits first. */
-async function startUp(nodes: number): Promise<RunningUp> {
+/** Free ports for `up --nodes N`. */
+async function upPorts(nodes: number): Promise<{ routerPort: number; simPort: number; nodePort: number; adminPort: number; args: string[] }> {
   const routerPort = await freePort();
   const simPort = await freeRange(1, [routerPort]);
   const nodePort = await freeRange(nodes, [routerPort, simPort]);
   const adminPort = await freePortRun(nodes + 1);
-  const proc = spawn(process.execPath, [CLI, 'up', '--nodes', String(nodes), '--port', String(routerPort), '--node-port', String(nodePort), '--simulator-port', String(simPort), '--admin-port', String(adminPort)], {
+  return { routerPort, simPort, nodePort, adminPort, args: ['--nodes', String(nodes), '--port', String(routerPort), '--node-port', String(nodePort), '--simulator-port', String(simPort), '--admin-port', String(adminPort)] };
+}
+
+/**
+ * Starts `quotaring up --nodes N` on free ports (with `extra` arguments) and waits for its banner.
+ * @throws with its output if it exits first.
+ */
+async function startUp(nodes: number, extra: readonly string[] = [], ports?: Awaited<ReturnType<typeof upPorts>>): Promise<RunningUp> {
+  const { routerPort, simPort, nodePort, adminPort, args } = ports ?? (await upPorts(nodes));
+  const proc = spawn(process.execPath, [CLI, 'up', ...args, ...extra], {
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';
@@ -108,16 +120,27 @@ async function startUp(nodes: number): Promise<RunningUp> {
   return running;
 }
 
-/** The pid `up`'s child `name` logged in its first JSON line. */
+/** The pid of `up`'s child `name` (`node-N`, `router-1`, `simulator`) as its banner shows it. */
 function pidOf(out: string, name: string): number {
-  const pid = new RegExp(`\\[${name} *\\] \\{[^\\n]*"pid":(\\d+)`).exec(out)?.[1];
+  const line = name === 'router-1' ? /<- send requests here {3}pid (\d+)/ : name === 'simulator' ? /simulator {2}\S+ {3}pid (\d+)/ : new RegExp(`${name} +http://\\S+ {3}pid (\\d+)`);
+  const pid = line.exec(out)?.[1];
   assert.ok(pid !== undefined, out);
   return Number(pid);
 }
 
+/** Waits until none of `ports` accepts connections, up to `ms`. @returns the ports still open. */
+async function closedWithin(ports: readonly number[], ms: number): Promise<number[]> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const open = (await Promise.all(ports.map(async (p) => ((await listening(p)) ? p : undefined)))).filter((p): p is number => p !== undefined);
+    if (open.length === 0 || Date.now() > deadline) return open;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
 describe('quotaring up', () => {
-  test('2 nodes + 1 router: banner, SDK calls through the router, SIGINT stops every child and exits 0', { timeout: 20_000 }, async () => {
-    const up = await startUp(2);
+  test('2 nodes + 1 router with --logs: banner, SDK calls through the router, a log line per request, SIGINT stops every child and exits 0', { timeout: 20_000 }, async () => {
+    const up = await startUp(2, ['--logs']);
     const { proc, routerPort, nodePort, simPort, adminPort, exited } = up;
     try {
       const out = up.out();
@@ -141,9 +164,10 @@ describe('quotaring up', () => {
       }
       assert.match(out, new RegExp(`${BANNER_HEADLINE}: 1 router, 2 nodes`));
       assert.ok(out.includes(`routers    ${router}`), out);
-      assert.ok(out.includes(`node-1   http://127.0.0.1:${nodePort}\n`), out);
-      assert.ok(out.includes(`node-2   http://127.0.0.1:${nodePort + 1}\n`), out);
-      assert.ok(out.includes(`simulator  http://127.0.0.1:${simPort}\n`), out);
+      assert.match(out, new RegExp(`node-1   http://127\\.0\\.0\\.1:${nodePort}   pid \\d+\n`));
+      assert.match(out, new RegExp(`node-2   http://127\\.0\\.0\\.1:${nodePort + 1}   pid \\d+\n`));
+      assert.match(out, new RegExp(`simulator  http://127\\.0\\.0\\.1:${simPort}   pid \\d+\n`));
+      assert.ok(out.includes('logs       level info: a line per request'), out);
       assert.ok(out.includes('ring       static members (no Redis)'), out);
       assert.ok(out.includes(`curl -si ${router}/v1/chat/completions`), out);
       assert.ok(out.includes(`curl -si ${router}/v1/messages`), out);
@@ -162,6 +186,10 @@ describe('quotaring up', () => {
       const anthropic = new Anthropic({ baseURL: router, apiKey: 'qr-demo-alice', maxRetries: 0 });
       const message = await anthropic.messages.create({ model: 'claude-sonnet-5', max_tokens: 5, messages: [{ role: 'user', content: 'Hello' }] });
       assert.equal(message.usage.output_tokens, 5);
+      // --logs: the owner and the router each wrote a line per request.
+      for (let i = 0; i < 50 && (up.out().match(/"msg":"request"/g) ?? []).length < 4; i++) await new Promise((r) => setTimeout(r, 50));
+      assert.equal((up.out().match(/\[router-1 \] \{[^\n]*"msg":"request"/g) ?? []).length, 2, up.out());
+      assert.equal((up.out().match(/\[node-\d {3}\] \{[^\n]*"msg":"request"/g) ?? []).length, 2, up.out());
 
       // The cluster secret: none was set, so up generated one and handed it to every node and
       // router in their environment, never on a command line; a call to a node's internal route
@@ -181,7 +209,7 @@ describe('quotaring up', () => {
       proc.kill('SIGINT');
       const [code, signal] = await exited;
       assert.deepEqual({ code, signal }, { code: 0, signal: null });
-      assert.match(up.out(), /\nstopping\.\.\.\n/);
+      assert.match(up.out(), /\nstopping\.\.\. \(again to stop at once\)\n/);
       for (const port of [routerPort, nodePort, nodePort + 1, simPort, adminPort, adminPort + 1, adminPort + 2]) assert.equal(await listening(port), false, `port ${port} still open`);
     } finally {
       await up.kill();
@@ -226,6 +254,97 @@ describe('quotaring up', () => {
     } finally {
       await up.kill();
     }
+  });
+
+  test('quiet by default: no request lines, the banner stays the last thing printed; the banner names each process\'s pid', { timeout: 20_000 }, async () => {
+    const up = await startUp(1);
+    try {
+      assert.ok(up.out().includes('logs       level warn: no request lines (--logs for one per request)'), up.out());
+      const before = up.out().length;
+      for (let i = 0; i < 3; i++) {
+        const reply = await new OpenAI({ baseURL: `http://127.0.0.1:${up.routerPort}/v1`, apiKey: 'qr-demo-bob', maxRetries: 0 }).chat.completions.create({ model: 'gpt-4o-mini', max_tokens: 3, messages: [{ role: 'user', content: 'Hello' }] });
+        assert.equal(reply.usage?.completion_tokens, 3);
+      }
+      await new Promise((r) => setTimeout(r, 300));
+      assert.equal(up.out().slice(before), '', 'nothing printed after the banner');
+      assert.ok(readFileSync(`/proc/${pidOf(up.out(), 'node-1')}/cmdline`, 'utf8').includes('\0node\0'));
+      assert.ok(readFileSync(`/proc/${pidOf(up.out(), 'router-1')}/cmdline`, 'utf8').includes('\0router\0'));
+    } finally {
+      await up.kill();
+    }
+  });
+
+  test('reload: edit the file given to up, run `quotaring reload`: every router and node reloads from it; a bad edit changes nothing', { timeout: 30_000 }, async () => {
+    const ports = await upPorts(2);
+    const dir = mkdtempSync(join(tmpdir(), 'qr-up-reload-'));
+    const file = join(dir, 'my.yaml');
+    const demo = readFileSync(new URL('../../cluster/demo.yaml', import.meta.url), 'utf8').replaceAll('http://127.0.0.1:9090', `http://127.0.0.1:${ports.simPort}`);
+    writeFileSync(file, demo);
+    const up = await startUp(2, ['--config', file], ports);
+    try {
+      assert.ok(up.out().includes(`config     ${file}   edit it, then: npx quotaring reload --port ${up.routerPort}`), up.out());
+      assert.match(up.out(), /provider simulator \(your deployments point at it\)/);
+      const alice = new OpenAI({ baseURL: `http://127.0.0.1:${up.routerPort}/v1`, apiKey: 'qr-demo-alice', maxRetries: 0 });
+      const ask = async (): Promise<string | null> => (await alice.chat.completions.create({ model: 'gpt-4o-mini', max_tokens: 3, messages: [{ role: 'user', content: 'Hi' }] }).withResponse()).response.headers.get('x-ratelimit-limit-requests');
+      assert.equal(await ask(), '60');
+
+      writeFileSync(file, demo.replace('{ requests: 60, window: 1m }', '{ requests: 7, window: 1m }'));
+      const sent = await runToExit(['reload', '--port', String(up.routerPort)]);
+      assert.equal(sent.code, 0, sent.stderr);
+      for (let i = 0; i < 100 && (up.out().match(/reload: \S+ ok/g) ?? []).length < 3; i++) await new Promise((r) => setTimeout(r, 50));
+      for (const name of ['router-1', 'node-1', 'node-2']) assert.ok(up.out().includes(`reload: ${name} ok\n`), up.out());
+      assert.equal(await ask(), '7');
+
+      writeFileSync(file, demo.replace('{ requests: 60, window: 1m }', '{ requests: -1, window: 1m }'));
+      up.proc.kill('SIGHUP');
+      for (let i = 0; i < 100 && !up.out().includes('nothing was reloaded'); i++) await new Promise((r) => setTimeout(r, 50));
+      assert.match(up.out(), /reload: invalid config:[^]*requests[^]*\n {2}nothing was reloaded; the running config stays\n/);
+      assert.equal(await ask(), '7');
+    } finally {
+      await up.kill();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  describe('no child left behind, start-up included', () => {
+    test('SIGINT while the nodes start: up stops every child it started and exits 0', { timeout: 30_000 }, async () => {
+      const { routerPort, simPort, nodePort, adminPort, args } = await upPorts(3);
+      const proc = spawn(process.execPath, [CLI, 'up', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+      let out = '';
+      proc.stderr.on('data', (d: Buffer) => (out += d.toString()));
+      const exited = once(proc, 'exit') as Promise<[number | null, NodeJS.Signals | null]>;
+      // The simulator's first line: the nodes are starting now, the routers not yet.
+      await new Promise<void>((resolve) => proc.stdout.on('data', (d: Buffer) => ((out += d.toString()), out.includes('provider simulator listening') && resolve())));
+      proc.kill('SIGINT');
+      const [code] = await exited;
+      assert.equal(code, 0, out);
+      assert.match(out, /stopped during start-up; every process started was stopped\n/);
+      assert.doesNotMatch(out, new RegExp(BANNER_HEADLINE));
+      assert.deepEqual(await closedWithin([simPort, nodePort, nodePort + 1, nodePort + 2, routerPort, adminPort], 2_000), []);
+    });
+
+    test('npm start stopped by SIGTERM to npm during start-up: up gets it, nothing keeps running', { timeout: 30_000 }, async () => {
+      const { routerPort, simPort, nodePort, args } = await upPorts(3);
+      const root = fileURLToPath(new URL('../..', import.meta.url));
+      const npm = spawn('npm', ['start', '--silent', '--', ...args], { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] });
+      let out = '';
+      npm.stderr.on('data', (d: Buffer) => (out += d.toString()));
+      const exited = once(npm, 'exit');
+      await new Promise<void>((resolve) => npm.stdout.on('data', (d: Buffer) => ((out += d.toString()), out.includes('provider simulator listening') && resolve())));
+      npm.kill('SIGTERM');
+      await exited;
+      assert.deepEqual(await closedWithin([simPort, nodePort, nodePort + 1, nodePort + 2, routerPort], 10_000), [], out);
+    });
+
+    test('up SIGKILLed after its banner: every child notices its pipe closing and stops', { timeout: 30_000 }, async () => {
+      const up = await startUp(2);
+      const pids = ['node-1', 'node-2', 'router-1', 'simulator'].map((n) => pidOf(up.out(), n));
+      up.proc.kill('SIGKILL');
+      await up.exited;
+      assert.deepEqual(await closedWithin([up.routerPort, up.nodePort, up.nodePort + 1, up.simPort], 10_000), [], up.out());
+      for (let i = 0; i < 100 && pids.some((pid) => existsSync(`/proc/${pid}`)); i++) await new Promise((r) => setTimeout(r, 100));
+      assert.deepEqual(pids.filter((pid) => existsSync(`/proc/${pid}`)), []);
+    });
   });
 
   describe('argument checks: a clear error and exit code 1 before anything starts', () => {

@@ -121,10 +121,12 @@ function running(server: ServerProcess): boolean {
 /**
  * Starts `redis-server --port <free> --bind 127.0.0.1 --save '' --appendonly no` and waits until it
  * answers PING (at most 10 s; a port taken meanwhile is retried on another one, 3 tries).
+ * @param port start on this port instead (a test that started processes against it before Redis
+ *   ran); one try.
  * @throws Error when `redis-server` is not on PATH (with how to install it), or with the server's
  *   output when it does not come up.
  */
-export async function startRedis(): Promise<RunningRedis> {
+export async function startRedis(port?: number): Promise<RunningRedis> {
   if (!onPath(BINARY)) {
     throw new Error(
       `${BINARY} is not on PATH; integration tests start a real Redis 7. Install it: ` +
@@ -132,8 +134,9 @@ export async function startRedis(): Promise<RunningRedis> {
     );
   }
   let lastOutput = '';
-  for (let attempt = 0; attempt < 3; attempt++) {
-    const port = await freePort();
+  const fixed = port;
+  for (let attempt = 0; attempt < (fixed === undefined ? 3 : 1); attempt++) {
+    const port = fixed ?? (await freePort());
     const first = await spawnServer(port);
     if (!first.up) {
       lastOutput = first.server.output();

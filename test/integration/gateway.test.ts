@@ -67,7 +67,7 @@ describe('bad input gets a clear 4xx and changes nothing', () => {
     { name: 'missing key', headers: { authorization: '' }, payload: JSON.stringify(chat()), status: 401, code: 'invalid_api_key' },
     { name: 'unknown key', headers: { authorization: 'Bearer nope-nope-nope' }, payload: JSON.stringify(chat()), status: 401, code: 'invalid_api_key' },
     { name: 'Anthropic model on the OpenAI route', payload: JSON.stringify(chat({ model: 'claude-test' })), status: 400, code: 'wrong_endpoint' },
-    { name: 'unknown route', url: '/v1/completions', payload: JSON.stringify(chat()), status: 404, code: 'not_found' },
+    { name: 'unknown route', url: '/v1/no-such-api', payload: JSON.stringify(chat()), status: 404, code: 'not_found' },
     { name: 'Anthropic: missing max_tokens', url: '/v1/messages', payload: JSON.stringify({ model: 'claude-test', messages: [{ role: 'user', content: 'x' }] }), status: 400, code: 'invalid_request', type: 'invalid_request_error' },
     { name: 'Anthropic: unknown key', url: '/v1/messages', headers: { authorization: '', 'x-api-key': 'nope-nope-nope' }, payload: '{}', status: 401, code: 'invalid_api_key', type: 'authentication_error' },
     { name: 'Anthropic: malformed JSON', url: '/v1/messages', payload: '[', status: 400, code: 'invalid_json', type: 'invalid_request_error' },

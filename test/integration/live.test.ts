@@ -291,6 +291,15 @@ describe('live view: LiveHub, the /admin/v1/live WebSocket, quotaring top', () =
     assert.ok(live.text().split('\x1b[H\x1b[2J').length >= 3, 'at least two frames in 1.5 s');
   });
 
+  test('runTop: the live view quits on `q` (exit 0), as on Ctrl-C', { timeout: 15_000 }, async () => {
+    const keys = new PassThrough();
+    const live = sink();
+    const running = runTop({ url: adminUrl, token: TOKEN, out: live.stream, input: keys });
+    while (!live.text().includes('node-1')) await sleep(50);
+    keys.write('q');
+    assert.equal(await running, 0);
+  });
+
   test('closing the router closes the stream with 1001', async () => {
     const ws = new WebSocket(wsUrl, { headers: { authorization: `Bearer ${TOKEN}` } });
     await new Promise<void>((resolve, reject) => {

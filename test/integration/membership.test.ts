@@ -85,6 +85,41 @@ describe('RedisMembership (real redis-server)', () => {
     }
   });
 
+  test('Redis down at start: start() rejects, nothing keeps running, and a later start() joins once Redis answers (issue 13: a node started while Redis is down)', async () => {
+    const port = await freePort();
+    const client = new Redis({ host: '127.0.0.1', port, maxRetriesPerRequest: 2, connectTimeout: 500 });
+    client.on('error', () => {});
+    const down = new RedisMembership({ redis: client, cluster: CLUSTER, secret: TEST_SECRET, self: member(1), heartbeatMs: 100, deadAfterMs: 300 });
+    let late: RunningRedis | undefined;
+    try {
+      await assert.rejects(down.start());
+      await assert.rejects(down.start(), 'a second attempt tries again (and fails again)');
+      assert.equal(down.lastSyncMs(), undefined);
+      assert.deepEqual(ids(down.ring()), []);
+      late = await startRedis(port);
+      let joined = false;
+      for (let i = 0; i < 50 && !joined; i++) {
+        joined = await down.start().then(
+          () => true,
+          () => false,
+        );
+        if (!joined) await sleep(100);
+      }
+      assert.ok(joined, 'a start() after Redis came up resolves');
+      assert.deepEqual(ids(down.ring()), ['node-1']);
+      // It heartbeats like any member: a router started now sees it.
+      const c = cluster(100, 300);
+      const router = c.add(undefined, late.client());
+      await router.start();
+      assert.deepEqual(ids(router.ring()), ['node-1']);
+      await c.stopAll();
+    } finally {
+      await down.stop();
+      client.disconnect();
+      await late?.stop();
+    }
+  });
+
   test('joins and a graceful stop() reach everyone by pub/sub, well inside one heartbeat', async () => {
     // 1 s heartbeats: a change seen within 200 ms can only have come from the announcement.
     const c = cluster(1_000, 3_000);

@@ -55,7 +55,7 @@ interface Seen {
   readonly sha: string;
 }
 
-type Behaviour = 'echo' | 'reset-before-headers' | 'reset-after-headers' | 'misdirect' | 'sse';
+type Behaviour = 'echo' | 'reset-before-headers' | 'reset-after-headers' | 'misdirect' | 'sse' | 'starting';
 
 /** A stand-in gateway node. */
 class StandIn {
@@ -109,6 +109,9 @@ class StandIn {
         this.onMisdirect();
         if (this.ownerUrl !== '') reply.header(OWNER_URL_HEADER, this.ownerUrl);
         return reply.code(421).header('x-quotaring-owner', this.owner).header('x-quotaring-ring', 'node-ring').send({ error: { code: 'misdirected' } });
+      case 'starting':
+        // A node with Redis membership that has not joined its cluster yet (src/gateway/ownership.ts).
+        return reply.code(503).header('x-quotaring-error', 'node_starting').send({ error: { code: 'node_starting', node: this.id } });
       case 'reset-before-headers':
         req.raw.socket.destroy();
         return reply.hijack();
@@ -347,6 +350,40 @@ describe('router', () => {
       assert.deepEqual(await res.body.json(), { type: 'error', error: { type: 'api_error', message: 'Gateway node "dead2" could not be reached; retry the request.' } });
       assert.equal(a.seen.length, 0);
       assert.deepEqual(routerControl(router).suspects(), ['dead1', 'dead2']);
+    });
+
+    test('an owner not in its cluster yet (503 node_starting): retried once on the next member, which stands in for it; suspect for healthCheckMs', async () => {
+      a.behaviour = 'starting';
+      const res = await post();
+      assert.equal(res.statusCode, 201);
+      assert.equal(((await res.body.json()) as { node: string }).node, 'b');
+      assert.equal(b.seen[0]?.sha, sha(chatBody));
+      assert.equal(b.seen[0]?.headers[FALLBACK_HEADER], 'a');
+      assert.deepEqual(routerControl(router).suspects(), ['a']);
+      // Routed around without an attempt while suspect.
+      await (await post()).body.dump();
+      assert.equal(a.seen.length, 1);
+      assert.deepEqual(b.seen.map((x) => x.headers[FALLBACK_HEADER]), ['a', 'a']);
+      clock.advance(HEALTH_MS);
+      assert.deepEqual(routerControl(router).suspects(), []);
+    });
+
+    test('owner and next both not in their cluster yet: the second node_starting is relayed, the third member is not tried', async () => {
+      a.behaviour = 'starting';
+      b.behaviour = 'starting';
+      const res = await post();
+      assert.equal(res.statusCode, 503);
+      assert.equal(res.headers['x-quotaring-error'], 'node_starting');
+      assert.deepEqual(await res.body.json(), { error: { code: 'node_starting', node: 'b' } });
+      assert.equal(c.seen.length, 0);
+    });
+
+    test('a large body is not replayable: an owner\'s node_starting is relayed without a retry', async () => {
+      a.behaviour = 'starting';
+      const res = await post('/v1/chat/completions', auth, Buffer.alloc(100 * 1024, 'x'));
+      assert.equal(res.statusCode, 503);
+      assert.deepEqual(await res.body.json(), { error: { code: 'node_starting', node: 'a' } });
+      assert.equal(b.seen.length, 0);
     });
 
     test('a socket closed before headers is retried on the next member', async () => {

@@ -85,8 +85,8 @@ describe('config', () => {
       'q.yaml: cluster.redis.url: a password in the config file: put the whole URL in an environment variable named by url_env, or the password in one named by password_env',
     ]);
     assert.deepEqual(bad({ url: 'redis://u:hunter22@cache:6379' }).length, 1);
-    assert.deepEqual(bad({ url: 'redis://cache:6379', url_env: 'QR_REDIS' }), ['q.yaml: cluster.redis: set exactly one of url and url_env']);
-    assert.deepEqual(bad({ password_env: 'QR_PW' }), ['q.yaml: cluster.redis: set exactly one of url and url_env']);
+    assert.deepEqual(bad({ url: 'redis://cache:6379', url_env: 'QR_REDIS' }), ['q.yaml: cluster.redis: set exactly one of url, url_env and sentinels']);
+    assert.deepEqual(bad({ password_env: 'QR_PW' }), ['q.yaml: cluster.redis: set exactly one of url, url_env and sentinels']);
     assert.deepEqual(bad({ url_env: 'qr redis' }), ['q.yaml: cluster.redis.url_env: an environment variable name']);
     assert.deepEqual(bad({ url_env: 'QR_REDIS' }), ['q.yaml: cluster.redis.url_env: environment variable QR_REDIS is not set']);
     assert.deepEqual(bad({ url_env: 'QR_REDIS' }, { ...env, QR_REDIS: 'http://:hunter22@cache' }), ['q.yaml: cluster.redis.url_env: environment variable QR_REDIS does not hold a redis:// or rediss:// URL']);

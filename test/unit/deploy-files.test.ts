@@ -94,7 +94,7 @@ describe('docker-compose.yml', () => {
         assert.ok(existsSync(resolve(ROOT, host)), `${name}: ${host} does not exist`);
       }
     }
-    // The simulator, 3 nodes and the router mount ".", prometheus 1 file, grafana 2 directories.
+    // The simulator, 3 nodes and the router mount the config file, prometheus 1 file, grafana 2 directories.
     assert.equal(mounts, 8);
   });
 
@@ -217,6 +217,14 @@ describe('Grafana provisioning and dashboard', () => {
       }
     }
     assert.deepEqual(quotaring.filter((n) => !used.has(n)), []);
+  });
+
+  test('the tenant-remaining panel shows one line per tenant and limit (only the owner exports it), not one per node', () => {
+    const targets = queryPanels.flatMap((p) => (p.targets ?? []).filter((t) => metricNames(t.expr).includes('quotaring_tenant_remaining')));
+    assert.deepEqual(
+      targets.map((t) => t.expr),
+      ['min by (tenant, limit) (quotaring_tenant_remaining)'],
+    );
   });
 });
 

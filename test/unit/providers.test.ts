@@ -137,6 +137,7 @@ describe('error catalogue', () => {
       model_not_found: 404,
       wrong_endpoint: 400,
       not_found: 404,
+      response_not_found: 404,
       rate_limit_exceeded: 429,
       request_too_large: 429,
       misdirected: 421,
@@ -145,6 +146,7 @@ describe('error catalogue', () => {
       upstream_timeout: 504,
       limiter_unavailable: 503,
       no_healthy_node: 503,
+      node_starting: 503,
       internal_error: 500,
     });
   });

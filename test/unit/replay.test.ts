@@ -238,12 +238,33 @@ describe('report', () => {
       { tenant: 'a', minute: 1, admittedTokens: 120, tokensLimit: 1_000, tokensRatio: 0.12, admittedRequests: 1, requestsLimit: 10, requestsRatio: 0.1 },
       { tenant: 'b', minute: 0, admittedTokens: 240, tokensLimit: 100, tokensRatio: 2.4, admittedRequests: 2, requestsLimit: 1, requestsRatio: 2 },
     ]);
+    // Sliding 60 s windows: b admitted 240 tokens within 1 s against 100.
     assert.ok(Math.abs(report.overAdmission - 1.4) < 1e-12);
-    assert.deepEqual(report.overAdmissionAt, { tenant: 'b', minute: 0, kind: 'tokens' });
+    assert.deepEqual(report.overAdmissionAt, { tenant: 'b', kind: 'tokens', windowStartMs: 7_000 });
+    assert.ok(Math.abs(report.overBucketAllowance - 0.2) < 1e-12);
     const text = formatReport(report);
     assert.match(text, /admitted 5, limited 3 \(rate_limit_exceeded 2, request_too_large 1\), other errors 3/);
     assert.match(text, /upstream 429s \(simulator\): 2/);
-    assert.match(text, /over-admission: 140\.0% \(tokens of b in minute 0\)/);
+    assert.match(text, /over-admission, worst sliding 60 s window against the limit: 140\.0% \(tokens of b, window from 7\.0 s\)/);
+    assert.match(text, /over-admission against a token bucket's allowance \(2 × the limit per window\): 20\.0%/);
+  });
+
+  test('a request counts when the gateway decided it: queued across a minute edge, an exact limiter is 0% over', () => {
+    // A sliding window of 1,000 tokens a minute, exactly held by the gateway: 1,000 tokens admitted
+    // at 10 s; the next 1,000 sent at 20 s, queued until 70 s (when the first left the window).
+    const h = { limitTokens: 1_000, remainingTokens: 0, limitRequests: 10, remainingRequests: 5 };
+    const used = { promptTokens: 900, completionTokens: 100, totalTokens: 1_000 };
+    const records = [
+      record({ i: 0, sentMs: 10_000, decidedMs: 10_000, queuedMs: null, usage: used, headers: h }),
+      record({ i: 1, sentMs: 20_000, decidedMs: 70_000, queuedMs: 50_000, usage: used, headers: h }),
+    ];
+    const report = buildReport(records, INFO);
+    assert.deepEqual(report.minutes.map((m) => [m.minute, m.admittedTokens, m.tokensRatio]), [[0, 1_000, 1], [1, 1_000, 1]]);
+    assert.equal(report.overAdmission, 0);
+    assert.equal(report.overBucketAllowance, 0);
+    // Records of older versions carry no decidedMs: sentMs + queuedMs.
+    const { decidedMs: _dropped, ...older } = records[1] as ReplayRecord;
+    assert.equal(buildReport([records[0] as ReplayRecord, older], INFO).overAdmission, 0);
   });
 
   test('never over the limit: over-admission 0; no limits seen: ratios null', () => {
@@ -333,9 +354,9 @@ describe('replay against a fastify server on port 0', () => {
       assert.equal(report.aborted, false);
 
       // What was sent: key, model, max_tokens = GeneratedTokens = x-sim-output-tokens, exact prompt sizes.
-      const bySize = [...seen].sort((x, y) => x.prompt - y.prompt || x.simOutput - y.simOutput);
+      const bySize = [...seen].sort((x, y) => x.prompt - y.prompt || x.simOutput - y.simOutput || x.key.localeCompare(y.key));
       const expected = rows.map((r, k) => ({ key: tenantOf[k] as string, maxTokens: r.completionTokens, simOutput: r.completionTokens, model: 'gpt-4o-mini', prompt: r.promptTokens }))
-        .sort((x, y) => x.prompt - y.prompt || x.simOutput - y.simOutput);
+        .sort((x, y) => x.prompt - y.prompt || x.simOutput - y.simOutput || x.key.localeCompare(y.key));
       assert.deepEqual(bySize, expected);
 
       // Admitted tokens of key-a: all its rows, prompt + completion.
@@ -351,7 +372,7 @@ describe('replay against a fastify server on port 0', () => {
       // key-b admitted 5,648 tokens against 5,000 (12.96 % over); key-a 18,823 against 10,000.
       assert.equal(report.tenants.find((t) => t.tenant === 'key-b')?.admittedTokens, 5_648);
       assert.equal(report.overAdmission, TOKENS_A / 10_000 - 1);
-      assert.deepEqual(report.overAdmissionAt, { tenant: 'key-a', minute: 0, kind: 'tokens' });
+      assert.deepEqual({ ...report.overAdmissionAt, windowStartMs: 0 }, { tenant: 'key-a', kind: 'tokens', windowStartMs: 0 });
 
       const lines = readFileSync(out, 'utf8').trimEnd().split('\n').map((l) => JSON.parse(l) as ReplayRecord);
       assert.equal(lines.length, 50);

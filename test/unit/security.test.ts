@@ -177,7 +177,7 @@ describe('the cluster secret from the environment', () => {
     const members = [{ id: 'n1', url: 'http://127.0.0.1:1' }];
     assert.equal(clusterSecretFor({ members: [], secret_env: 'QUOTARING_CLUSTER_SECRET' }, {}, 'a node'), undefined);
     assert.throws(() => clusterSecretFor({ members, secret_env: 'QUOTARING_CLUSTER_SECRET' }, {}, 'a node'), /^Error: QUOTARING_CLUSTER_SECRET is not set: a node in a cluster/);
-    assert.throws(() => clusterSecretFor({ members: [], redis: { url: 'redis://127.0.0.1', probe_interval: 1_000 }, secret_env: 'OTHER_VAR' }, {}, 'a router'), /OTHER_VAR is not set: a router in a cluster/);
+    assert.throws(() => clusterSecretFor({ members: [], redis: { url: 'redis://127.0.0.1', connection: { kind: 'url', url: 'redis://127.0.0.1' }, probe_interval: 1_000 }, secret_env: 'OTHER_VAR' }, {}, 'a router'), /OTHER_VAR is not set: a router in a cluster/);
     assert.equal(clusterSecretFor({ members, secret_env: 'QUOTARING_CLUSTER_SECRET' }, { QUOTARING_CLUSTER_SECRET: SECRET }, 'a node')?.variable, 'QUOTARING_CLUSTER_SECRET');
   });
 

@@ -410,7 +410,7 @@ describe('quota', () => {
     await chat(app, {});
     assert.equal((await chat(app, {})).statusCode, 429);
     assert.equal((await app.inject({ method: 'POST', url: '/sim/reset' })).statusCode, 200);
-    assert.deepEqual(await stats(app), { requests: 0, completed: 0, promptTokens: 0, completionTokens: 0, rateLimited: 0, errors: 0, dropped: 0, aborted: 0, inFlight: 0, byKey: {} });
+    assert.deepEqual(await stats(app), { requests: 0, completed: 0, promptTokens: 0, completionTokens: 0, rateLimited: 0, errors: 0, dropped: 0, aborted: 0, inFlight: 0, countTokens: 0, byKey: {} });
     assert.equal((await chat(app, {})).statusCode, 200);
   });
 });

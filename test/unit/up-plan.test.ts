@@ -50,6 +50,14 @@ describe('up: secrets travel in the environment', () => {
   });
 });
 
+describe('up: what the launch waits for', () => {
+  test('static members: each router once its /readyz is 200; with Redis, once its /healthz is (Redis may be down: it waits for it)', () => {
+    const health = (plan: ReturnType<typeof planCluster>): string[] => plan.specs.filter((s) => s.name.startsWith('router')).map((s) => new URL(s.healthUrl).pathname);
+    assert.deepEqual(health(planCluster({ routers: 2 }, '/tmp/x.yaml')), ['/readyz', '/readyz']);
+    assert.deepEqual(health(planCluster({ routers: 2, redis: 'redis://127.0.0.1:6379' }, '/tmp/x.yaml')), ['/healthz', '/healthz']);
+  });
+});
+
 describe('up: --redis and --redis-env', () => {
   test('--redis without a password is used as given; with one it is refused, the password not echoed', () => {
     assert.equal(redisUrlFromFlags({ redis: 'redis://127.0.0.1:6379' }, {}), 'redis://127.0.0.1:6379');

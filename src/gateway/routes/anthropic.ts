@@ -6,6 +6,8 @@ import { AnthropicStreamObserver, anthropicUsage, parseMessagesRequest } from '.
 import { OpenAIChatStreamObserver, openAIUsage } from '../../providers/openai/chat.ts';
 import { OpenAIToAnthropicStream, anthropicToOpenAIChat, openAIResponseToAnthropic } from '../../providers/translate/index.ts';
 import type { DeploymentCall } from '../exchange.ts';
+import { wireFormatOf } from '../../providers/wire-format.ts';
+import { bedrockCallForAnthropic } from '../bedrock-call.ts';
 import { tenantOf, tierOf } from '../auth.ts';
 import type { GatewayContext } from '../context.ts';
 import { runExchange } from '../exchange.ts';
@@ -43,7 +45,8 @@ export function anthropicRoutes(app: FastifyInstance, ctx: GatewayContext): void
       failover: route.failover,
       callFor: (d): DeploymentCall => {
         const model = upstreamModelOf(route.model, d);
-        if (d.provider === 'anthropic') {
+        if (d.provider === 'bedrock') return bedrockCallForAnthropic(msg.body, { modelId: model, model: msg.model, stream: msg.stream });
+        if (wireFormatOf(d.provider) === 'anthropic') {
           return { path: '/v1/messages', body: JSON.stringify({ ...msg.body, model }), headers, usageFromJson: anthropicUsage, observer: () => new AnthropicStreamObserver() };
         }
         // An OpenAI-format deployment: the request in chat format, its replies back in Messages format.

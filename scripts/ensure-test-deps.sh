@@ -1,0 +1,53 @@
+#!/bin/sh
+# Makes sure the programs `npm test` needs are installed (run by npm as the `pretest` script).
+#
+#   redis-server  integration and e2e tests start their own Redis on a free port   (Debian: redis-server)
+#   redis-sentinel  the Sentinel failover e2e test runs three of them                (Debian: redis-sentinel)
+#   chromium      the dashboard e2e test drives it headless (playwright-core)      (Debian: chromium)
+#   ip            the partition e2e test puts processes in network namespaces;
+#                 it runs only as root, so `ip` is required only as root         (Debian: iproute2)
+#
+# When one is missing it runs `apt-get update && apt-get install` itself: as root directly, else
+# through `sudo -n` (no password prompt). When it cannot (no apt-get, no root, no password-less
+# sudo, or QUOTARING_NO_INSTALL=1) it stops at once and prints the exact command to run.
+# Add a test dependency here as "program:debian-package[:root]" (":root": needed only as root).
+set -eu
+
+DEPS="redis-server:redis-server redis-sentinel:redis-sentinel chromium:chromium ip:iproute2:root"
+
+uid=$(id -u)
+missing=""
+for dep in $DEPS; do
+  program=${dep%%:*}
+  rest=${dep#*:}
+  package=${rest%%:*}
+  case "$rest" in *:root) [ "$uid" = 0 ] || continue ;; esac
+  command -v "$program" >/dev/null 2>&1 || missing="$missing $package"
+done
+[ -z "$missing" ] && exit 0
+missing=${missing# }
+
+command_line="apt-get update && apt-get install -y --no-install-recommends $missing"
+give_up() {
+  echo "npm test: missing test dependencies: $missing ($1)." >&2
+  echo "Install them, then run npm test again:" >&2
+  if [ "$uid" = 0 ]; then echo "  $command_line" >&2
+  else echo "  sudo sh -c '$command_line'" >&2; fi
+  exit 1
+}
+
+[ "${QUOTARING_NO_INSTALL:-0}" = 1 ] && give_up "QUOTARING_NO_INSTALL=1"
+command -v apt-get >/dev/null 2>&1 || give_up "no apt-get here: install them with your package manager"
+if [ "$uid" = 0 ]; then
+  as_root() { DEBIAN_FRONTEND=noninteractive "$@"; }
+elif command -v sudo >/dev/null 2>&1 && sudo -n true >/dev/null 2>&1; then
+  as_root() { sudo -n env DEBIAN_FRONTEND=noninteractive "$@"; }
+else
+  give_up "installing them needs root, and sudo is not available without a password"
+fi
+
+echo "npm test: installing test dependencies: $missing" >&2
+# shellcheck disable=SC2086 # $missing is a list of package names
+as_root apt-get update -q >&2 &&
+  as_root apt-get install -y -q --no-install-recommends $missing >&2 ||
+  give_up "apt-get failed, see above"

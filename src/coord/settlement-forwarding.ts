@@ -1,0 +1,135 @@
+/**
+ * Settlement forwarding: settlements, releases and renewals of requests admitted on a node for a
+ * tenant that has since moved are forwarded to its owner, which applies them to the reservation it
+ * received in the handoff (one retry after 100 ms, to the owner under the ring then; at most
+ * {@link MAX_FORWARD_HOPS} nodes; else counted in `stats.lost` and logged). A node that receives one
+ * from the node that handed it the tenant, under a ring it has not seen yet, applies it. A stand-in
+ * gives the usage it admitted back to the owner the same way (`absorb`, `src/coord/stand-in.ts`).
+ * The route that receives them is `src/gateway/routes/settlements.ts`.
+ */
+import type { UsageDelta } from '../limiter/usage-delta.ts';
+import type { Claims } from './claims.ts';
+import type { HandOver } from './hand-over.ts';
+import type { HandoffContext } from './handoff-context.ts';
+import type { RingPlacement } from './placement.ts';
+import type { Member } from './types.ts';
+
+/**
+ * A settlement or renewal of a reservation, sent to the tenant's owner; or (`absorb`) the usage a
+ * stand-in admitted for the owner's tenant, sent when it gives the tenant back.
+ */
+export type ForwardedSettlement =
+  | { readonly op: 'finish'; readonly tenant: string; readonly id: string; /** Actual tokens used. */ readonly tokens: number }
+  | { readonly op: 'renew'; readonly tenant: string; readonly id: string }
+  | { readonly op: 'absorb'; readonly tenant: string; readonly usage: UsageDelta };
+
+/** A forwarded settlement or renewal of one reservation. */
+type ReservationOp = Extract<ForwardedSettlement, { readonly id: string }>;
+
+/**
+ * Sends a settlement from node `from` to node `to`; `hops` counts the nodes it went through.
+ * @throws when the node did not accept it.
+ */
+export type SettlementSender = (from: Member, to: Member, settlement: ForwardedSettlement, hops: number) => Promise<void>;
+
+/** Forwarding hops before a settlement is dropped (owner changed again while it travelled). */
+export const MAX_FORWARD_HOPS = 2;
+
+/** A node's settlements: applied here when it holds the tenant, else forwarded. See the module comment. */
+export class SettlementForwarding {
+  readonly #ctx: HandoffContext;
+  readonly #placement: RingPlacement;
+  readonly #claims: Claims;
+  readonly #handOver: HandOver;
+  /** Forwarded settlements not yet answered. */
+  readonly #sending = new Set<Promise<void>>();
+
+  /** @param handOver the node's handoffs: a settlement is forwarded only after the handoffs started before it are stored. */
+  constructor(ctx: HandoffContext, placement: RingPlacement, claims: Claims, handOver: HandOver) {
+    this.#ctx = ctx;
+    this.#placement = placement;
+    this.#claims = claims;
+    this.#handOver = handOver;
+  }
+
+  /**
+   * Settles reservation `id` on `tokens` actually used and releases its slot: here when this node
+   * holds the tenant, otherwise at the tenant's owner (forwarded, one retry, then logged as lost).
+   * @param hops nodes the settlement went through (0 when it starts here).
+   * @param from the node that forwarded it: when this node's ring still names that node as the owner,
+   *   the sender's ring is newer (it handed the tenant here), so the settlement is applied here.
+   */
+  async finish(tenant: string, id: string, tokens: number, hops = 0, from?: string): Promise<{ settled: boolean; released: boolean }> {
+    if (await this.#holdsOrForwards(tenant, { op: 'finish', tenant, id, tokens }, hops, from)) {
+      const settled = this.#ctx.limiter.settle(tenant, id, tokens).settled;
+      const released = this.#ctx.limiter.release(tenant, id);
+      this.#claims.touched(tenant);
+      return { settled, released };
+    }
+    return { settled: false, released: false };
+  }
+
+  /** Renews reservation `id` (a long stream) here or at the tenant's owner; `hops` and `from` as for {@link finish}. */
+  async renew(tenant: string, id: string, hops = 0, from?: string): Promise<boolean> {
+    if (await this.#holdsOrForwards(tenant, { op: 'renew', tenant, id }, hops, from)) {
+      const renewed = this.#ctx.limiter.renew(tenant, id);
+      this.#claims.touched(tenant);
+      return renewed;
+    }
+    return false;
+  }
+
+  /** Resolves once every forwarded settlement sent so far was delivered or given up (call before exiting). */
+  async flush(): Promise<void> {
+    while (this.#sending.size > 0) await Promise.allSettled([...this.#sending]);
+  }
+
+  /** True when the tenant is held here (after loading it if this node owns it); false after forwarding. */
+  async #holdsOrForwards(tenant: string, settlement: ReservationOp, hops: number, from: string | undefined): Promise<boolean> {
+    const { stats, log } = this.#ctx;
+    if (this.#claims.holds(tenant)) return true;
+    const placed = this.#placement.place(tenant);
+    if (placed.here) {
+      await this.#claims.ready(tenant);
+      return true;
+    }
+    if (from !== undefined && this.#placement.place(tenant, from).here) {
+      // The sender handed the tenant here under a ring this node has not seen yet.
+      await this.#claims.ready(tenant, 'handed');
+      return true;
+    }
+    const owner = placed.owner;
+    if (owner === undefined || hops >= MAX_FORWARD_HOPS) {
+      stats.lost++;
+      log.warn({ tenant, id: settlement.id, op: settlement.op, hops }, 'settlement lost: no owner to forward it to');
+      return false;
+    }
+    stats.forwarded++;
+    // The receiver loads the tenant's state without waiting when it sees who sent this: store it first.
+    await this.#handOver.idle();
+    const sending = this.#deliver(owner, tenant, settlement, hops + 1);
+    this.#sending.add(sending);
+    try {
+      await sending;
+    } finally {
+      this.#sending.delete(sending);
+    }
+    return false;
+  }
+
+  /** Sends a settlement, once more after 100 ms on failure (to the owner then), else logs it as lost. */
+  async #deliver(owner: Member, tenant: string, settlement: ReservationOp, hops: number): Promise<void> {
+    const { send, self, stats, log } = this.#ctx;
+    try {
+      await send(self, owner, settlement, hops);
+    } catch {
+      try {
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        await send(self, this.#placement.ring.owner(tenant) ?? owner, settlement, hops);
+      } catch (err) {
+        stats.lost++;
+        log.warn({ tenant, id: settlement.id, op: settlement.op, to: owner.id, err: (err as Error).message }, 'settlement lost: owner unreachable');
+      }
+    }
+  }
+}

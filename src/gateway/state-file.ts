@@ -1,0 +1,105 @@
+/**
+ * A node's state file (`server.state_dir`, format and rules in `src/coord/local-state.ts`): loaded
+ * before the node listens, saved on a graceful stop. A single node loads it into its limiter; a
+ * cluster node loads it among its replicas (`Handoff.receive`), so a member that gives a newer
+ * state back on restart wins (`src/coord/static-handoff.ts`). Also the expiry of a tenant's stored
+ * state, shared by the file and the handoff's Redis checkpoints.
+ */
+import type { FastifyBaseLogger } from 'fastify';
+import type { LoadedConfig } from '../config/load.ts';
+import type { Handoff } from '../coord/handoff.ts';
+import { loadLocalState, saveLocalState } from '../coord/local-state.ts';
+import type { Limiter } from '../limiter/limiter.ts';
+import { parseTenantSnapshot } from '../limiter/snapshot.ts';
+import type { Policy } from '../limiter/types.ts';
+
+/** A node's state file: load before listening, save on a graceful stop. */
+export interface NodeLocalState {
+  /** Loads the state file (a single node: into its limiter; a cluster node: among its replicas). Never rejects (logged). */
+  restore(): Promise<void>;
+  /** Saves every tenant's state (a cluster node: the tenants it decides for and its replicas). Never rejects (logged). */
+  save(): Promise<void>;
+}
+
+/** Redis expiry of a tenant's stored state, ms: its longest window (or lease), plus a minute. */
+export function stateTtlMs(policy: Policy | undefined): number {
+  let longest = 0;
+  for (const limit of policy?.limits ?? []) longest = Math.max(longest, limit.kind === 'concurrent' ? limit.leaseTtlMs : limit.windowMs);
+  return longest + 60_000;
+}
+
+/** What a node's state file reads from and writes into. */
+export interface NodeStateFileOptions {
+  /** Directory of the state file (`server.state_dir`). */
+  readonly dir: string;
+  /** This node's id (names the file), read when used. */
+  readonly nodeId: () => string;
+  readonly config: LoadedConfig;
+  readonly limiter: Limiter;
+  /** The node's handoff; undefined for a single node (the file then goes straight to the limiter). */
+  readonly handoff: Handoff | undefined;
+  readonly log: FastifyBaseLogger;
+}
+
+/**
+ * The state file of one node. A corrupt file starts every tenant it may have held in the
+ * conservative state (requests and tokens limits used up for one window); an unreadable one starts
+ * fresh (logged); states of tenants not in the config are skipped.
+ */
+export function nodeStateFile(opts: NodeStateFileOptions): NodeLocalState {
+  const { dir, nodeId, config, limiter, handoff, log } = opts;
+  return {
+    restore: async () => {
+      try {
+        const loaded = await loadLocalState(dir, nodeId());
+        const configured = config.config.tenants.map((t) => t.id);
+        if (loaded.kind === 'none') return;
+        if (loaded.kind === 'corrupt') {
+          log.warn({ dir, reason: loaded.reason }, 'state file is corrupt: every tenant it may hold starts with its requests and tokens limits used up for one window');
+          if (handoff === undefined) for (const t of configured) limiter.importConservative(t);
+          // An unparseable value at time 0: loaded as corrupt (conservative) unless a member gives a real state back.
+          else handoff.receive(configured.filter((t) => handoff.ring().range(t, 2).some((m) => m.id === nodeId())).map((t) => ({ tenant: t, json: '', at: 0 })), (t) => config.policies.has(t));
+          return;
+        }
+        if (handoff !== undefined) {
+          const n = handoff.receive(loaded.states, (t) => config.policies.has(t));
+          log.info({ dir, tenants: n, expired: loaded.expired }, 'state file loaded');
+          return;
+        }
+        let corrupt = 0;
+        for (const s of loaded.states) {
+          if (!config.policies.has(s.tenant)) continue;
+          try {
+            limiter.importTenant(s.tenant, parseTenantSnapshot(s.json));
+          } catch {
+            corrupt++;
+            limiter.importConservative(s.tenant);
+          }
+        }
+        log.info({ dir, tenants: loaded.states.length, expired: loaded.expired, corrupt }, 'state file loaded');
+      } catch (err) {
+        log.warn({ dir, err: (err as Error).message }, 'state file unreadable: starting fresh');
+      }
+    },
+    save: async () => {
+      const now = Date.now();
+      const states =
+        handoff?.states() ??
+        [...limiter.tenants()].flatMap((tenant) => {
+          const snapshot = limiter.exportTenant(tenant);
+          return snapshot === undefined ? [] : [{ tenant, json: JSON.stringify(snapshot), at: snapshot.at }];
+        });
+      try {
+        const file = await saveLocalState(
+          dir,
+          nodeId(),
+          states.map((s) => ({ ...s, expiresAtMs: now + stateTtlMs(config.policies.get(s.tenant)) })),
+          now,
+        );
+        log.info({ file, tenants: states.length }, 'state saved');
+      } catch (err) {
+        log.warn({ dir, err: (err as Error).message }, 'state not saved');
+      }
+    },
+  };
+}
