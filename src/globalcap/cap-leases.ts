@@ -10,8 +10,9 @@
  * (`take`, no Redis on that path), and renews in the background before a block runs dry.
  *
  * Safety choices (they err on admitting less, never more, than the cluster-wide limit):
- * - A lease expires `leaseTtlMs` after its lease call was sent. Unspent units of an expired lease
- *   are dropped locally and stay consumed in Redis (they refill there at the bucket's rate).
+ * - A lease expires `leaseTtlMs` after its lease call was sent. Unspent units go back to Redis when
+ *   their lease expires, the bucket is idle for `idleMs`, or the node closes; a small bucket is never
+ *   prefetched from (rules and how stale a node's view can be: `give-back.ts`).
  * - While Redis is unavailable, each node admits from a local token bucket holding capacity / share
  *   (live nodes for a deployment, k for a hot tenant), refilled at that share per window (plus any
  *   lease units still valid).
@@ -26,6 +27,8 @@
 import type { Clock } from '../clock.ts';
 import { systemClock } from '../clock.ts';
 import { bucketInit, bucketRefill, bucketTake, bucketWaitMs, bucketAdjust, bucketUsed, BUCKET_SLOTS } from '../limiter/token-bucket.ts';
+import { addLot, dropExpired, dropReturnable, fallbackBudget, lotUnits, mayPrefetch, netGiveBack, spendLots as spendFromLots } from './give-back.ts';
+import type { Lot } from './give-back.ts';
 import { capKey } from './keys.ts';
 import type { CapScripts } from './scripts.ts';
 import { lowestKnown, noteLevel, refilledLevel } from './reconcile.ts';
@@ -107,6 +110,20 @@ export interface CapLeasesOptions {
   readonly probeIntervalMs?: number;
   /** After a blip (a failed call, breaker still closed), takes the leases cannot cover are served from the fallback share for this long, ms. @default 50 */
   readonly blipMs?: number;
+  /** A bucket with no take for this long gives its unspent leased units back to Redis, ms. @default 1000 */
+  readonly idleMs?: number;
+  /**
+   * Period of the sweep that gives back units of expired leases and idle buckets, ms (an unref'd
+   * timer); 0: no timer (call {@link CapLeases.sweep} yourself, e.g. with a manual clock). @default 250
+   */
+  readonly sweepMs?: number;
+  /** `close` waits at most this long for grants answered after their call timed out (to give them back), ms. @default 1000 */
+  readonly closeWaitMs?: number;
+  /**
+   * Called when a bucket starts deciding from its fallback share: its key, the units it may admit at
+   * once (`fallbackBudget` in `give-back.ts`) and its share (capacity / share, units per window).
+   */
+  readonly onFallbackShare?: (share: FallbackShare) => void;
   /** Called with true when the node enters fallback (a Redis call failed) and false when it leaves it (a call succeeded). */
   readonly onFallbackChange?: (inFallback: boolean) => void;
   /**
@@ -116,6 +133,16 @@ export interface CapLeasesOptions {
   readonly localOnly?: boolean;
   /** Lowers a bucket to a node's known level after Redis lost or regressed its data (`defineReconcileScripts(redis).reseed`); without it `restored` is a no-op. */
   readonly reseed?: ReseedFn;
+}
+
+/** A bucket's fallback share as it starts (see {@link CapLeasesOptions.onFallbackShare}). */
+export interface FallbackShare {
+  /** The bucket's Redis key. */
+  readonly bucket: string;
+  /** Units it may admit at once, ≥ 0. */
+  readonly budget: number;
+  /** Units per window it refills (capacity / nodes sharing it). */
+  readonly share: number;
 }
 
 /** A `requests` or `tokens` bucket of a group defined with {@link CapLeases.define}. */
@@ -180,12 +207,6 @@ const DEPLOYMENT_WINDOW_MS = 60_000;
 
 type BucketKind = 'requests' | 'tokens';
 
-interface Lot {
-  units: number;
-  /** ms (clock time) when these units expire. */
-  readonly expiresAt: number;
-}
-
 /** A number that drains linearly (at a given rate, never below 0) as time passes. */
 interface Deficit {
   value: number;
@@ -216,6 +237,8 @@ interface Bucket {
   spendAt: number;
   /** Units of the last take (a block never covers less than one such take). */
   lastCost: number;
+  /** Time of the last take that needed this bucket, ms: idle after `idleMs` without one. */
+  lastUseAt: number;
   renewing: Promise<void> | undefined;
   /** No renewal before this time (after a refusal or a failed call), ms. */
   retryAt: number;
@@ -254,9 +277,10 @@ interface Group {
  * max(minBlock, the last take's cost, spend rate × blockMs capped at capacity / (4 × share)), and a
  * refused take's renewal asks at least for what it lacks, so a node at steady load renews about
  * 1000 / blockMs times a second (2 with the defaults). When a cluster bucket runs dry, a partial grant
- * delays the next renewal by 2 × blockMs and a denied one by max(2 × blockMs, share × the bucket's
- * wait), and a starved renewal asks for at least its fair part of that much refill, so starved nodes
- * do not race for every unit of refill yet together take all of it.
+ * delays the next renewal by 2 × blockMs and a denied one by the bucket's wait for what the refused
+ * take lacks (the retry-after its client is told), and a starved renewal asks for at least its fair
+ * part of 2 × blockMs of refill, so starved nodes together take all of it. A small bucket is never
+ * prefetched from, and unspent units go back to Redis (`give-back.ts`).
  */
 export class CapLeases {
   readonly #groups = new Map<string, Group>();
@@ -275,6 +299,7 @@ export class CapLeases {
   readonly #probeIntervalMs: number;
   readonly #blipMs: number;
   readonly #onFallbackChange: ((inFallback: boolean) => void) | undefined;
+  readonly #onFallbackShare: ((share: FallbackShare) => void) | undefined;
   readonly #reseed: ReseedFn | undefined;
   /** Lease renewals since construction, by outcome (`quotaring_lease_renewals_total`): in full, partly, denied (bucket empty), failed (Redis). */
   readonly renewals = { granted: 0, partial: 0, denied: 0, failed: 0 };
@@ -283,6 +308,13 @@ export class CapLeases {
   /** The connection to Redis dropped: no Redis call until `reconnected()` says whether Redis restarted. */
   #held = false;
   #closed = false;
+  readonly #idleMs: number;
+  readonly #closeWaitMs: number;
+  readonly #sweepTimer: ReturnType<typeof setInterval> | undefined;
+  /** Give-back calls in flight, and grants that may still be answered after their call timed out. */
+  readonly #inFlight = new Set<Promise<unknown>>();
+  /** Unspent units given back to Redis (`quotaring_lease_given_back_units_total`): sent, and answered. */
+  readonly givenBack = { sent: 0, answered: 0 };
 
   /**
    * @throws RangeError when a quota, headroom or option is out of range, or a name is not a valid
@@ -303,9 +335,17 @@ export class CapLeases {
     this.#pendingWaitMs = positive('pendingWaitMs', options.pendingWaitMs ?? 5);
     this.#probeIntervalMs = positive('probeIntervalMs', options.probeIntervalMs ?? 1_000);
     this.#blipMs = positive('blipMs', options.blipMs ?? 50);
+    this.#idleMs = positive('idleMs', options.idleMs ?? 1_000);
+    this.#closeWaitMs = nonNegative('closeWaitMs', options.closeWaitMs ?? 1_000);
+    const sweepMs = nonNegative('sweepMs', options.sweepMs ?? 250);
+    if (sweepMs > 0 && options.localOnly !== true) {
+      this.#sweepTimer = setInterval(() => void this.sweep(), sweepMs);
+      this.#sweepTimer.unref();
+    }
     this.#localOnly = options.localOnly === true;
     this.#inFallback = this.#localOnly;
     this.#onFallbackChange = options.onFallbackChange;
+    this.#onFallbackShare = options.onFallbackShare;
     this.#reseed = options.reseed;
     const live = (): number => Math.max(1, this.#liveNodes());
     for (const [name, quota] of Object.entries(options.deployments ?? {})) {
@@ -364,6 +404,7 @@ export class CapLeases {
         spendAcc: 0,
         spendAt: now,
         lastCost: 0,
+        lastUseAt: now,
         renewing: undefined,
         retryAt: -Infinity,
         fallback: undefined,
@@ -407,7 +448,8 @@ export class CapLeases {
         continue;
       }
       b.lastCost = units;
-      this.#expire(b, now);
+      b.lastUseAt = now;
+      void this.#expire(b, now);
       if (balanceOf(b) >= units) {
         sources.push('lease');
         continue;
@@ -439,15 +481,17 @@ export class CapLeases {
     d.buckets.forEach((b, i) => {
       const units = costOf(b, cost);
       const source = sources[i];
-      if (source === 'lease') spendLots(b, units);
+      if (source === 'lease') spendFromLots(b.lots, units);
       else if (source === 'fallback') {
         bucketTake(b.fallback as number[], 0, b.windowMs, units);
         if (!this.#localOnly) b.unreconciled = Math.min(b.unreconciled + units, b.capacity / sharedBy(b));
       } else return;
       this.#recordSpend(b, now, units);
       // Low water: renew, asking at least for what the next take of the same size lacks (a smaller
-      // grant could not serve it and might expire unused while the node waits for the rest).
-      if (balanceOf(b) < this.#lowWater * this.#blockSize(b, now)) this.#maybeRenew(b, now, Math.max(0, b.lastCost - balanceOf(b)));
+      // grant could not serve it and might expire unused while the node waits for the rest). Never
+      // from a small bucket (give-back.ts): its last units may be another node's next request.
+      const block = this.#blockSize(b, now);
+      if (balanceOf(b) < this.#lowWater * block && mayPrefetch(b.capacity, b.share(), block)) this.#maybeRenew(b, now, Math.max(0, b.lastCost - balanceOf(b)));
     });
     return { ok: true };
   }
@@ -482,9 +526,9 @@ export class CapLeases {
     const now = this.#clock.now();
     for (const b of this.#group(group).buckets) {
       if (b.kind !== 'tokens') continue;
-      this.#expire(b, now);
+      void this.#expire(b, now);
       const fromLots = Math.min(units, liveUnits(b));
-      spendLots(b, fromLots);
+      spendFromLots(b.lots, fromLots);
       b.debt += units - fromLots;
       this.#recordSpend(b, now, units);
     }
@@ -551,7 +595,7 @@ export class CapLeases {
   buckets(group: string): (LeaseBucketView & { readonly kind: BucketKind })[] {
     const now = this.#clock.now();
     return this.#group(group).buckets.map((b) => {
-      this.#expire(b, now);
+      void this.#expire(b, now);
       let refilled = b.level + ((now - b.levelAt) * b.ratePerSec) / 1000;
       if (this.#inFallback) {
         // Deciding from the local share: what it has left is what this node can still admit.
@@ -665,6 +709,7 @@ export class CapLeases {
    */
   restored(epoch: string): void {
     if (this.#closed || this.#localOnly || this.#reseed === undefined) return;
+    this.#leasedFromLostRedis();
     const now = this.#clock.now();
     for (const b of this.#buckets.values()) {
       const seen = lowestKnown(b, now);
@@ -713,28 +758,60 @@ export class CapLeases {
   }
 
   /**
-   * Waits for renewals in flight, then returns each bucket's unspent, unexpired balance to Redis
-   * (token-bucket call with a negative cost; a negative balance, i.e. debt, is charged with force).
-   * Later calls of `take` throw. There are no timers to stop: renewals are started by takes.
+   * Gives back to Redis the unspent units of expired leases, and all unspent units of buckets with no
+   * take for `idleMs` (the periodic sweep calls it every `sweepMs`). Resolves when those calls have
+   * settled; never rejects (a failed give-back leaves the units consumed, the safe side). No-op after
+   * `close`.
+   */
+  async sweep(): Promise<void> {
+    if (this.#closed) return;
+    const now = this.#clock.now();
+    const calls: Promise<unknown>[] = [];
+    for (const b of this.#buckets.values()) {
+      if (b.lots.length === 0) continue;
+      const expired = this.#expire(b, now);
+      if (expired !== undefined) calls.push(expired);
+      if (now - b.lastUseAt >= this.#idleMs && b.renewing === undefined) {
+        const idle = this.#giveBack(b, dropReturnable(b.lots));
+        if (idle !== undefined) calls.push(idle);
+      }
+    }
+    await Promise.all(calls);
+  }
+
+  /**
+   * Waits for renewals in flight (and, up to `closeWaitMs`, for grants answered after their call
+   * timed out), then returns each bucket's unspent, unexpired balance to Redis (token-bucket call
+   * with a negative cost; a negative balance, i.e. debt, is charged with force). Units leased before
+   * a Redis restart are not returned. Later calls of `take` throw; the sweep timer stops.
    * Idempotent; never rejects (a failed return leaves the units consumed in Redis, the safe side).
    */
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    if (this.#sweepTimer !== undefined) clearInterval(this.#sweepTimer);
     const all = [...this.#buckets.values()];
     await Promise.all(all.map((b) => b.renewing));
+    if (this.#inFlight.size > 0) {
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      await Promise.race([Promise.all([...this.#inFlight]), new Promise<void>((resolve) => (timer = setTimeout(resolve, this.#closeWaitMs)))]);
+      clearTimeout(timer);
+    }
     const now = this.#clock.now();
     const calls: Promise<unknown>[] = [];
     for (const b of all) {
-      this.#expire(b, now);
-      const balance = balanceOf(b) - b.unreconciled;
+      void this.#expire(b, now);
+      const balance = dropReturnable(b.lots) - b.debt - b.unreconciled;
       b.lots = [];
       b.debt = 0;
       if (balance === 0 || this.#localOnly || this.#held) continue;
+      if (balance > 0) this.givenBack.sent += balance;
       calls.push(
         this.#call(() =>
           this.#scripts.tokenBucket(b.key, { capacity: b.capacity, ratePerSec: b.ratePerSec, cost: -balance, force: true, ttlMs: b.windowMs }),
-        ),
+        ).then((r) => {
+          if (r.ok && balance > 0) this.givenBack.answered += balance;
+        }),
       );
     }
     await Promise.all(calls);
@@ -747,11 +824,46 @@ export class CapLeases {
     return d;
   }
 
-  /** Drops lots whose lease expired (their units stay consumed in Redis). */
-  #expire(b: Bucket, now: number): void {
-    let i = 0;
-    while (i < b.lots.length && (b.lots[i] as Lot).expiresAt <= now) i++;
-    if (i > 0) b.lots.splice(0, i);
+  /**
+   * Redis restarted or was restored from an older snapshot: the units the node holds were leased from
+   * a bucket that is gone, so they stay spendable until their leases expire but are never given back
+   * (the new bucket never took them).
+   */
+  #leasedFromLostRedis(): void {
+    for (const b of this.#buckets.values()) for (const lot of b.lots) lot.returnable = false;
+  }
+
+  /**
+   * Drops lots whose lease expired and gives their unspent units back to Redis.
+   * @returns the give-back call, if one was sent.
+   */
+  #expire(b: Bucket, now: number): Promise<unknown> | undefined {
+    return this.#giveBack(b, dropExpired(b.lots, now));
+  }
+
+  /**
+   * Gives `units`, already dropped from the local balance, back to the cluster bucket: first netted
+   * against usage Redis has not been told (`unreconciled`), the rest sent as a negative cost.
+   * Nothing is sent without Redis or while the connection is held (the units stay consumed).
+   * @returns the call, tracked until it settles, if one was sent.
+   */
+  #giveBack(b: Bucket, units: number): Promise<unknown> | undefined {
+    if (units <= 0) return undefined;
+    const net = netGiveBack(units, b.unreconciled);
+    b.unreconciled = net.unreconciled;
+    const send = net.send;
+    if (send <= 0 || this.#localOnly || this.#held) return undefined;
+    this.givenBack.sent += send;
+    const call = this.#call(() =>
+      this.#scripts.tokenBucket(b.key, { capacity: b.capacity, ratePerSec: b.ratePerSec, cost: -send, force: true, ttlMs: b.windowMs }),
+    ).then((r) => {
+      this.#inFlight.delete(call);
+      if (!r.ok) return;
+      this.givenBack.answered += send;
+      this.#seen(b, r.value.level, -send);
+    });
+    this.#inFlight.add(call);
+    return call;
   }
 
   #decayedSpend(b: Bucket, now: number): number {
@@ -840,15 +952,24 @@ export class CapLeases {
       });
       return this.#pendingWaitMs;
     }
-    const min = Math.min(b.capacity, Math.max(b.minBlock, Math.ceil(need)));
+    // The smallest useful grant: what the refused take lacks (so a denial's wait is that take's real
+    // refill time), or a minimum block for a low-water renewal.
+    const min = Math.min(b.capacity, need > 0 ? Math.ceil(need) : b.minBlock);
     // A starved bucket is renewed every 2 × blockMs: ask for at least this node's fair part of the
     // refill over that time, so k nodes together can take the whole refill.
     const starvedPart = Math.min(Math.floor(b.capacity / (4 * sharedBy(b))), Math.ceil((b.ratePerSec * 2 * this.#blockMs) / 1000 / sharedBy(b)));
-    const want = Math.min(b.capacity, Math.max(min, this.#blockSize(b, now) + Math.ceil(b.debt), b.starved ? starvedPart : 0));
+    const block = this.#blockSize(b, now);
+    // A small bucket (give-back.ts): lease exactly what is lacking, nothing ahead.
+    const want = mayPrefetch(b.capacity, b.share(), block) ? Math.min(b.capacity, Math.max(min, block + Math.ceil(b.debt), b.starved ? starvedPart : 0)) : min;
     const sentAt = now;
     const granted = (g: number, at: number): void => {
+      if (this.#closed) {
+        // Answered after close (a late grant): the node will never spend it.
+        void this.#giveBack(b, g);
+        return;
+      }
       credit(b, g, sentAt + this.#ttlMs);
-      this.#expire(b, at);
+      void this.#expire(b, at);
     };
     b.renewing = this.#call(() =>
       this.#scripts.lease(b.key, { capacity: b.capacity, ratePerSec: b.ratePerSec, want, min, ttlMs: b.windowMs }),
@@ -859,12 +980,16 @@ export class CapLeases {
         // Without Redis every call fails by design: that is not a failed renewal.
         if (!this.#localOnly) this.renewals.failed++;
         // A grant answered after the timeout is still this node's until its lease expires.
-        r.late?.then(
-          (v) => {
-            if (v.granted > 0) granted(v.granted, this.#clock.now());
-          },
-          () => undefined,
-        );
+        if (r.late !== undefined) {
+          const late: Promise<void> = r.late.then(
+            (v) => {
+              this.#inFlight.delete(late);
+              if (v.granted > 0) granted(v.granted, this.#clock.now());
+            },
+            () => void this.#inFlight.delete(late),
+          );
+          this.#inFlight.add(late);
+        }
         this.#failed(b, at, r.open);
         return;
       }
@@ -880,11 +1005,11 @@ export class CapLeases {
         b.retryAt = b.starved ? at + 2 * this.#blockMs : -Infinity;
         granted(r.value.granted, at);
       } else {
-        // Denied: the cluster bucket is starved and every sharing node competes for its refill, so
-        // ask again after max(2 × blockMs, share × the wait) (the grant then takes what accumulated,
-        // up to `want`) instead of every node racing for each `min` as it refills.
+        // Denied: ask again when the bucket will hold `min` (the Lua's wait: the refused take's real
+        // refill time, which its client is told), and ask then for at least the node's fair part of
+        // the refill (starved). Each node sends at most one call per such wait.
         b.starved = true;
-        b.retryAt = at + (r.value.waitMs >= 0 ? Math.max(2 * this.#blockMs, r.value.waitMs * sharedBy(b)) : this.#ttlMs);
+        b.retryAt = at + (r.value.waitMs >= 0 ? r.value.waitMs : this.#ttlMs);
       }
     });
     return this.#pendingWaitMs;
@@ -920,13 +1045,14 @@ export class CapLeases {
 
   #fallbackBucket(b: Bucket, now: number): number[] {
     if (b.fallback === undefined) {
-      // The share starts with what this node already used in the window (its known usage drains at
-      // the same share rate), so entering fallback again and again never hands out a fresh share.
-      b.fallbackShare = b.capacity / sharedBy(b);
+      const share = sharedBy(b);
+      b.fallbackShare = b.capacity / share;
       b.fallback = new Array<number>(BUCKET_SLOTS).fill(0);
       bucketInit(b.fallback, 0, b.fallbackShare, b.windowMs, now);
-      const used = Math.min(this.#deficit(b, b.known, now), b.fallbackShare);
+      const budget = fallbackBudget(b.capacity, share, this.#deficit(b, b.known, now), refilledLevel(b, lowestKnown(b, now), now));
+      const used = b.fallbackShare - budget;
       if (used > 0) bucketAdjust(b.fallback, 0, b.fallbackShare, b.windowMs, used);
+      this.#onFallbackShare?.({ bucket: b.key, budget, share: b.fallbackShare });
     } else {
       bucketRefill(b.fallback, 0, b.fallbackShare, b.windowMs, now);
     }
@@ -970,27 +1096,11 @@ function costOf(b: Bucket, cost: CapCost): number {
 }
 
 function liveUnits(b: Bucket): number {
-  let sum = 0;
-  for (const lot of b.lots) sum += lot.units;
-  return sum;
+  return lotUnits(b.lots);
 }
 
 function balanceOf(b: Bucket): number {
   return liveUnits(b) - b.debt;
-}
-
-/** Spends `units` (≤ the live units) from the oldest lots first. */
-function spendLots(b: Bucket, units: number): void {
-  let left = units;
-  while (left > 0 && b.lots.length > 0) {
-    const lot = b.lots[0] as Lot;
-    if (lot.units > left) {
-      lot.units -= left;
-      return;
-    }
-    left -= lot.units;
-    b.lots.shift();
-  }
 }
 
 /** Adds units to the balance: repays debt first, the rest becomes a lot expiring at `expiresAt`. */
@@ -998,13 +1108,5 @@ function credit(b: Bucket, units: number, expiresAt: number): void {
   const repay = Math.min(units, b.debt);
   b.debt -= repay;
   const rest = units - repay;
-  if (rest <= 0) return;
-  const last = b.lots[b.lots.length - 1];
-  if (last !== undefined && last.expiresAt === expiresAt) last.units += rest;
-  else if (last === undefined || last.expiresAt < expiresAt) b.lots.push({ units: rest, expiresAt });
-  else {
-    // Older expiry than the newest lot (a grant resolved after a refund): keep expiry order.
-    const i = b.lots.findIndex((l) => l.expiresAt > expiresAt);
-    b.lots.splice(i, 0, { units: rest, expiresAt });
-  }
+  if (rest > 0) addLot(b.lots, rest, expiresAt);
 }

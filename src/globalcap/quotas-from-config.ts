@@ -8,7 +8,7 @@ import type { Redis } from 'ioredis';
 import type { Clock } from '../clock.ts';
 import type { LoadedConfig } from '../config/load.ts';
 import { CapLeases } from './cap-leases.ts';
-import type { CapCall, DeploymentQuota } from './cap-leases.ts';
+import type { CapCall, DeploymentQuota, FallbackShare } from './cap-leases.ts';
 import { redisForDecisions } from './redis-connection.ts';
 import { RedisGuard, guardedCall } from './redis-guard.ts';
 import { capEpochKey } from './keys.ts';
@@ -176,6 +176,7 @@ export function quotasFromConfig(
             else opts.log.info({ deployments: [...limited] }, 'leaving fallback: deployment quotas leased from Redis again');
             opts.onFallbackChange?.(inFallback);
           },
+          onFallbackShare: (share: FallbackShare) => opts.log.info(share, 'fallback share'),
         }),
   });
   const upkeep = redis === undefined || guard === undefined || cluster.redis === undefined ? undefined : new RedisUpkeep(redis, guard, leases, cluster.redis.probe_interval, opts.log);

@@ -58,6 +58,8 @@ export interface NodeGaugeSources {
   tenantLevels(): readonly TenantLevel[];
   /** Cumulative lease renewals of the global cap, by outcome. */
   leaseRenewals(): Readonly<Record<'granted' | 'partial' | 'denied' | 'failed', number>>;
+  /** Cumulative unspent leased units given back to the global cap: sent, and answered by Redis. Optional: 0 when absent. */
+  leaseGivenBack?(): Readonly<Record<'sent' | 'answered', number>>;
   /** Cumulative guarded Redis calls (global cap, central decisions), by guard and outcome. */
   guardCalls(): readonly { readonly guard: string; readonly result: 'ok' | 'timeout' | 'error' | 'open'; readonly n: number }[];
   /** Distinct member entries in Redis ignored for a missing or bad signature (0 without Redis membership). */
@@ -206,6 +208,16 @@ export class NodeMetrics {
         const n = src()?.leaseRenewals();
         if (n === undefined) return;
         for (const result of ['granted', 'partial', 'denied', 'failed'] as const) setCounter(this, { result }, n[result]);
+      },
+    });
+    new Counter({
+      name: 'quotaring_lease_given_back_units_total',
+      help: 'Unspent leased units given back to the global cap (lease expired, bucket idle, node closing), by result: sent, answered (by Redis).',
+      labelNames: ['result'],
+      registers: [r],
+      collect() {
+        const n = src()?.leaseGivenBack?.();
+        for (const result of ['sent', 'answered'] as const) setCounter(this, { result }, n?.[result] ?? 0);
       },
     });
     new Counter({

@@ -89,6 +89,7 @@ function setup(extra: Partial<CapLeasesOptions> = {}): { clock: ManualClock; scr
     clock,
     blockMs: 250,
     reseed: (key, o) => scripts.reseed(key, o),
+    sweepMs: 0,
     ...extra,
   });
   return { clock, scripts, leases };
@@ -98,8 +99,8 @@ describe('CapLeases', () => {
   test('buckets: capacity = quota × headroom, refill capacity / 60 s, keys by deployment; first take renews and waits', async () => {
     const { scripts, leases } = setup();
     assert.deepEqual(leases.take('gpt', { tokens: 500 }), { ok: false, waitMs: 5 });
-    // min block = 100 ms of refill: 2 requests (1.5 rounded up), 90 tokens; a refused take asks for what it lacks.
-    assert.deepEqual(scripts.leases(RPM), [{ capacity: 900, ratePerSec: 15, want: 2, min: 2, ttlMs: 60_000 }]);
+    // min block = 100 ms of refill: 2 requests (1.5 rounded up), 90 tokens; a refused take asks at least for what it lacks.
+    assert.deepEqual(scripts.leases(RPM), [{ capacity: 900, ratePerSec: 15, want: 2, min: 1, ttlMs: 60_000 }]);
     assert.deepEqual(scripts.leases(TPM), [{ capacity: 54_000, ratePerSec: 900, want: 500, min: 500, ttlMs: 60_000 }]);
     await leases.whenRenewed('gpt');
     assert.deepEqual(leases.take('gpt', { tokens: 500 }), { ok: true });
@@ -201,26 +202,26 @@ describe('CapLeases', () => {
     assert.equal(scripts.leases(TPM).length, 3);
   });
 
-  test('with 3 live nodes a denied lease waits max(2 × blockMs, 3 × its waitMs); a starved bucket asks for its fair part of 2 × blockMs of refill', async () => {
+  test("with 3 live nodes a denied lease waits the bucket's real refill time (not × 3); a starved bucket asks for its fair part of 2 × blockMs of refill", async () => {
     const { clock, scripts, leases } = setup({ liveNodes: () => 3 });
     scripts.levels.set(TPM, { l: 0, t: clock.now() });
     leases.take('gpt', { tokens: 90, requests: 0 });
     await leases.whenRenewed('gpt');
-    // 90 tokens at 900/s: 100 ms, × 3 nodes = 300 ms, below 2 × blockMs.
-    assert.deepEqual(leases.take('gpt', { tokens: 90, requests: 0 }), { ok: false, waitMs: 500 });
-    clock.advance(500);
+    // 90 tokens at 900/s: 100 ms, the Lua's wait as it is.
+    assert.deepEqual(leases.take('gpt', { tokens: 90, requests: 0 }), { ok: false, waitMs: 100 });
+    clock.advance(500); // 450 refilled
     leases.take('gpt', { tokens: 90, requests: 0 });
     // Starved: want = max(90, ⌈900/s × 0.5 s / 3⌉ = 150).
     assert.deepEqual(scripts.leases(TPM).at(-1), { capacity: 54_000, ratePerSec: 900, want: 150, min: 90, ttlMs: 60_000 });
     await leases.whenRenewed('gpt');
     assert.deepEqual(leases.take('gpt', { tokens: 90, requests: 0 }), { ok: true });
-    // A deeper deficit: 900 − 60 held = 840 tokens short at 900/s is 934 ms, × 3 nodes.
+    // A deeper deficit: 900 − 60 held = 840 tokens short at 900/s is 934 ms.
     await leases.whenRenewed('gpt');
     scripts.levels.set(TPM, { l: 0, t: clock.now() });
     const big = leases.take('gpt', { tokens: 900, requests: 0 });
     assert.equal(big.ok, false);
     await leases.whenRenewed('gpt');
-    assert.deepEqual(leases.take('gpt', { tokens: 900, requests: 0 }), { ok: false, waitMs: 2802 });
+    assert.deepEqual(leases.take('gpt', { tokens: 900, requests: 0 }), { ok: false, waitMs: 934 });
   });
 
   test('a low-water renewal asks at least what the next take lacks: no fragment smaller than a take is leased', async () => {
@@ -237,16 +238,71 @@ describe('CapLeases', () => {
     assert.equal(scripts.leases(TPM).length, 2);
   });
 
-  test('a lease expires leaseTtlMs after its call was sent; its unspent units are not given back to Redis', async () => {
-    const { clock, scripts, leases } = setup({ leaseTtlMs: 5000 });
+  test('a lease expires leaseTtlMs after its call was sent; its unspent units go back to Redis', async () => {
+    const { clock, scripts, leases } = setup({ leaseTtlMs: 5000, idleMs: 60_000 });
     leases.take('gpt', { tokens: 1000 });
     await leases.whenRenewed('gpt');
     clock.advance(4999);
+    await leases.sweep();
     assert.equal(leases.view('gpt').tokens?.balance, 1000);
-    clock.advance(1);
-    assert.equal(leases.view('gpt').tokens?.balance, 0);
     assert.equal(scripts.calls.filter((c) => c.op === 'tokenBucket').length, 0);
+    clock.advance(1);
+    await leases.sweep();
+    assert.equal(leases.view('gpt').tokens?.balance, 0);
+    const back = scripts.calls.flatMap((c) => (c.op === 'tokenBucket' ? [[c.key, c.o.cost, c.o.force]] : []));
+    assert.deepEqual(back, [
+      [RPM, -2, true],
+      [TPM, -1000, true],
+    ]);
+    assert.equal(scripts.level(TPM, 54_000, 900), 54_000);
+    assert.deepEqual(leases.givenBack, { sent: 1002, answered: 1002 });
     assert.deepEqual(leases.take('gpt', { tokens: 1000 }), { ok: false, waitMs: 5 });
+  });
+
+  test('an idle bucket (no take for idleMs) gives its unspent units back before they expire; a busy one keeps them', async () => {
+    const { clock, scripts, leases } = setup({ idleMs: 1000 });
+    const t = (tokens: number): ReturnType<CapLeases['take']> => leases.take('gpt', { tokens, requests: 0 });
+    t(1000);
+    await leases.whenRenewed('gpt');
+    assert.deepEqual(t(100), { ok: true });
+    await leases.whenRenewed('gpt');
+    const held = leases.view('gpt').tokens?.balance ?? 0;
+    assert.ok(held > 0);
+    clock.advance(999);
+    await leases.sweep();
+    assert.equal(leases.view('gpt').tokens?.balance, held, 'not idle yet');
+    clock.advance(1);
+    await leases.sweep();
+    assert.equal(leases.view('gpt').tokens?.balance, 0);
+    assert.deepEqual(
+      scripts.calls.flatMap((c) => (c.op === 'tokenBucket' ? [[c.key, c.o.cost]] : [])),
+      [[TPM, -held]],
+    );
+    // 1,000 + 100 taken 1 s ago, refilled 900 since; the held units are back.
+    assert.equal(scripts.level(TPM, 54_000, 900), 54_000);
+  });
+
+  test('a small bucket is never prefetched from: two nodes on a 2 rpm quota each lease exactly one request', async () => {
+    const clock = new ManualClock(1_000_000);
+    const scripts = new FakeScripts(clock);
+    const node = (): CapLeases =>
+      new CapLeases({ cluster: 'c1', deployments: { gpt: { rpm: 2, headroom: 1 } }, scripts, clock, liveNodes: () => 2, sweepMs: 0 });
+    const [a, b] = [node(), node()];
+    for (const n of [a, b]) {
+      const first = n.take('gpt', { tokens: 0 });
+      assert.deepEqual(await n.takeAfterRenewals('gpt', { tokens: 0 }, first), { ok: true });
+      await n.whenRenewed('gpt');
+    }
+    assert.deepEqual(
+      scripts.leases(capKey('c1', 'deployment:gpt:rpm')).map((o) => [o.want, o.min]),
+      [
+        [1, 1],
+        [1, 1],
+      ],
+    );
+    // Full: 1 request refills in 30 s, the Lua's wait as it is.
+    const third = a.take('gpt', { tokens: 0 });
+    assert.deepEqual(await a.takeAfterRenewals('gpt', { tokens: 0 }, third), { ok: false, waitMs: 30_000 });
   });
 
   test('refund adds to the local balance, debit may take it negative, the next grant repays the debt', async () => {
@@ -344,12 +400,15 @@ describe('CapLeases', () => {
     t(10_000);
     await leases.whenRenewed('gpt');
     assert.deepEqual(t(10_000), { ok: true });
+    // A small bucket (10,000 × 4 × 2 nodes > 54,000) is never prefetched from: a second lease only
+    // for a refused take, held unspent when the connection drops.
+    assert.deepEqual(t(10_000), { ok: false, waitMs: 5 });
     await leases.whenRenewed('gpt');
     const before = scripts.calls.length;
     clock.advance(1000);
     // The level the node last saw in Redis (after its second lease), refilled over the 1 s since.
     const seenLevel = leases.view('gpt').tokens?.level ?? 0;
-    assert.ok(seenLevel < 54_000 - 19_000);
+    assert.equal(seenLevel, 54_000 - 20_000 + 900);
     leases.connectionLost();
     scripts.levels.clear(); // the restart: Redis lost every bucket
     assert.equal(leases.inFallback, true, 'no connection: fallback');
@@ -372,6 +431,26 @@ describe('CapLeases', () => {
     assert.equal(Math.floor(scripts.level(TPM, 54_000, 900)), seenLevel, 'the restarted bucket holds the level the node knew');
     assert.deepEqual(t(10_000), { ok: false, waitMs: 5 }); // now the lease
     await leases.whenRenewed('gpt');
+    assert.deepEqual(t(10_000), { ok: true });
+  });
+
+  test('fallback share after the cluster emptied the bucket: no fresh share for a node that used less than its part (fallbackBudget)', async () => {
+    const { clock, scripts, leases } = setup({ liveNodes: () => 2 });
+    const t = (tokens: number): ReturnType<CapLeases['take']> => leases.take('gpt', { tokens, requests: 0 });
+    t(10_000);
+    await leases.whenRenewed('gpt');
+    assert.deepEqual(t(10_000), { ok: true }); // this node's only use: 10,000 of its 27,000 part
+    // The other node takes the rest of the bucket; this node's next lease is denied and sees it empty.
+    scripts.levels.set(TPM, { l: 0, t: clock.now() });
+    assert.deepEqual(t(10_000), { ok: false, waitMs: 5 });
+    await leases.whenRenewed('gpt');
+    assert.equal(leases.view('gpt').tokens?.level, 0);
+    leases.connectionLost();
+    assert.equal(leases.inFallback, true);
+    // Its part less its use would be 17,000 (enough for this take), but the bucket it saw was empty:
+    // the share starts empty and refills at 900 / 2 = 450 tokens/s, so 10,000 waits 22.2 s.
+    assert.deepEqual(t(10_000), { ok: false, waitMs: 22_223 });
+    clock.advance(22_223);
     assert.deepEqual(t(10_000), { ok: true });
   });
 
