@@ -60,6 +60,9 @@ export type { Placement } from './placement.ts';
 export { MAX_FORWARD_HOPS } from './settlement-forwarding.ts';
 export type { ForwardedSettlement, SettlementSender } from './settlement-forwarding.ts';
 
+/** A repeated handoff subscriber error is logged at most this often, ms. */
+const SUBSCRIBER_LOG_EVERY_MS = 30_000;
+
 /** A node's ownership of tenants and the handoff of their limiter state. See the module comment. */
 export class Handoff {
   readonly #ctx: HandoffContext;
@@ -113,9 +116,17 @@ export class Handoff {
    * @throws the Redis error when subscribing fails.
    */
   async start(): Promise<void> {
+    // While Redis is down the subscriber fails at every reconnect (about every 2 s): log an error
+    // when it changes, or once every 30 s while it repeats.
+    let last = { message: '', at: -Infinity };
     await this.#ctx.store?.subscribe(
       (done) => this.#announced(done),
-      (err) => this.#ctx.log.warn({ err: err.message }, 'handoff subscriber error'),
+      (err) => {
+        const now = Date.now();
+        if (err.message === last.message && now - last.at < SUBSCRIBER_LOG_EVERY_MS) return;
+        last = { message: err.message, at: now };
+        this.#ctx.log.warn({ err: err.message }, 'handoff subscriber error');
+      },
     );
     this.#unsubscribe = this.#membership.onChange((ring) => this.#ringChanged(ring));
     if (this.#ctx.tracks) {

@@ -35,11 +35,19 @@ export const MAX_PUSH_BYTES = 3 * MAX_STATE_BYTES;
 const PUSH_CHUNK_CHARS = 1024 * 1024;
 /** Longest wait for a peer's answer, ms. */
 const PEER_TIMEOUT_MS = 2_000;
+/** Largest reply read from a peer to a push, bytes (it answers `{"stored": n}`). */
+const MAX_PUSH_REPLY_BYTES = 64 * 1024;
+/**
+ * Largest reply read from a peer to a pull, bytes: the states a stand-in held for this member (about
+ * 1 KiB a tenant: over 100,000 tenants). A peer that sends more is cut off and the pull fails (the
+ * member then starts from its replica or Redis), so a broken or hostile peer cannot exhaust memory.
+ */
+export const MAX_PULL_REPLY_BYTES = 128 * 1024 * 1024;
 
 const WireStateSchema = z.strictObject({ tenant: z.string().min(1).max(256), json: z.string(), at: z.number().finite() });
 const PushSchema = z.strictObject({ kind: z.enum(['handoff', 'checkpoint']), states: z.array(WireStateSchema).max(100_000) });
 const PullSchema = z.strictObject({ owner: z.string().min(1).max(256) });
-const PullReplySchema = z.strictObject({ states: z.array(WireStateSchema) });
+const PullReplySchema = z.strictObject({ states: z.array(WireStateSchema).max(1_000_000) });
 
 /**
  * Registers both routes on a node. 400 for a body that is not what the route takes; 413 (fastify)
@@ -61,8 +69,11 @@ export function transferRoutes(app: FastifyInstance, config: LoadedConfig, hando
   });
 }
 
-/** Signed POST of `body` to `path` at `to`; the reply's text. @throws Error for a status other than 200. */
-async function post(signer: RequestSigner, from: Member, to: Member, path: string, body: string): Promise<string> {
+/**
+ * Signed POST of `body` to `path` at `to`; the reply's text, read up to `maxBytes`.
+ * @throws Error for a status other than 200, or a reply over `maxBytes` (the connection is dropped).
+ */
+async function post(signer: RequestSigner, from: Member, to: Member, path: string, body: string, maxBytes: number): Promise<string> {
   const url = new URL(path, to.url);
   const headers: Record<string, string> = { 'content-type': 'application/json', [FROM_HEADER]: from.id };
   const res = await httpRequest(url, {
@@ -72,7 +83,17 @@ async function post(signer: RequestSigner, from: Member, to: Member, path: strin
     headersTimeout: PEER_TIMEOUT_MS,
     bodyTimeout: PEER_TIMEOUT_MS,
   });
-  const text = await res.body.text();
+  const parts: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of res.body as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > maxBytes) {
+      res.body.destroy();
+      throw new Error(`${to.id}: reply to ${path} over ${maxBytes} bytes, cut off`);
+    }
+    parts.push(chunk);
+  }
+  const text = Buffer.concat(parts).toString('utf8');
   if (res.statusCode !== 200) throw new Error(`${to.id} answered ${res.statusCode}: ${text.slice(0, 200)}`);
   return text;
 }
@@ -99,10 +120,10 @@ function chunks(states: readonly WireState[]): WireState[][] {
 export function httpPeerTransport(signer: RequestSigner): PeerTransport {
   return {
     async push(from: Member, to: Member, kind: TransferKind, states: readonly WireState[]): Promise<void> {
-      for (const chunk of chunks(states)) await post(signer, from, to, HANDOFF_TENANTS_PATH, JSON.stringify({ kind, states: chunk }));
+      for (const chunk of chunks(states)) await post(signer, from, to, HANDOFF_TENANTS_PATH, JSON.stringify({ kind, states: chunk }), MAX_PUSH_REPLY_BYTES);
     },
     async pull(from: Member, to: Member): Promise<WireState[]> {
-      const text = await post(signer, from, to, HANDOFF_PULL_PATH, JSON.stringify({ owner: from.id }));
+      const text = await post(signer, from, to, HANDOFF_PULL_PATH, JSON.stringify({ owner: from.id }), MAX_PULL_REPLY_BYTES);
       const parsed = PullReplySchema.safeParse(JSON.parse(text));
       if (!parsed.success) throw new Error(`${to.id}: not a state pull reply (${parsed.error.issues[0]?.message ?? 'invalid'})`);
       return parsed.data.states;

@@ -88,8 +88,8 @@ describe('nodes and a router started while Redis is down', () => {
   });
 
   test('stay up and not ready, refuse in the provider shape, then join and limit exactly once Redis starts', { timeout: 90_000 }, async () => {
-    // Several retry periods (heartbeat 200 ms) with Redis down.
-    await sleep(2_000);
+    // Several retry periods (heartbeat 200 ms) and subscriber reconnects (about every 2 s) with Redis down.
+    await sleep(5_000);
     for (const p of procs) assert.equal(p.proc.exitCode, null, `still running:\n${p.output()}`);
     for (const n of nodes) {
       assert.deepEqual(await get(`${n.url}/readyz`), { status: 503, body: { status: 'starting', waiting: ['redis', 'ring', 'handoff', 'scripts'] } }, n.id);
@@ -99,6 +99,11 @@ describe('nodes and a router started while Redis is down', () => {
       assert.deepEqual((direct.body as { error: { code: string; type: string } }).error.code, 'node_starting');
       assert.equal((direct.body as { error: { type: string } }).error.type, 'server_error');
       assert.match(n.proc.output(), /Redis unreachable: node node-\d is up but not in the cluster/);
+      // The handoff subscriber fails at each reconnect while Redis is down: one warning per distinct
+      // error, repeated at most every 30 s, not a line every 2 s.
+      const subscriberErrors = n.proc.output().split('\n').filter((l) => l.includes('handoff subscriber error'));
+      const distinct = new Set(subscriberErrors.map((l) => /"err":"([^"]*)"/.exec(l)?.[1] ?? l));
+      assert.ok(subscriberErrors.length <= distinct.size, `${n.id}: ${subscriberErrors.length} subscriber warnings for ${distinct.size} distinct errors`);
     }
     assert.deepEqual(await get(`${router}/readyz`), { status: 503, body: { status: 'no members', waiting: ['redis'] } });
     const viaRouter = await post(router, '/v1/chat/completions', 0);
