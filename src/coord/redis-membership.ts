@@ -499,7 +499,8 @@ export class RedisMembership implements Membership {
    * Takes `[json, score, json, score, ...]`, keeps the newest entry per id scored in `[minScore, maxScore]`, rebuilds
    * on change. A member of the current view missing from the read without a leave announcement (a
    * Redis that restarted empty, or was restored from an old snapshot) stays until `deadAfterMs` after
-   * this process last saw its heartbeat rise: a Redis restart must not move tenants off live nodes.
+   * this process last saw its heartbeat rise, or after its contact with Redis began again if later: a
+   * Redis restart must not move tenants off live nodes, nor empty a router's ring.
    */
   #apply(flat: readonly string[], minScore: number, maxScore: number, dropsAt?: number, drops: Readonly<Record<string, string>> = {}): void {
     const now = this.#clock.now();
@@ -536,7 +537,10 @@ export class RedisMembership implements Membership {
     for (const member of this.#ring.members) {
       if (newest.has(member.id) || this.#left.has(member.id)) continue;
       const beat = this.#beats.get(member.id);
-      if (beat !== undefined && now - beat.seenAt < this.#deadAfterMs) newest.set(member.id, { member, score: beat.score });
+      // Silence counts only while this process is in contact with Redis: after a gap (Redis down,
+      // restarted empty, or this process stalled) a member gets deadAfterMs from the contact's start
+      // to heartbeat again, so a Redis restart longer than deadAfterMs does not empty the ring.
+      if (beat !== undefined && now - Math.max(beat.seenAt, this.#contactSince) < this.#deadAfterMs) newest.set(member.id, { member, score: beat.score });
     }
     for (const id of this.#beats.keys()) if (!newest.has(id)) this.#beats.delete(id);
     // In contact for deadAfterMs (`dropsAt`, Redis time): members dropped without a leave are recorded.

@@ -445,6 +445,42 @@ describe('RedisMembership (real redis-server)', () => {
     }
   });
 
+  test('Redis down longer than deadAfterMs and back empty: a router keeps its members for deadAfterMs after contact resumes (silence counts only in contact)', async () => {
+    const own = await startRedis();
+    const errors: Error[] = [];
+    const nodeClient = own.client();
+    const router = new RedisMembership({ redis: own.client(), secret: TEST_SECRET, cluster: CLUSTER, heartbeatMs: 100, deadAfterMs: 300, onError: (e) => errors.push(e) });
+    const node = new RedisMembership({ redis: nodeClient, secret: TEST_SECRET, cluster: CLUSTER, self: member(1), heartbeatMs: 100, deadAfterMs: 300, onError: (e) => errors.push(e) });
+    const probe = own.client();
+    try {
+      await router.start();
+      await node.start();
+      await waitFor('agreement', () => router.ring().members.length === 1, 2_000);
+      await own.kill();
+      nodeClient.disconnect(); // the node dies during the outage: no heartbeat after the restart
+      await sleep(800); // well over deadAfterMs without contact
+      await own.restart(); // empty
+      // The router's first read of the restarted Redis (its ZRANGEBYSCORE shows in the stats): the
+      // member list is empty, but the router has been in contact for 0 ms, so the node stays.
+      let syncedOnce = false;
+      const t0 = performance.now();
+      while (!syncedOnce && performance.now() - t0 < 10_000) {
+        const stats = await probe.info('commandstats').catch(() => '');
+        syncedOnce = /cmdstat_zrangebyscore:calls=\d+/.test(stats);
+        if (!syncedOnce) await sleep(5);
+      }
+      assert.equal(syncedOnce, true, 'the router read the restarted Redis');
+      await sleep(20);
+      assert.deepEqual(ids(router.ring()), ['node-1'], 'a Redis outage is no evidence that a member died');
+      // In contact for deadAfterMs without a heartbeat from it: now it goes.
+      await waitFor('drop of the dead node', () => router.ring().members.length === 0, 2_000);
+    } finally {
+      probe.disconnect();
+      await Promise.all([router.stop(), node.stop()]);
+      await own.stop();
+    }
+  });
+
   test('Redis gone: every view stays, stop() still returns within about a heartbeat', async () => {
     const own = await startRedis();
     const errors: Error[] = [];
