@@ -13,7 +13,8 @@ export interface BannerInfo {
   readonly nodes: readonly { readonly id: string; readonly url: string; readonly pid?: number }[];
   /** Redis URL of the membership, or undefined for static members. */
   readonly redis?: string;
-  readonly simulator: string;
+  /** The simulator's URL; absent when none was started (every deployment of the config is a real provider). */
+  readonly simulator?: string;
   /** The config file the user gave (or `cluster/demo.yaml`). */
   readonly configSource: string;
   /** Tenants with their keys (the demo's), or undefined when the keys are the user's own (not printed). */
@@ -49,12 +50,15 @@ export function clusterBanner(info: BannerInfo): string {
       : `Redis membership at ${redactUrl(info.redis)}: nodes heartbeat, routers and nodes build the ring from the live set`;
   const pidOf = (pid: number | undefined): string => (pid === undefined ? '' : `   pid ${pid}`);
   const upstreams = info.upstreams;
+  const simulator = info.simulator;
   const provider =
-    upstreams === undefined
-      ? 'the provider simulator (the demo\'s deployments: no provider key needed)'
-      : upstreams.every((u) => u.baseUrl.startsWith(info.simulator))
-        ? 'the provider simulator (your deployments point at it)'
-        : 'the provider simulator (started, but your deployments send to the URLs below)';
+    simulator === undefined
+      ? 'your providers (no simulator started: the provider keys come from the variables below)'
+      : upstreams === undefined
+        ? 'the provider simulator (the demo\'s deployments: no provider key needed)'
+        : upstreams.every((u) => u.baseUrl.startsWith(simulator))
+          ? 'the provider simulator (your deployments point at it)'
+          : 'the provider simulator (for the deployments that point at it; the others send to the URLs below)';
   const lines = [
     '',
     `${BANNER_HEADLINE}: ${plural(info.routers.length, 'router')}, ${plural(info.nodes.length, 'node')}, ${provider}`,
@@ -62,7 +66,7 @@ export function clusterBanner(info: BannerInfo): string {
     `  routers    ${info.routers.join('  ')}   <- send requests here${pidOf(info.pids?.router)}`,
     ...info.nodes.map((n, i) => `  ${i === 0 ? 'nodes    ' : '         '}  ${n.id.padEnd(8)} ${n.url}${pidOf(n.pid)}`),
     `  ring       ${ring}`,
-    `  simulator  ${info.simulator}${pidOf(info.pids?.simulator)}`,
+    ...(simulator === undefined ? [] : [`  simulator  ${simulator}${pidOf(info.pids?.simulator)}`]),
     ...(upstreams ?? []).map((u, i) => `  ${i === 0 ? 'upstream ' : '         '}  ${u.name}  ${u.baseUrl}${u.keyEnv === undefined ? '  (no key)' : `  (key from ${u.keyEnv})`}`),
     `  config     ${info.configSource}${info.reload === true ? `   edit it, then: npx quotaring reload${info.routers[0]?.endsWith(':8080') === true ? '' : ` --port ${new URL(info.routers[0] ?? 'http://x:8080').port}`} (or kill -HUP ${info.pids?.up ?? '<pid of up>'})` : ''}`,
     ...(info.logLevel === undefined

@@ -21,6 +21,7 @@ import { checkUpOptions } from './up-options.ts';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { request } from 'undici';
 import { redactUrl } from '../src/config/redis-url.ts';
+import { wireFormatOf } from '../src/providers/wire-format.ts';
 import type { LogLevel } from './up-options.ts';
 export type { LogLevel } from './up-options.ts';
 
@@ -77,8 +78,8 @@ export interface StartedCluster {
   readonly routers: string[];
   /** Node base URLs, `node-1` first. */
   readonly nodes: string[];
-  /** Base URL of the simulator. */
-  readonly simulator: string;
+  /** Base URL of the simulator; undefined when none was started (a config whose deployments are real providers). */
+  readonly simulator: string | undefined;
   /** The generated config file every child loads. */
   readonly config: string;
   /** Admin APIs (with `adminPort`): the token, its variable, routers' and nodes' admin base URLs. */
@@ -115,8 +116,30 @@ export interface ClusterPlan {
   readonly configText: string;
   readonly routers: string[];
   readonly nodes: string[];
-  readonly simulator: string;
+  /** Base URL of the simulator, or undefined when it is not started (see {@link usesSimulator}). */
+  readonly simulator: string | undefined;
   readonly admin?: StartedCluster['admin'];
+}
+
+/**
+ * Whether a launch needs the simulator: always for the demo (its deployments are rewritten to it),
+ * else when a deployment of the config sends to it (a loopback host on the simulator's port). A
+ * config whose deployments are real providers starts none.
+ */
+export function usesSimulator(raw: Record<string, unknown>, isDemo: boolean, simPort: number): boolean {
+  if (isDemo) return true;
+  const deployments = Array.isArray(raw.deployments) ? (raw.deployments as unknown[]) : [];
+  return deployments.some((d) => {
+    const baseUrl = (d as { base_url?: unknown } | null)?.base_url;
+    if (typeof baseUrl !== 'string') return false;
+    try {
+      const url = new URL(baseUrl);
+      const port = url.port === '' ? (url.protocol === 'https:' ? 443 : 80) : Number(url.port);
+      return ['127.0.0.1', 'localhost', '[::1]', '0.0.0.0'].includes(url.hostname) && port === simPort;
+    } catch {
+      return false;
+    }
+  });
 }
 
 /**
@@ -148,9 +171,10 @@ export function planCluster(opts: UpOptions, configFile: string): ClusterPlan {
   const env: Record<string, string> = { QUOTARING_SIM_KEY: SIM_KEY, ...opts.env, ...redisEnv, [secretEnv]: secret, ...(tokenEnv === undefined ? {} : { [tokenEnv]: token }) };
   const nodeAdmin = (i: number): string[] => (adminPort === undefined ? [] : ['--admin-port', String(adminPort + routerCount + i)]);
   const routerAdmin = (i: number): string[] => (adminPort === undefined ? [] : ['--admin-port', String(adminPort + i)]);
-  const specs: ChildSpec[] = [
-    { name: 'simulator', args: ['simulate', '--port', String(simPort), ...(opts.simulatorArgs ?? ['--tps', '200', '--ttft-ms', '150'])], env, healthUrl: `${simulator}/sim/stats`, stopLast: true },
-  ];
+  const simulated = usesSimulator(raw, opts.config === undefined, simPort);
+  const specs: ChildSpec[] = simulated
+    ? [{ name: 'simulator', args: ['simulate', '--port', String(simPort), ...(opts.simulatorArgs ?? ['--tps', '200', '--ttft-ms', '150'])], env, healthUrl: `${simulator}/sim/stats`, stopLast: true }]
+    : [];
   for (const [i, m] of members.entries()) {
     specs.push({ name: m.id, args: ['node', '--config', configFile, '--id', m.id, '--port', String(nodePort + i), ...nodeAdmin(i)], env, healthUrl: `${m.url}/healthz`, replaceable: true });
     // Nodes start together with the simulator (stage 0): none calls another or the simulator to start.
@@ -167,7 +191,7 @@ export function planCluster(opts: UpOptions, configFile: string): ClusterPlan {
     adminPort === undefined || tokenEnv === undefined
       ? undefined
       : { token, tokenEnv, routers: Array.from({ length: routerCount }, (_, i) => `http://127.0.0.1:${adminPort + i}`), nodes: members.map((_, i) => `http://127.0.0.1:${adminPort + routerCount + i}`) };
-  return { specs, configText: stringify(raw), routers, nodes: members.map((m) => m.url), simulator, ...(admin === undefined ? {} : { admin }) };
+  return { specs, configText: stringify(raw), routers, nodes: members.map((m) => m.url), simulator: simulated ? simulator : undefined, ...(admin === undefined ? {} : { admin }) };
 }
 
 /**
@@ -225,7 +249,7 @@ export async function reloadCluster(started: StartedCluster, opts: UpOptions, pl
   if (admin === undefined) throw new Error('the cluster runs without admin APIs: nothing to reload through');
   const source = opts.config ?? demoConfigPath();
   const members = started.nodes.map((url, i) => ({ id: `node-${i + 1}`, url }));
-  const raw = launchedConfig(source, opts.config === undefined, members, started.simulator, opts.redis, opts.logLevel);
+  const raw = launchedConfig(source, opts.config === undefined, members, started.simulator ?? '', opts.redis, opts.logLevel);
   buildConfig(raw, source, { ...process.env, QUOTARING_SIM_KEY: SIM_KEY, ...opts.env, ...(opts.redis === undefined ? {} : { [REDIS_URL_ENV]: opts.redis }) });
   const next = `${started.config}.next`;
   writeFileSync(next, stringify(raw), { mode: 0o600 });
@@ -246,10 +270,10 @@ export async function reloadCluster(started: StartedCluster, opts: UpOptions, pl
   );
 }
 
-/** The first model served by a deployment of `provider`, for the banner's examples. */
-function modelOf(loaded: LoadedConfig, provider: 'openai' | 'anthropic'): string | undefined {
-  const byName = new Map(loaded.config.deployments.map((d) => [d.name, d.provider]));
-  return loaded.config.models.find((m) => byName.get(m.deployments[0] ?? '') === provider)?.name;
+/** The first model whose first deployment speaks `format` (Azure, Gemini, vLLM: OpenAI's), for the banner's examples. */
+function modelOf(loaded: LoadedConfig, format: 'openai' | 'anthropic'): string | undefined {
+  const byName = new Map(loaded.config.deployments.map((d) => [d.name, wireFormatOf(d.provider)]));
+  return loaded.config.models.find((m) => byName.get(m.deployments[0] ?? '') === format)?.name;
 }
 
 /**
@@ -305,7 +329,7 @@ export async function runUp(opts: UpOptions = {}, out: (text: string) => void = 
       routers: started.routers,
       nodes: started.nodes.map((url, i) => ({ id: `node-${i + 1}`, url, ...optional('pid', pid(`node-${i + 1}`)) })),
       ...(opts.redis === undefined ? {} : { redis: opts.redis }),
-      simulator: started.simulator,
+      ...(started.simulator === undefined ? {} : { simulator: started.simulator }),
       configSource: isDemo ? 'cluster/demo.yaml' : source,
       ...(started.admin === undefined ? {} : { admin: started.admin }),
       ...(isDemo ? { tenants: DEMO_TENANTS } : { upstreams: upstreamsOf(loaded) }),

@@ -6,6 +6,7 @@ import { z } from 'zod';
 import { parseDuration } from './duration.ts';
 import { hasPassword } from './redis-url.ts';
 import { azureBaseUrlProblem } from '../providers/azure/endpoint.ts';
+import { geminiBaseUrlProblem } from '../providers/gemini/endpoint.ts';
 
 /** A duration: ms as a number, or a string like `1m`, `500ms`, `1h30m`. Output: ms. */
 const duration = z.union([z.number().nonnegative(), z.string()]).transform((value, ctx) => {
@@ -166,9 +167,11 @@ export const ModelSchema = z.strictObject({
 /**
  * Providers a deployment may be: `openai` and `anthropic` (their own APIs and any server of the same
  * wire format), `azure` (Azure OpenAI: OpenAI's wire format on Azure's URLs and key header),
- * `bedrock` (AWS Bedrock Converse, SigV4-signed; serves both client formats, always translated).
+ * `bedrock` (AWS Bedrock Converse, SigV4-signed; serves both client formats, always translated),
+ * `gemini` and `vllm` (OpenAI's wire format from Google's and vLLM's OpenAI-compatible servers, with
+ * their own paths, error bodies, 429 waits and usage; see `src/providers/gemini/`, `src/providers/vllm/`).
  */
-export const PROVIDERS = ['openai', 'anthropic', 'azure', 'bedrock'] as const;
+export const PROVIDERS = ['openai', 'anthropic', 'azure', 'bedrock', 'gemini', 'vllm'] as const;
 /** A provider of {@link PROVIDERS}. */
 export type Provider = (typeof PROVIDERS)[number];
 
@@ -181,6 +184,8 @@ export const DeploymentSchema = z.strictObject({
    * call. Azure: the whole prefix of the API paths, either a classic deployment URL with its
    * `api-version` (`https://RESOURCE.openai.azure.com/openai/deployments/DEPLOYMENT?api-version=2024-10-21`)
    * or the v1 API (`https://RESOURCE.openai.azure.com/openai/v1`). Bedrock: `https://bedrock-runtime.<region>.amazonaws.com`.
+   * Gemini: the OpenAI-compatibility prefix, `https://generativelanguage.googleapis.com/v1beta/openai`
+   * (paths go below it without `/v1`). vLLM: the server's root, e.g. `http://vllm:8000`.
    */
   base_url: z.url({ protocol: /^https?$/ }),
   /**
@@ -206,10 +211,11 @@ export const DeploymentSchema = z.strictObject({
   /** Model name to send upstream when it differs from the public one. */
   upstream_model: z.string().min(1).optional(),
   /**
-   * How an openai or azure deployment serves `POST /v1/responses`: `native` (its own Responses API)
+   * How an openai, azure or vllm deployment serves `POST /v1/responses`: `native` (its own Responses API)
    * or `chat` (translated to chat completions, for OpenAI-compatible servers without it; requests
-   * that need stored state, such as `previous_response_id` or `background`, skip it). Anthropic
-   * deployments always translate. @default native
+   * that need stored state, such as `previous_response_id` or `background`, skip it). Anthropic,
+   * Gemini and Bedrock deployments always translate. @default native; chat for vllm (vLLM's Responses
+   * API is recent and keeps no responses unless told to)
    */
   responses_api: z.enum(['native', 'chat']).optional(),
   /** Provider quota (enforced cluster-wide by the global cap; see issue 4). */
@@ -596,9 +602,9 @@ export const ConfigSchema = z
       ids.add(m.id);
     });
     config.deployments.forEach((d, i) => {
-      if (d.responses_api !== undefined && d.provider !== 'openai' && d.provider !== 'azure') ctx.addIssue({ code: 'custom', path: ['deployments', i, 'responses_api'], message: `responses_api applies to openai and azure deployments (a ${d.provider} deployment always serves Responses requests translated)` });
+      if (d.responses_api !== undefined && d.provider !== 'openai' && d.provider !== 'azure' && d.provider !== 'vllm') ctx.addIssue({ code: 'custom', path: ['deployments', i, 'responses_api'], message: `responses_api applies to openai, azure and vllm deployments (a ${d.provider} deployment always serves Responses requests translated)` });
       if (d.auth !== undefined && d.provider !== 'azure') ctx.addIssue({ code: 'custom', path: ['deployments', i, 'auth'], message: `auth applies to azure deployments only (${d.provider} keys are sent the ${d.provider} way)` });
-      const problem = d.provider === 'azure' ? azureBaseUrlProblem(d.base_url) : undefined;
+      const problem = d.provider === 'azure' ? azureBaseUrlProblem(d.base_url) : d.provider === 'gemini' ? geminiBaseUrlProblem(d.base_url) : undefined;
       if (problem !== undefined) ctx.addIssue({ code: 'custom', path: ['deployments', i, 'base_url'], message: problem });
     });
     const deployments = new Set(config.deployments.map((d) => d.name));

@@ -22,6 +22,7 @@ import type { RequestTrail } from '../ops/node-activity.ts';
 import type { GatewayContext } from './context.ts';
 import { sendMisdirected } from './ownership.ts';
 import { providerRetryWaitMs } from '../providers/retry-wait.ts';
+import { bodyRetryWaitMs, openAIShapedError } from '../providers/upstream-errors.ts';
 import type { CapLeases, CapTakeResult } from '../globalcap/cap-leases.ts';
 import { anthropicRateLimitHeaders, openAIRateLimitHeaders, retryAfterHeaders } from '../providers/rate-limit-headers.ts';
 import { SecretScrubber } from '../security/scrub.ts';
@@ -463,7 +464,8 @@ async function exchange(ctx: GatewayContext, request: FastifyRequest, reply: Fas
       if (res.statusCode >= 300 || !ex.stream || !isEventStream) {
         let text: string;
         try {
-          text = attempt.text ?? (await res.body.text());
+          // Gemini's and vLLM's error bodies are rewritten in OpenAI's shape (read already: a 429's).
+          text = attempt.text ?? (res.statusCode >= 400 ? openAIShapedError(deployment.provider, res.statusCode, await res.body.text()) : await res.body.text());
         } catch (err) {
           if (client.gone) {
             actual = ex.promptTokens;
@@ -621,14 +623,15 @@ async function callDeployment(
       return { kind: 'failed', hard: true, status: 0, reason: error.message, send: (reply, headers) => reply.code(error.statusCode).headers({ ...headers, 'x-quotaring-error': error.code }).send(errorBody(ex.dialect, error.code, error.message)) };
     }
     if (res.statusCode !== 429 && res.statusCode < 500) return { kind: 'response', res, text: undefined, relayedHeaders: {} };
-    let text: string;
+    let raw: string;
     try {
-      text = await res.body.text();
+      raw = await res.body.text();
     } catch (err) {
       if (client.gone) return { kind: 'gone', delivered: false };
       const error = upstreamError(err);
       return { kind: 'failed', hard: true, status: res.statusCode, reason: error.message, send: (reply, headers) => reply.code(error.statusCode).headers({ ...headers, 'x-quotaring-error': error.code }).send(errorBody(ex.dialect, error.code, error.message)) };
     }
+    const text = openAIShapedError(deployment.provider, res.statusCode, raw);
     if (res.statusCode >= 500) {
       const status = res.statusCode;
       const upstreamHeaders = res.headers;
@@ -649,7 +652,8 @@ async function callDeployment(
     }
     // A 429 about billing (insufficient_quota) is not fixed by waiting: no retry, no cooldown, no failover.
     const billing = text.includes('insufficient_quota');
-    const hinted = billing ? undefined : providerRetryWaitMs(res.headers, Date.now());
+    // Gemini gives its wait only in the body (RetryInfo).
+    const hinted = billing ? undefined : (providerRetryWaitMs(res.headers, Date.now()) ?? bodyRetryWaitMs(deployment.provider, raw));
     const wait = billing ? undefined : (hinted ?? backoff);
     if (hinted === undefined && backoff !== undefined) backoff *= 2;
     // A provider 429 drains the deployment's bucket for the whole cluster by its wait × rate.

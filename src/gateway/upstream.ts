@@ -1,8 +1,9 @@
 /**
  * Connections to the upstream deployments: one undici `Pool` per deployment with keep-alive
  * connections and the deployment's timeouts. A call's path goes below the base URL's path, and the
- * base URL's query string (Azure's `api-version`) is kept; Azure deployments take the path without
- * `/v1` and their key in `api-key` (see `src/providers/azure/endpoint.ts`).
+ * base URL's query string (Azure's `api-version`) is kept; Azure and Gemini deployments take the path
+ * without `/v1` (their base URL holds the version), Azure its key in `api-key` (see
+ * `src/providers/azure/endpoint.ts`, `src/providers/gemini/endpoint.ts`).
  */
 import type { EventEmitter } from 'node:events';
 import { Pool } from 'undici';
@@ -39,7 +40,7 @@ export class Upstreams {
     const method = call.method ?? 'POST';
     let headers: Record<string, string> = { ...call.headers, 'accept-encoding': 'identity' };
     if (method === 'POST') headers['content-type'] = 'application/json';
-    const base = prefix + (deployment.provider === 'azure' ? azurePath(call.path) : call.path);
+    const base = prefix + (deployment.provider === 'azure' || deployment.provider === 'gemini' ? azurePath(call.path) : call.path);
     const path = query === '' ? base : `${base}${base.includes('?') ? '&' : '?'}${query.slice(1)}`;
     if (deployment.apiKey !== undefined) {
       if (deployment.provider === 'anthropic') headers['x-api-key'] = deployment.apiKey;

@@ -9,6 +9,8 @@ import type { LimitState } from '../limiter/index.ts';
 import type { PreparedRequest, Prepare, ReplyIdentity } from './prepared-request.ts';
 import { anthropicError, badRequest, bedrockError, echoedKeyError, echoedKeyEvent, openAIError, serverFault, type ProviderError, type Wire } from './provider-errors.ts';
 import { isEchoFault } from './faults.ts';
+import { geminiError, geminiOverloaded, geminiRateLimitError } from './gemini.ts';
+import { VLLM_NO_KEY, vllmError } from './vllm.ts';
 import { EVENT_STREAM_CONTENT_TYPE } from '../providers/bedrock/converse.ts';
 import {
   anthropicRateLimitHeaders,
@@ -45,11 +47,22 @@ export interface ModelRoute {
   readonly modelOf?: (req: FastifyRequest) => string;
   /** Replies without Azure's `prompt_filter_results` (the Responses API has none). @default false */
   readonly noPromptFilterResults?: boolean;
+  /** An OpenAI-compatible server with its own key rule, errors and headers: `./gemini.ts`, `./vllm.ts`. */
+  readonly flavor?: 'gemini' | 'vllm';
 }
 
 /** The key of a request on `route` ('' when missing). */
 export function routeKeyOf(route: ModelRoute, headers: IncomingHttpHeaders): string {
-  return route.azure === undefined ? apiKeyOf(route.wire, headers) : azureKeyOf(headers);
+  if (route.azure !== undefined) return azureKeyOf(headers);
+  const key = apiKeyOf(route.wire, headers);
+  return key === '' && route.flavor === 'vllm' ? VLLM_NO_KEY : key;
+}
+
+/** 400 for a malformed request, in the route's shape. */
+function routeBadRequest(route: ModelRoute, message: string, param: string | null): ProviderError {
+  if (route.flavor === 'gemini') return geminiError(400, 'INVALID_ARGUMENT', message);
+  if (route.flavor === 'vllm') return vllmError(400, 'BadRequestError', message);
+  return badRequest(route.wire, message, param);
 }
 
 /** `Credential=<access key id>/…` of a SigV4 Authorization header. */
@@ -132,18 +145,18 @@ export function serveModelRequest(state: SimulatorState, route: ModelRoute, req:
     azure === 'deployment' ? (req.params as { deployment: string }).deployment : route.modelOf === undefined ? readModel(req.body) : route.modelOf(req);
   if (isFieldError(model)) {
     stats.errors++;
-    return sendError(reply, badRequest(wire, model.message, model.param));
+    return sendError(reply, routeBadRequest(route, model.message, model.param));
   }
   let prepared = route.prepare(req.body as Record<string, unknown>, model, headers, { prompts: state.prompts, defaultOutputTokens: opts.defaultOutputTokens, responses: state.responses, key, paceTokensPerSecond: opts.tokensPerSecond });
   if (isFieldError(prepared)) {
     stats.errors++;
-    return sendError(reply, badRequest(wire, prepared.message, prepared.param));
+    return sendError(reply, routeBadRequest(route, prepared.message, prepared.param));
   }
   if (azure !== undefined && route.noPromptFilterResults !== true) prepared = withPromptFilterResults(prepared);
   const ttft = readMsHeader('x-sim-ttft-ms', headers['x-sim-ttft-ms']);
   if (isFieldError(ttft)) {
     stats.errors++;
-    return sendError(reply, badRequest(wire, ttft.message));
+    return sendError(reply, routeBadRequest(route, ttft.message, null));
   }
   const fault = state.faults.pick(prepared.stream, headerValue(headers['x-sim-fault']));
 
@@ -175,7 +188,7 @@ export function serveModelRequest(state: SimulatorState, route: ModelRoute, req:
   const decision = quota.admit(key, prepared.reserveTokens);
   // Bedrock reports no rate-limit headers, and no retry-after with its ThrottlingException.
   if (azure !== undefined) Object.assign(out, azureRateLimitHeaders(decision.limits));
-  else if (wire !== 'bedrock') Object.assign(out, wire === 'openai' ? openAIRateLimitHeaders(decision.limits) : anthropicRateLimitHeaders(decision.limits, opts.clock.now()));
+  else if (wire !== 'bedrock' && route.flavor === undefined) Object.assign(out, wire === 'openai' ? openAIRateLimitHeaders(decision.limits) : anthropicRateLimitHeaders(decision.limits, opts.clock.now()));
   if (!decision.ok) {
     stats.rateLimited++;
     stats.key(key).rateLimited++;
@@ -183,13 +196,19 @@ export function serveModelRequest(state: SimulatorState, route: ModelRoute, req:
       if (decision.reason === 'limited') Object.assign(out, azureRetryHeaders(decision.retryAfterMs));
       return sendError(reply, azureRateLimitError(azureOperation(req.url.split('?')[0] ?? ''), apiVersion ?? 'v1', decision.kind, decision.retryAfterMs), out);
     }
+    if (route.flavor === 'gemini') {
+      // The wait only in the body (RetryInfo); none for a request the quota can never take.
+      const limit = limitOf(decision.limits, decision.kind)?.limit ?? 0;
+      return sendError(reply, geminiRateLimitError(model, decision.kind, limit, decision.reason === 'limited' ? decision.retryAfterMs : undefined), out);
+    }
+    if (route.flavor === 'vllm') return sendError(reply, vllmError(429, 'RateLimitError', `Rate limit exceeded for ${model}: too many ${decision.kind}.`), out);
     if (decision.reason === 'limited' && wire !== 'bedrock') Object.assign(out, retryAfterHeaders(decision.retryAfterMs, wire === 'openai'));
     return sendError(reply, rateLimitError(wire, model, decision.reason, decision.kind, decision.retryAfterMs, prepared.reserveTokens, decision.limits), out);
   }
   if (fault === 'error') {
     quota.finish(key, decision.id, 0);
     stats.errors++;
-    return sendError(reply, serverFault(wire), out);
+    return sendError(reply, route.flavor === 'gemini' ? geminiOverloaded() : route.flavor === 'vllm' ? vllmError(500, 'InternalServerError', 'The engine encountered an error.') : serverFault(wire), out);
   }
 
   stats.inFlight++;

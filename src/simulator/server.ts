@@ -9,7 +9,9 @@
  * `POST /v1/responses`, `GET|DELETE /v1/responses/{id}`, `POST /v1/responses/{id}/cancel` (also below
  * `/openai/v1` and `/openai`; see `./openai-responses.ts`), Bedrock's
  * `POST /model/{modelId}/converse` and `POST /model/{modelId}/converse-stream` (SigV4-checked; see
- * `bedrock-routes.ts`), `GET /sim/stats`, `POST /sim/reset`.
+ * `bedrock-routes.ts`), Gemini's OpenAI compatibility `POST /v1beta/openai/{chat/completions,embeddings}`
+ * (`./gemini.ts`), vLLM's server `POST /vllm/v1/{chat/completions,completions,embeddings}`
+ * (`./vllm.ts`), `GET /sim/stats`, `POST /sim/reset`.
  */
 import type { AddressInfo } from 'node:net';
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
@@ -25,6 +27,8 @@ import { prepareEmbeddings } from './openai-embeddings.ts';
 import type { SimulatorOptions } from './options.ts';
 import { badRequest, bedrockError, missingKey, notFound, openAIError, anthropicError, type Wire } from './provider-errors.ts';
 import { bedrockRoutes } from './bedrock-routes.ts';
+import { GEMINI_PREFIX, geminiMissingKey, prepareGeminiChat } from './gemini.ts';
+import { VLLM_PREFIX } from './vllm.ts';
 import { rfc3339After } from '../providers/rate-limit-headers.ts';
 import { SimulatorState } from './simulator-state.ts';
 
@@ -46,6 +50,10 @@ const ROUTES: readonly (ModelRoute & { url: string })[] = [
   ...OPENAI_ROUTES.map((r) => ({ ...r, url: `/openai/v1${r.path}`, azure: 'v1' as const })),
   // The `AzureOpenAI` client's Responses path: below /openai, not below a deployment.
   { url: '/openai/responses', wire: 'openai', prepare: prepareOpenAIResponses, idPrefix: 'resp_sim', noPromptFilterResults: true, azure: 'v1' },
+  // Gemini's OpenAI compatibility (./gemini.ts) and vLLM's server (./vllm.ts).
+  { url: `${GEMINI_PREFIX}/chat/completions`, wire: 'openai', prepare: prepareGeminiChat, idPrefix: 'gemini-sim', flavor: 'gemini' },
+  { url: `${GEMINI_PREFIX}/embeddings`, wire: 'openai', prepare: prepareEmbeddings, idPrefix: 'gemini-emb-sim', flavor: 'gemini' },
+  ...OPENAI_ROUTES.filter((r) => r.path !== '/responses').map((r) => ({ ...r, url: `${VLLM_PREFIX}/v1${r.path}`, idPrefix: `vllm-${r.idPrefix}`, flavor: 'vllm' as const })),
 ];
 
 function wireOfUrl(url: string): Wire {
@@ -70,7 +78,7 @@ export function buildSimulator(opts: SimulatorOptions = {}): FastifyInstance {
         const key = routeKeyOf(route, req.headers);
         if (key === '') {
           stats.errors++;
-          sendError(reply, route.azure === undefined ? missingKey(route.wire) : azureMissingKey());
+          sendError(reply, route.azure !== undefined ? azureMissingKey() : route.flavor === 'gemini' ? geminiMissingKey() : missingKey(route.wire));
           return;
         }
         stats.key(key).requests++;

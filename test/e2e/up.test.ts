@@ -81,10 +81,11 @@ async function upPorts(nodes: number): Promise<{ routerPort: number; simPort: nu
  * Starts `quotaring up --nodes N` on free ports (with `extra` arguments) and waits for its banner.
  * @throws with its output if it exits first.
  */
-async function startUp(nodes: number, extra: readonly string[] = [], ports?: Awaited<ReturnType<typeof upPorts>>): Promise<RunningUp> {
+async function startUp(nodes: number, extra: readonly string[] = [], ports?: Awaited<ReturnType<typeof upPorts>>, env?: Record<string, string>): Promise<RunningUp> {
   const { routerPort, simPort, nodePort, adminPort, args } = ports ?? (await upPorts(nodes));
   const proc = spawn(process.execPath, [CLI, 'up', ...args, ...extra], {
     stdio: ['ignore', 'pipe', 'pipe'],
+    ...(env === undefined ? {} : { env: { ...process.env, ...env } }),
   });
   let out = '';
   const exited = once(proc, 'exit') as Promise<[number | null, NodeJS.Signals | null]>;
@@ -271,6 +272,35 @@ describe('quotaring up', () => {
       assert.ok(readFileSync(`/proc/${pidOf(up.out(), 'router-1')}/cmdline`, 'utf8').includes('\0router\0'));
     } finally {
       await up.kill();
+    }
+  });
+
+  test('--config with real providers (Gemini, vLLM): no simulator started, the banner says so and names each key variable', { timeout: 20_000 }, async () => {
+    const ports = await upPorts(1);
+    const dir = mkdtempSync(join(tmpdir(), 'qr-up-real-'));
+    const file = join(dir, 'real.yaml');
+    writeFileSync(
+      file,
+      [
+        'tenants: [{ id: a, keys: [key-a-0000000], limits: [{ requests: 10, window: 1m }] }]',
+        'models: [{ name: gemini-flash, encoding: o200k_base, deployments: [gemini, vllm] }]',
+        'deployments:',
+        '  - { name: gemini, provider: gemini, base_url: "https://generativelanguage.googleapis.com/v1beta/openai", api_key_env: GEMINI_API_KEY, upstream_model: gemini-2.0-flash }',
+        '  - { name: vllm, provider: vllm, base_url: "http://127.0.0.1:1" }',
+        '',
+      ].join('\n'),
+    );
+    const up = await startUp(1, ['--config', file], ports, { GEMINI_API_KEY: 'not-a-real-key' });
+    try {
+      assert.ok(up.out().includes('your providers (no simulator started'), up.out());
+      assert.ok(!up.out().includes('no provider key needed'), up.out());
+      assert.ok(!up.out().includes('  simulator  '), up.out());
+      assert.ok(up.out().includes('gemini  https://generativelanguage.googleapis.com/v1beta/openai  (key from GEMINI_API_KEY)'), up.out());
+      assert.equal(await listening(up.simPort), false, 'nothing listens on the simulator port');
+      assert.ok(!up.out().includes('[simulator'), up.out());
+    } finally {
+      await up.kill();
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 

@@ -6,8 +6,12 @@
  */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { parse } from 'yaml';
-import { REDIS_URL_ENV, planCluster } from '../../cluster/up.ts';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parse, stringify } from 'yaml';
+import { BANNER_HEADLINE, clusterBanner } from '../../cluster/banner.ts';
+import { REDIS_URL_ENV, planCluster, usesSimulator } from '../../cluster/up.ts';
 import { redisUrlFromFlags } from '../../cluster/up-options.ts';
 import { buildConfig } from '../../src/config/load.ts';
 
@@ -73,5 +77,55 @@ describe('up: --redis and --redis-env', () => {
     assert.throws(() => redisUrlFromFlags({ redisEnv: 'MY_REDIS' }, {}), /^Error: --redis-env: environment variable MY_REDIS is not set$/);
     assert.throws(() => redisUrlFromFlags({ redis: 'redis://h:1', redisEnv: 'MY_REDIS' }, { MY_REDIS: REDIS }), /^Error: --redis and --redis-env: give one of them$/);
     assert.equal(redisUrlFromFlags({}, { MY_REDIS: REDIS }), undefined);
+  });
+});
+
+describe('up --config with real providers (issue 15): no simulator, no "no provider key needed"', () => {
+  const file = (deployments: unknown[]): string => {
+    const path = join(mkdtempSync(join(tmpdir(), 'qr-up-plan-')), 'my.yaml');
+    writeFileSync(path, stringify({ tenants: [{ id: 'a', keys: ['key-a-00000'] }], models: [{ name: 'm', encoding: 'o200k_base', deployments: deployments.map((d) => (d as { name: string }).name) }], deployments }));
+    return path;
+  };
+  const env = { GEMINI_API_KEY: 'g', OPENAI_API_KEY: 'o' };
+  const real = [
+    { name: 'gemini', provider: 'gemini', base_url: 'https://generativelanguage.googleapis.com/v1beta/openai', api_key_env: 'GEMINI_API_KEY' },
+    { name: 'openai', provider: 'openai', base_url: 'https://api.openai.com', api_key_env: 'OPENAI_API_KEY' },
+    { name: 'vllm', provider: 'vllm', base_url: 'http://127.0.0.1:8000' },
+  ];
+
+  test('the plan starts no simulator when no deployment sends to it', () => {
+    const plan = planCluster({ nodes: 1, config: file(real), env }, '/tmp/x.yaml');
+    assert.deepEqual(plan.specs.map((s) => s.name), ['node-1', 'router-1']);
+    assert.equal(plan.simulator, undefined);
+  });
+
+  test('a deployment on the simulator\'s port (127.0.0.1 or localhost) starts it; the demo always does', () => {
+    const local = planCluster({ nodes: 1, config: file([...real, { name: 'sim', provider: 'openai', base_url: 'http://localhost:9191/' }]), env, simulatorPort: 9191 }, '/tmp/x.yaml');
+    assert.deepEqual(local.specs.map((s) => s.name), ['simulator', 'node-1', 'router-1']);
+    assert.equal(local.simulator, 'http://127.0.0.1:9191');
+    assert.equal(usesSimulator({ deployments: [{ base_url: 'http://127.0.0.1:9090' }] }, false, 9090), true);
+    assert.equal(usesSimulator({ deployments: [{ base_url: 'http://127.0.0.1:9091' }] }, false, 9090), false);
+    assert.equal(usesSimulator({ deployments: [{ base_url: 'http://10.0.0.5:9090' }] }, false, 9090), false);
+    assert.equal(usesSimulator({}, true, 9090), true);
+  });
+
+  test('the banner: "your providers", no simulator line, each upstream with its key variable', () => {
+    const text = clusterBanner({
+      routers: ['http://127.0.0.1:8080'],
+      nodes: [{ id: 'node-1', url: 'http://127.0.0.1:8101' }],
+      configSource: 'my.yaml',
+      upstreams: [
+        { name: 'gemini', baseUrl: 'https://generativelanguage.googleapis.com/v1beta/openai', keyEnv: 'GEMINI_API_KEY' },
+        { name: 'vllm', baseUrl: 'http://127.0.0.1:8000' },
+      ],
+      models: { openai: 'm' },
+    });
+    assert.ok(text.includes(`${BANNER_HEADLINE}: 1 router, 1 node, your providers (no simulator started: the provider keys come from the variables below)`), text);
+    assert.ok(!text.includes('no provider key needed'), text);
+    assert.ok(!/simulator {2}http/.test(text), text);
+    assert.ok(text.includes('  upstream   gemini  https://generativelanguage.googleapis.com/v1beta/openai  (key from GEMINI_API_KEY)'), text);
+    assert.ok(text.includes('             vllm  http://127.0.0.1:8000  (no key)'), text);
+    const demo = clusterBanner({ routers: ['http://127.0.0.1:8080'], nodes: [], simulator: 'http://127.0.0.1:9090', configSource: 'cluster/demo.yaml', models: {} });
+    assert.ok(demo.includes('no provider key needed') && demo.includes('  simulator  http://127.0.0.1:9090'), demo);
   });
 });

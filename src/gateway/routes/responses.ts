@@ -39,6 +39,7 @@ import { passHeaders, runExchange, scrubberOf, upstreamError } from '../exchange
 import type { DeploymentCall } from '../exchange.ts';
 import { responseIdsOf } from '../response-ids.ts';
 import { countingOf, routeModel, upstreamModelOf } from '../routing.ts';
+import { wireFormatOf } from '../../providers/wire-format.ts';
 import type { ApiHandler } from './openai.ts';
 
 /** Anthropic API version sent to an Anthropic deployment that serves a Responses request. */
@@ -54,6 +55,8 @@ const AZURE_DEPLOYMENT_URL = /\/openai\/deployments\/[^/]+\/?$/;
 export function servesResponses(d: ResolvedDeployment): boolean {
   if (d.responses_api === 'chat') return false;
   if (d.provider === 'openai') return true;
+  // vLLM's own Responses API only when asked for (responses_api: native); Gemini has none.
+  if (d.provider === 'vllm') return d.responses_api === 'native';
   return d.provider === 'azure' && !AZURE_DEPLOYMENT_URL.test(new URL(d.base_url).pathname);
 }
 
@@ -123,7 +126,7 @@ export function createResponseHandler(ctx: GatewayContext): ApiHandler {
       const mark = (): void => {
         served = { deployment: d.name, native: false, observer: undefined };
       };
-      if (d.provider === 'openai' || d.provider === 'azure') {
+      if (wireFormatOf(d.provider) === 'openai') {
         return {
           path: '/v1/chat/completions',
           body: JSON.stringify(chat),

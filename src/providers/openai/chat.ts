@@ -67,13 +67,21 @@ export function upstreamChatBody(request: ChatRequest, upstreamModel: string): R
   return body;
 }
 
-/** Usage from an OpenAI `usage` object (`prompt_tokens`, `completion_tokens`); undefined when absent. */
+/**
+ * Usage from an OpenAI `usage` object (`prompt_tokens`, `completion_tokens`, `total_tokens`);
+ * undefined when absent. The output is `completion_tokens`, or `total_tokens − prompt_tokens` when
+ * that is more: Gemini's OpenAI compatibility leaves thinking tokens out of `completion_tokens` but
+ * bills them and counts them in `total_tokens` (OpenAI counts reasoning inside `completion_tokens`,
+ * where the two agree).
+ */
 export function openAIUsage(usage: unknown): TokenUsage | undefined {
   if (usage === null || typeof usage !== 'object') return undefined;
   const u = usage as Record<string, unknown>;
   const input = u.prompt_tokens;
   const output = u.completion_tokens ?? 0;
   if (typeof input !== 'number' || typeof output !== 'number') return undefined;
+  const total = u.total_tokens;
+  if (typeof total === 'number' && Number.isFinite(total) && total - input > output) return { input, output: total - input };
   return { input, output };
 }
 
