@@ -342,7 +342,8 @@ describe(`fuzz the new routes: ${RUNS} cases per family (seed ${SEED}), router â
     assert.match(await counters('slot'), /requests\/1d=1 concurrent=0/, 'one messages request counted; the counts took none; no slot held');
   });
 
-  test('afterwards: no 5xx left a process dead, no slot is held, and no node\'s event loop stalled', async () => {
+  test('afterwards: no 5xx left a process dead, no slot is held, and no node\'s event loop stalled', async (t) => {
+    t.diagnostic(`longest /healthz answer of a node during the run: ${probe.maxMs.toFixed(0)} ms`);
     for (const p of [...nodes, router, sim]) assert.equal(p.proc.exitCode, null, p.output().slice(-2_000));
     assert.match(await counters('fuzz'), /concurrent=0/);
     assert.ok(probe.maxMs < STALL_BOUND_MS, `longest /healthz answer ${probe.maxMs.toFixed(0)} ms`);
