@@ -1,7 +1,7 @@
 /**
  * Tenant authentication: the API key from `Authorization: Bearer <key>` (OpenAI SDK),
  * `x-api-key: <key>` (Anthropic SDK) or `api-key: <key>` (the openai SDK's `AzureOpenAI`) selects the
- * tenant. Keys are never logged.
+ * tenant; a request whose headers carry two different keys is refused (401). Keys are never logged.
  */
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Tier } from '../config/load.ts';
@@ -25,16 +25,43 @@ declare module 'fastify' {
 /** Request header naming a priority tier (one the key may use). */
 export const PRIORITY_HEADER = 'x-quotaring-priority';
 
-/** The key a request carries, or undefined. */
-export function apiKeyOf(request: FastifyRequest): string | undefined {
+/**
+ * The keys a request carries, in the order they are read: `Authorization: Bearer`, `x-api-key`,
+ * `api-key` (the openai SDK's AzureOpenAI client sends its key there). Empty values are no key.
+ */
+function keysOf(request: FastifyRequest): string[] {
+  const keys: string[] = [];
   const auth = request.headers.authorization;
-  if (typeof auth === 'string' && auth.length > 7 && auth.slice(0, 7).toLowerCase() === 'bearer ') return auth.slice(7).trim();
-  const key = request.headers['x-api-key'];
-  if (typeof key === 'string' && key.length > 0) return key;
-  // The openai SDK's AzureOpenAI client sends its key as `api-key`.
-  const azure = request.headers['api-key'];
-  return typeof azure === 'string' && azure.length > 0 ? azure : undefined;
+  if (typeof auth === 'string' && auth.length > 7 && auth.slice(0, 7).toLowerCase() === 'bearer ') {
+    const bearer = auth.slice(7).trim();
+    if (bearer !== '') keys.push(bearer);
+  }
+  for (const name of ['x-api-key', 'api-key'] as const) {
+    const value = request.headers[name];
+    if (typeof value === 'string' && value.length > 0) keys.push(value);
+  }
+  return keys;
 }
+
+/**
+ * The key a request carries, or undefined when it carries none, or different keys in two of its
+ * key headers (which tenant it means is ambiguous: refused, never one picked by header order).
+ * Routers and nodes read it with this one function, so they always agree on the tenant.
+ */
+export function apiKeyOf(request: FastifyRequest): string | undefined {
+  const keys = keysOf(request);
+  const first = keys[0];
+  return keys.every((k) => k === first) ? first : undefined;
+}
+
+/** Whether a request carries different keys in two of `Authorization: Bearer`, `x-api-key` and `api-key`. */
+export function hasConflictingKeys(request: FastifyRequest): boolean {
+  const keys = keysOf(request);
+  return keys.some((k) => k !== keys[0]);
+}
+
+/** The 401 message for a request with conflicting keys. */
+export const CONFLICTING_KEYS_MESSAGE = 'The request carries different API keys in Authorization, x-api-key and api-key: send one key.';
 
 /**
  * An `onRequest` hook: sets `request.tenant` and `request.tier`, before the body is read.
@@ -47,7 +74,8 @@ export function authHook(ctx: GatewayContext) {
     const key = apiKeyOf(request);
     const access = key === undefined ? undefined : ctx.config.accessByKey.get(key);
     if (access === undefined) {
-      throw new GatewayError('invalid_api_key', key === undefined ? undefined : 'Incorrect API key provided. Use a key configured for a tenant of this gateway.');
+      const why = key !== undefined ? 'Incorrect API key provided. Use a key configured for a tenant of this gateway.' : hasConflictingKeys(request) ? CONFLICTING_KEYS_MESSAGE : undefined;
+      throw new GatewayError('invalid_api_key', why);
     }
     request.tenant = access.tenant;
     const asked = request.headers[PRIORITY_HEADER];

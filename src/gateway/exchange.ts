@@ -27,6 +27,7 @@ import type { CapLeases, CapTakeResult } from '../globalcap/cap-leases.ts';
 import { anthropicRateLimitHeaders, openAIRateLimitHeaders, retryAfterHeaders } from '../providers/rate-limit-headers.ts';
 import { SecretScrubber } from '../security/scrub.ts';
 import { wireFormatOf } from '../providers/wire-format.ts';
+import { TranslationError } from '../providers/translate/index.ts';
 
 /** A stream of the other wire format, re-written in the client's: see `src/providers/translate`. */
 export interface StreamTranslator {
@@ -78,6 +79,11 @@ export interface Exchange extends DeploymentCall {
    * limits apart, such as Anthropic's count_tokens: no quota taken, a 429 drains none). @default true
    */
   readonly deploymentQuota?: boolean;
+  /**
+   * Units the request takes from the tenant's requests limits: 0 for a call that holds only a
+   * concurrency slot and is charged nothing (`count_tokens: free`). @default 1
+   */
+  readonly requests?: 0 | 1;
   /**
    * Called once per request whose reply succeeded (2xx), after it was relayed, with the upstream's
    * JSON text (undefined for a stream). `settle` is given when the reply may not have reported its
@@ -207,8 +213,8 @@ function sendUnavailable(reply: FastifyReply, ex: Exchange): FastifyReply {
  * @returns the take's result, or 'unavailable' when Redis is unavailable and `closedOnFailure` is set
  *   (whatever the local share gave is given back; the take itself keeps probing Redis).
  */
-async function takeLeased(leases: CapLeases, group: string, cost: number, closedOnFailure: boolean): Promise<CapTakeResult | 'unavailable'> {
-  const want = { requests: 1, tokens: cost };
+async function takeLeased(leases: CapLeases, group: string, cost: number, closedOnFailure: boolean, requests = 1): Promise<CapTakeResult | 'unavailable'> {
+  const want = { requests, tokens: cost };
   const taken = leases.take(group, want);
   if (leases.inFallback && closedOnFailure) {
     if (taken.ok) leases.refund(group, want);
@@ -280,6 +286,7 @@ async function exchange(ctx: GatewayContext, request: FastifyRequest, reply: Fas
   const id = ctx.nextRequestId();
   const tenantId = ex.tenant.id;
   const cost = ex.promptTokens + ex.reservedOutput;
+  const requests = ex.requests ?? 1;
   const central = ctx.central;
   // Central mode: every limit of every tenant is in Redis; no owner, no spread.
   const spread = central === undefined && ctx.spread?.isSpread(tenantId) === true ? ctx.spread : undefined;
@@ -291,6 +298,11 @@ async function exchange(ctx: GatewayContext, request: FastifyRequest, reply: Fas
     if (spread === undefined) ctx.hot.observe(tenantId);
     else if (spread.isHot(tenantId) && spread.owns(tenantId)) ctx.hot.observeSpread(tenantId, spread.spreadOf(tenantId) ?? 1);
   }
+  // The primary deployment speaks another format: its call is the translation. A request that no
+  // deployment of the model can take (every translation refuses it) is the client's fault: 400
+  // before anything is taken (it used to be refused after admission, its request counted).
+  const first = firstCall(ex);
+  if (first instanceof TranslationError) return sendUntranslatable(reply, ex, first);
   const leases = ctx.quotas?.leases;
   // The deployment's provider quota (a local lease of the cluster-wide cap), then the tenant's limits.
   const quotas = ctx.quotas !== undefined && ex.deploymentQuota !== false && ctx.quotas.limited.has(ex.deployment.name) ? ctx.quotas.leases : undefined;
@@ -303,10 +315,10 @@ async function exchange(ctx: GatewayContext, request: FastifyRequest, reply: Fas
   // A spread tenant's requests/tokens limits: its node's lease of the tenant's global-cap buckets.
   const group = spread?.group(tenantId, ex.model.name);
   if (spread !== undefined && leases !== undefined && group !== undefined) {
-    const taken = await takeLeased(leases, group, cost, closed);
+    const taken = await takeLeased(leases, group, cost, closed, requests);
     if (taken === 'unavailable' || !taken.ok) quotas?.refund(ex.deployment.name, { requests: 1, tokens: cost });
     if (taken === 'unavailable') return sendUnavailable(reply, ex);
-    if (!taken.ok) return sendRefusal(ctx, reply, ex, spread.refusal(group, taken.waitMs, { requests: 1, tokens: cost }), cost);
+    if (!taken.ok) return sendRefusal(ctx, reply, ex, spread.refusal(group, taken.waitMs, { requests, tokens: cost }), cost);
   }
   let admitted: AcquireResult;
   /** The deployment quota taken above is still this request's (a request that waits gives it back meanwhile). */
@@ -314,7 +326,7 @@ async function exchange(ctx: GatewayContext, request: FastifyRequest, reply: Fas
   /** Time the request waited in its tenant's queue, ms. */
   let waitedMs = 0;
   if (central !== undefined) {
-    const decided = await central.guard.run(() => central.limiter.acquire(tenantId, { id, tokens: cost, model: ex.model.name }));
+    const decided = await central.guard.run(() => central.limiter.acquire(tenantId, { id, tokens: cost, requests, model: ex.model.name }));
     if (!decided.ok) {
       // The central store could not decide: never a rate-limit answer, and nothing charged.
       quotas?.refund(ex.deployment.name, { requests: 1, tokens: cost });
@@ -324,14 +336,14 @@ async function exchange(ctx: GatewayContext, request: FastifyRequest, reply: Fas
     admitted = decided.value;
   } else if (spread !== undefined) {
     // A spread tenant's requests/tokens limits are leases (taken above): no floor, no queue here.
-    admitted = ctx.limiter.acquire(tenantId, { id, tokens: cost, model: ex.model.name });
+    admitted = ctx.limiter.acquire(tenantId, { id, tokens: cost, requests, model: ex.model.name });
   } else {
     const tier = ex.tier;
     const handoff = ctx.handoff;
     const attempt = (): AcquireResult | undefined =>
-      handoff !== undefined && !handoff.holds(tenantId) ? undefined : ctx.limiter.acquire(tenantId, { id, tokens: cost, model: ex.model.name, ...(tier.floor > 0 ? { floor: tier.floor } : {}) });
+      handoff !== undefined && !handoff.holds(tenantId) ? undefined : ctx.limiter.acquire(tenantId, { id, tokens: cost, requests, model: ex.model.name, ...(tier.floor > 0 ? { floor: tier.floor } : {}) });
     // When a waiter's deadline comes: how long a request like this one would still wait now.
-    const hint = (): number => ctx.limiter.waitMs(tenantId, { tokens: cost, model: ex.model.name, ...(tier.floor > 0 ? { floor: tier.floor } : {}) });
+    const hint = (): number => ctx.limiter.waitMs(tenantId, { tokens: cost, requests, model: ex.model.name, ...(tier.floor > 0 ? { floor: tier.floor } : {}) });
     const decided = ctx.queues.admit(tenantId, tier.rank, tier.maxWaitMs, attempt, hint);
     let outcome: AdmitOutcome;
     if (decided.kind === 'waiting') {
@@ -376,7 +388,7 @@ async function exchange(ctx: GatewayContext, request: FastifyRequest, reply: Fas
   }
   if (!admitted.ok) {
     if (quotaHeld) quotas?.refund(ex.deployment.name, { requests: 1, tokens: cost });
-    if (group !== undefined) leases?.refund(group, { requests: 1, tokens: cost });
+    if (group !== undefined) leases?.refund(group, { requests, tokens: cost });
     return sendRefusal(ctx, reply, ex, group === undefined ? admitted : { ...admitted, limits: [...(spread?.limitStates(group) ?? []), ...admitted.limits] }, cost);
   }
   if (spread === undefined && central === undefined) ctx.handoff?.touched(tenantId);
@@ -406,23 +418,19 @@ async function exchange(ctx: GatewayContext, request: FastifyRequest, reply: Fas
   let succeeded: { readonly text: string | undefined; readonly reported: boolean } | undefined;
   // The deployment serving the request and whose quota it holds (failover moves both).
   let deployment = ex.deployment;
-  let call: DeploymentCall = ex;
+  let call: DeploymentCall = first ?? ex;
   let held: string | undefined = quotas !== undefined ? ex.deployment.name : undefined;
   let nextCandidate = 0;
   // In flight from here to the `finally` that settles it.
   ctx.activity.inFlight++;
   try {
-    if (wireFormatOf(ex.deployment.provider) !== ex.dialect) {
-      // Every deployment of the client's format is down: this one speaks the other, translated.
-      const translated = translatedCall(ex, ex.deployment);
-      if (translated !== undefined) call = translated;
-      else {
-        const next = await nextDeployment(ctx, ex, held, cost, closed, () => nextCandidate++);
-        if (next === undefined) return reply.code(400).headers(headers).send(errorBody(ex.dialect, 'invalid_request', `This request cannot be sent to deployment ${ex.deployment.name} (${ex.deployment.provider} API), and no other deployment of model ${ex.model.name} is available.`));
-        held = next.held;
-        deployment = next.deployment;
-        call = next.call;
-      }
+    if (first === null) {
+      // The primary cannot take it translated, a failover deployment can (checked before admission).
+      const next = await nextDeployment(ctx, ex, held, cost, closed, () => nextCandidate++);
+      if (next === undefined) return reply.code(400).headers(headers).send(errorBody(ex.dialect, 'invalid_request', `This request cannot be sent to deployment ${ex.deployment.name} (${ex.deployment.provider} API), and no other deployment of model ${ex.model.name} is available.`));
+      held = next.held;
+      deployment = next.deployment;
+      call = next.call;
     }
     for (;;) {
       trail.deployment = deployment.name;
@@ -449,7 +457,7 @@ async function exchange(ctx: GatewayContext, request: FastifyRequest, reply: Fas
         if (attempt.status === 429 && central === undefined && spread === undefined && (ctx.handoff === undefined || ctx.handoff.holds(tenantId))) {
           ctx.limiter.settle(tenantId, id, 0);
           ctx.limiter.release(tenantId, id);
-          const own = ctx.limiter.waitMs(tenantId, { tokens: cost, model: ex.model.name, ...(ex.tier.floor > 0 ? { floor: ex.tier.floor } : {}) });
+          const own = ctx.limiter.waitMs(tenantId, { tokens: cost, requests, model: ex.model.name, ...(ex.tier.floor > 0 ? { floor: ex.tier.floor } : {}) });
           if (own > (attempt.waitMs ?? 0) && own < Infinity) later = retryAfterHeaders(own);
         }
         return attempt.send(reply, headers, later);
@@ -539,6 +547,35 @@ function releaseSlot(ctx: GatewayContext, tenant: string, id: string, spread: bo
   ctx.limiter.release(tenant, id);
   if (!spread) handoff?.touched(tenant);
   return true;
+}
+
+/**
+ * The call of the primary deployment when it speaks another format than the client (its
+ * translation); undefined when it speaks the client's (the call is `ex`); null when its translation
+ * refuses the request but a failover deployment can take it; the primary's refusal when no
+ * deployment of the model can.
+ */
+function firstCall(ex: Exchange): DeploymentCall | null | undefined | TranslationError {
+  if (wireFormatOf(ex.deployment.provider) === ex.dialect) return undefined;
+  const primary = translation(ex, ex.deployment);
+  if (!(primary instanceof Error)) return primary;
+  for (const d of ex.failover) if (!(translation(ex, d) instanceof Error)) return null;
+  return primary instanceof TranslationError ? primary : new TranslationError('the request could not be translated');
+}
+
+/** 400 `invalid_request` for a request no deployment of its model can take, naming the primary's reason and field. */
+function sendUntranslatable(reply: FastifyReply, ex: Exchange, why: TranslationError): FastifyReply {
+  const message = `This request cannot be sent to deployment ${ex.deployment.name} (${ex.deployment.provider} API), and no other deployment of model ${ex.model.name} can take it: ${why.message}`;
+  return reply.code(400).header('x-quotaring-error', 'invalid_request').send(errorBody(ex.dialect, 'invalid_request', message, { param: why.param }));
+}
+
+/** `ex.callFor(deployment)`, or the error that says why the request cannot be said in its format (any error: a translation that throws is a refusal). */
+function translation(ex: Exchange, deployment: ResolvedDeployment): DeploymentCall | Error {
+  try {
+    return ex.callFor(deployment);
+  } catch (err) {
+    return err instanceof Error ? err : new Error(String(err));
+  }
 }
 
 /** `ex.callFor(deployment)`, or undefined when the request cannot be said in its format. */

@@ -10,7 +10,7 @@ import type { LoadedConfig } from '../config/load.ts';
 import type { Membership } from '../coord/types.ts';
 import { membersUnread, startOrKeepTrying } from '../coord/join.ts';
 import { describeRedis } from '../config/redis-url.ts';
-import { apiKeyOf } from '../gateway/auth.ts';
+import { CONFLICTING_KEYS_MESSAGE, apiKeyOf, hasConflictingKeys } from '../gateway/auth.ts';
 import { bodyTooLarge, forward, sendError } from './forward.ts';
 import type { ForwardContext } from './forward.ts';
 import { Departures } from './departures.ts';
@@ -147,7 +147,8 @@ export function buildRouter(opts: RouterOptions): FastifyInstance {
       const key = apiKeyOf(request);
       const tenant = key === undefined ? undefined : config.tenantByKey.get(key);
       if (tenant === undefined) {
-        return sendError(request, reply, 'invalid_api_key', key === undefined ? undefined : 'Incorrect API key provided. Use a key configured for a tenant of this gateway.');
+        const why = key !== undefined ? 'Incorrect API key provided. Use a key configured for a tenant of this gateway.' : hasConflictingKeys(request) ? CONFLICTING_KEYS_MESSAGE : undefined;
+        return sendError(request, reply, 'invalid_api_key', why);
       }
       request.tenant = tenant;
       // The nodes' body limit, enforced here: a body over it is never sent to a node.

@@ -27,7 +27,7 @@ import type { ResolvedDeployment } from '../../config/load.ts';
 import { GatewayError, errorBody } from '../../errors.ts';
 import { AnthropicStreamObserver, anthropicUsage } from '../../providers/anthropic/messages.ts';
 import { OpenAIChatStreamObserver, openAIUsage } from '../../providers/openai/chat.ts';
-import { ResponsesStreamObserver, TERMINAL_STATUSES, parseResponsesRequest, responseFactsOfText, responsesUsage } from '../../providers/openai/responses.ts';
+import { ResponsesStreamObserver, TERMINAL_STATUSES, checkResponseId, parseResponsesRequest, responseFactsOfText, responsesUsage } from '../../providers/openai/responses.ts';
 import { SseSplitter } from '../../providers/sse.ts';
 import { anthropicResponseToOpenAI } from '../../providers/translate/anthropic-to-openai.ts';
 import { AnthropicToResponsesStream, ChatToResponsesStream, chatResponseToResponses } from '../../providers/translate/chat-to-responses.ts';
@@ -212,7 +212,7 @@ export function createResponseHandler(ctx: GatewayContext): ApiHandler {
 function storedResponseHandler(ctx: GatewayContext, method: 'GET' | 'POST' | 'DELETE', suffix: string): ApiHandler {
   return async (request, reply) => {
     const tenant = tenantOf(request);
-    const { id } = request.params as { id: string };
+    const id = checkResponseId((request.params as { id: string }).id, 'response_id');
     const ids = responseIdsOf(ctx);
     const known = ids.get(id);
     if (known !== undefined && known.tenant !== tenant.id) throw notYours(id, 'response_id');

@@ -25,6 +25,25 @@ import type { StreamObserver, TokenUsage } from '../types.ts';
 /** Statuses after which a Response changes no more (its usage is final). */
 export const TERMINAL_STATUSES: ReadonlySet<string> = new Set(['completed', 'incomplete', 'failed', 'cancelled']);
 
+/**
+ * What a response id may look like: the providers' ids are `resp_` and letters, digits, `_` or `-`
+ * (OpenAI's and Azure's). Anything else (`..`, `/`, control characters, unicode, more than 256
+ * characters) names no response, and would otherwise reach the provider's URL path with the
+ * deployment's key (`GET /v1/responses/..` is `GET /v1/` to a normalising front end).
+ */
+const RESPONSE_ID = /^[A-Za-z0-9_-]{1,256}$/;
+
+/**
+ * Checks a response id from a URL path or `previous_response_id`.
+ * @param param the field named in the error. @throws GatewayError `invalid_request` (400) when `id` is not one of {@link RESPONSE_ID}.
+ */
+export function checkResponseId(id: string, param: string): string {
+  if (!RESPONSE_ID.test(id)) {
+    throw new GatewayError('invalid_request', `"${param}" is not a response id: ids are 1 to 256 letters, digits, "_" or "-".`, param);
+  }
+  return id;
+}
+
 /** What admission needs from a Responses request. */
 export interface ResponsesRequest {
   readonly body: Record<string, unknown>;
@@ -60,6 +79,7 @@ export function parseResponsesRequest(raw: unknown, limits: ItemLimits = DEFAULT
   if (previous !== undefined && previous !== null && (typeof previous !== 'string' || previous === '')) {
     throw new GatewayError('invalid_request', '"previous_response_id" must be a non-empty string.', 'previous_response_id');
   }
+  if (typeof previous === 'string') checkResponseId(previous, 'previous_response_id');
   return {
     body,
     model,
