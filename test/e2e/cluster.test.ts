@@ -34,8 +34,8 @@ const NODES = ['node-1', 'node-2', 'node-3'] as const;
 const hosts = createTestHosts(['redis', 'sim', ...NODES, 'router-1', 'router-2']);
 process.stderr.write(
   hosts.loopbackBecause === undefined
-    ? `# cluster e2e across network namespaces: ${['redis', 'sim', ...NODES, 'router-1', 'router-2'].map((h) => `${h} ${hosts.address(h)}`).join(', ')}\n`
-    : `# cluster e2e on loopback (every host on 127.0.0.1), not in network namespaces: ${hosts.loopbackBecause}\n`,
+    ? `cluster e2e across network namespaces: ${['redis', 'sim', ...NODES, 'router-1', 'router-2'].map((h) => `${h} ${hosts.address(h)}`).join(', ')}\n`
+    : `cluster e2e on loopback (every host on 127.0.0.1), not in network namespaces: ${hosts.loopbackBecause}\n`,
 );
 after(() => hosts.destroy());
 const env = { QUOTARING_SIM_KEY: 'sim-demo-key' };
@@ -226,7 +226,9 @@ describe('cluster with Redis membership', () => {
     const simUrl = await startHostSimulator(hosts, env);
     const config = clusterTestConfig(simUrl, { members: [], redis: { url: redis.url } });
     const members: Member[] = [];
-    for (const id of NODES) members.push((await startHostNode(hosts, id, config, env)).member);
+    // In namespaces, node-1 listens on 0.0.0.0 without --url: it must advertise its namespace's address.
+    // (On loopback this machine has several addresses, so it binds 127.0.0.1 like the others.)
+    for (const id of NODES) members.push((await startHostNode(hosts, id, config, env, { advertise: id === 'node-1' && hosts.net !== undefined ? 'wildcard' : 'derived' })).member);
     const started = { nodes: members.map((m) => m.url), routers: await startHostRouters(hosts, ['router-1', 'router-2'], config, env, { health: 'healthz' }) };
     const deadline = Date.now() + 2_000;
     let versions: string[] = [];

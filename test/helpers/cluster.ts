@@ -91,7 +91,12 @@ export type Advertise =
   /** `--host <address> --port <port>`: the node derives `http://<address>:<port>`. */
   | 'derived'
   /** The same plus `--url http://<address>:<port>`. */
-  | 'url-flag';
+  | 'url-flag'
+  /**
+   * `--host 0.0.0.0 --port <port>`: listens on every address; the node must advertise its host's one
+   * non-loopback address (in a namespace, its own; on loopback there are several: use only in namespaces).
+   */
+  | 'wildcard';
 
 /**
  * Starts the provider simulator on host `sim` of `hosts`, bound to its address.
@@ -121,7 +126,8 @@ export async function startHostNode(
   const id = opts.id ?? host;
   const port = opts.port ?? (await hosts.port(host));
   const url = hosts.url(host, port);
-  const args = ['node', '--config', config, '--id', id, '--host', hosts.address(host), '--port', String(port), ...(opts.advertise === 'url-flag' ? ['--url', url] : []), ...(opts.args ?? [])];
+  const bind = opts.advertise === 'wildcard' ? '0.0.0.0' : hosts.address(host);
+  const args = ['node', '--config', config, '--id', id, '--host', bind, '--port', String(port), ...(opts.advertise === 'url-flag' ? ['--url', url] : []), ...(opts.args ?? [])];
   const proc = await hosts.runCli(host, args, `${url}/${opts.health ?? 'healthz'}`, env);
   return { member: { id, url }, proc };
 }

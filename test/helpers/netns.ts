@@ -40,7 +40,7 @@ const PREFIX = 'qrnet';
 /** Why partition tests cannot run here, or undefined when they can (root, and `ip netns` works). */
 export function netnsUnavailable(): string | undefined {
   if (process.platform !== 'linux') return 'network namespaces need Linux';
-  if (process.getuid?.() !== 0) return 'partition tests need root (they create network namespaces with `ip netns`)';
+  if (process.getuid?.() !== 0) return 'network namespaces need root (`ip netns add`)';
   const probe = `${PREFIX}${process.pid}-probe`;
   const add = spawnSync('ip', ['netns', 'add', probe], { encoding: 'utf8' });
   if (add.error !== undefined) return `iproute2's \`ip\` is not installed (apt-get install iproute2): ${add.error.message}`;
