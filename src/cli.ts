@@ -58,7 +58,7 @@ program
   .option('--host <host>', 'listen address (overrides server.host)')
   .option('-p, --port <port>', 'listen port (overrides server.port)', int)
   .option('--id <id>', 'node id in the cluster (default: node-<port>)')
-  .option('--url <url>', 'URL routers reach this node at (default: http://<host>:<port>)')
+  .option('--url <url>', 'URL routers reach this node at (default: http://<host>:<port>; for host 0.0.0.0 or :: with Redis membership, this machine\'s one non-loopback address)')
   .option('--members <list>', 'static members id=url[,id=url...] (overrides cluster.members)')
   .option('--admin-port <port>', 'admin API port (overrides admin.port; the API runs when the admin.token_env variable is set)', int)
   .option('--pretty-logs', 'readable log lines instead of JSON (server.log_format: pretty)')

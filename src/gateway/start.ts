@@ -19,6 +19,7 @@ import { startAdminServer } from '../ops/admin-server.ts';
 import { clusterSecretFor } from '../security/cluster-secret.ts';
 import { startOrKeepTrying } from '../coord/join.ts';
 import { describeRedis } from '../config/redis-url.ts';
+import { defaultAdvertiseUrl, httpUrl } from './advertise-url.ts';
 
 /** Options of {@link startGateway}; host and port override `server.host` / `server.port`. */
 export interface StartGatewayOptions {
@@ -27,7 +28,10 @@ export interface StartGatewayOptions {
   readonly port?: number;
   /** This node's id in the cluster. @default `node-<port>` */
   readonly id?: string;
-  /** URL routers reach this node at. @default `http://<host>:<port>` */
+  /**
+   * URL routers reach this node at. @default `http://<host>:<port>`; with Redis membership and a
+   * wildcard host (0.0.0.0, ::) the machine's one non-loopback address (see `defaultAdvertiseUrl`).
+   */
   readonly advertiseUrl?: string;
   /** Static members in place of `cluster.members` (`--members`). */
   readonly members?: readonly Member[];
@@ -46,7 +50,8 @@ export interface StartGatewayOptions {
  * @returns the listening URL and a graceful `close()`.
  * @throws ConfigError for a bad config file; Error for `members` with Redis membership, or a node id
  *   not among static members; Error naming the variable when a node of a cluster has no cluster
- *   secret (RangeError when it is too short); listen errors (port in use) as thrown by fastify.
+ *   secret (RangeError when it is too short); Error when, with Redis membership and no `advertiseUrl`,
+ *   the host is a wildcard (0.0.0.0, ::) and the machine has not exactly one non-loopback address; listen errors (port in use) as thrown by fastify.
  *   Never for an unreachable Redis: the node then listens, is not ready (`/readyz` 503 waiting for
  *   `redis`) and joins once Redis answers (`src/coord/join.ts`).
  */
@@ -59,7 +64,9 @@ export async function startGateway(opts: StartGatewayOptions): Promise<{ url: st
   const settings = opts.members === undefined ? config.config.cluster : { ...config.config.cluster, members: [...opts.members] };
   const host = opts.host ?? server.host;
   const port = opts.port ?? server.port;
-  const self = { id: opts.id ?? `node-${port}`, url: opts.advertiseUrl ?? `http://${host}:${port}` };
+  // With Redis membership the URL is published for routers and peers on other machines: a wildcard
+  // listen address is replaced by this machine's address (or refused when it has several).
+  const self = { id: opts.id ?? `node-${port}`, url: opts.advertiseUrl ?? (settings.redis === undefined ? httpUrl(host, port) : defaultAdvertiseUrl(host, port)) };
   let listenedPort = port;
   const clusterSecret = clusterSecretFor(settings, opts.env ?? process.env, 'a node');
   const configured = membershipFromConfig(settings, self, clusterSecret);

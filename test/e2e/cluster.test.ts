@@ -1,6 +1,12 @@
 /**
- * End to end: the simulator, gateway nodes and routers as real processes (`quotaring up`, or one by one),
- * with static members and with Redis membership, driven by the official OpenAI SDK.
+ * End to end: the simulator, gateway nodes and routers as real processes, with static members and
+ * with Redis membership, driven by the official OpenAI SDK.
+ *
+ * Across hosts (issue 18): Redis, the simulator, each node and each router run in a network
+ * namespace of their own (test/helpers/netns.ts) — every process binds its namespace's address and
+ * nodes advertise `http://<that address>:<port>`, so a URL or a bind address that only works on
+ * loopback fails here. Where namespaces cannot be made (not root, no `ip netns`), the same tests run
+ * with every host on 127.0.0.1, and the reason is printed.
  */
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
@@ -9,33 +15,43 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import OpenAI from 'openai';
 import { request } from 'undici';
 import { parse } from 'yaml';
-import { startCluster } from '../../cluster/up.ts';
-import type { LaunchedGroup } from '../../cluster/launcher.ts';
 import { PromptBuilder } from '../../src/replay/prompt.ts';
 import { createRing, ringVersion } from '../../src/coord/ring.ts';
 import type { Member } from '../../src/coord/types.ts';
-import { freePort, freePortRun, runCli, writeConfig } from '../helpers/processes.ts';
+import { writeConfig } from '../helpers/processes.ts';
+import { routerSigned, signedRequest } from '../helpers/cluster-secret.ts';
+import { createTestHosts } from '../helpers/netns.ts';
+import type { HostRedis } from '../helpers/netns.ts';
+import { ringOf, startHostNode, startHostRouters, startHostSimulator } from '../helpers/cluster.ts';
 import type { Running } from '../helpers/processes.ts';
-import { startRedis } from '../helpers/redis.ts';
-import { TEST_SECRET_ENV, routerSigned, signedRequest } from '../helpers/cluster-secret.ts';
 
 const prompts = new PromptBuilder({ model: 'gpt-4o-mini' });
 /** A chat body of about `tokens` prompt tokens asking for `maxTokens` of output. */
 const chat = (tokens: number, maxTokens: number): OpenAI.ChatCompletionCreateParamsNonStreaming => ({ ...prompts.body(tokens), messages: [...prompts.body(tokens).messages], max_tokens: maxTokens });
 const tenant = (id: string, limits: unknown[]) => ({ id, keys: [`key-${id}-0000`], limits });
 
-/** A config of the test tenants against a simulator on `simPort`. */
-function clusterTestConfig(simPort: number): string {
+const NODES = ['node-1', 'node-2', 'node-3'] as const;
+const hosts = createTestHosts(['redis', 'sim', ...NODES, 'router-1', 'router-2']);
+process.stderr.write(
+  hosts.loopbackBecause === undefined
+    ? `cluster e2e across network namespaces: ${['redis', 'sim', ...NODES, 'router-1', 'router-2'].map((h) => `${h} ${hosts.address(h)}`).join(', ')}\n`
+    : `cluster e2e on loopback (every host on 127.0.0.1), not in network namespaces: ${hosts.loopbackBecause}\n`,
+);
+after(() => hosts.destroy());
+const env = { QUOTARING_SIM_KEY: 'sim-demo-key' };
+
+/** A config of the test tenants against the simulator at `simUrl`, with `cluster` merged over the test's timings. */
+function clusterTestConfig(simUrl: string, cluster: Record<string, unknown> = {}, server: Record<string, unknown> = {}): string {
   return writeConfig({
-    server: { log_level: 'warn' },
-    cluster: { heartbeat: '200ms', dead_after: '1s', health_check: '200ms' },
+    server: { log_level: 'warn', ...server },
+    cluster: { heartbeat: '200ms', dead_after: '1s', health_check: '200ms', ...cluster },
     tenants: [
       tenant('tpm', [{ requests: 100, window: '1m', algorithm: 'sliding_window' }, { tokens: 10_000, window: '1m', algorithm: 'sliding_window' }]),
       tenant('rpm', [{ requests: 24, window: '1m' }]),
       ...Array.from({ length: 12 }, (_, i) => tenant(`t${i}`, [{ requests: 1_000, window: '1m' }])),
     ],
     models: [{ name: 'gpt-4o-mini', encoding: 'o200k_base', estimator: 'exact', deployments: ['sim'] }],
-    deployments: [{ name: 'sim', provider: 'openai', base_url: `http://127.0.0.1:${simPort}`, api_key_env: 'QUOTARING_SIM_KEY' }],
+    deployments: [{ name: 'sim', provider: 'openai', base_url: simUrl, api_key_env: 'QUOTARING_SIM_KEY' }],
   });
 }
 
@@ -45,21 +61,20 @@ function redisConfig(file: string, url: string): string {
   return writeConfig({ ...raw, cluster: { ...raw.cluster, name: `order-${process.pid}`, redis: { url } } });
 }
 
-async function ringOf(url: string): Promise<string> {
-  const res = await request(`${url}/healthz`);
-  return ((await res.body.json()) as { ring?: string }).ring ?? '';
-}
-
 describe('cluster with static members: 3 nodes, 2 routers', () => {
-  let group: LaunchedGroup;
   let routers: string[];
   let nodes: string[];
   before(async () => {
-    const simPort = await freePort();
-    const base = await freePortRun(12);
-    ({ group, routers, nodes } = await startCluster({ config: clusterTestConfig(simPort), nodes: 3, routers: 2, nodePort: base, routerPort: base + 10, simulatorPort: simPort, simulatorArgs: [], env: TEST_SECRET_ENV }));
+    const simUrl = await startHostSimulator(hosts, env);
+    const ports = await Promise.all(NODES.map((id) => hosts.port(id)));
+    const members = NODES.map((id, i) => ({ id, url: hosts.url(id, ports[i] as number) }));
+    const config = clusterTestConfig(simUrl, { members });
+    // Each node derives the URL it is reached at from --host and --port.
+    for (const [i, id] of NODES.entries()) await startHostNode(hosts, id, config, env, { port: ports[i] as number });
+    nodes = members.map((m) => m.url);
+    routers = await startHostRouters(hosts, ['router-1', 'router-2'], config, env);
   });
-  after(async () => group.stop());
+  after(() => hosts.stopAll());
 
   test('every node builds the same ring', async () => {
     const versions = await Promise.all(nodes.map(ringOf));
@@ -116,40 +131,36 @@ describe('cluster with static members: 3 nodes, 2 routers', () => {
 });
 
 describe('cluster with Redis membership: processes started in any order', () => {
-  let redis: Awaited<ReturnType<typeof startRedis>>;
-  const procs: Running[] = [];
+  let redis: HostRedis;
   before(async () => {
-    redis = await startRedis();
+    redis = await hosts.startRedis('redis');
   });
-  after(async () => {
-    await Promise.all(procs.map((p) => p.stop()));
-    await redis.stop();
-  });
+  after(() => hosts.stopAll());
 
   test('router, node, node, router, node: all agree on the ring of the three nodes within 2 s of the last start, and requests flow', async () => {
-    const simPort = await freePort();
-    const config = redisConfig(clusterTestConfig(simPort), redis.url);
-    const env = { QUOTARING_SIM_KEY: 'sim-demo-key' };
-    procs.push(await runCli(['simulate', '--port', String(simPort)], `http://127.0.0.1:${simPort}/sim/stats`, env));
+    const simUrl = await startHostSimulator(hosts, env);
+    const config = redisConfig(clusterTestConfig(simUrl), redis.url);
     const urls: string[] = [];
     const members: Member[] = [];
-    const startRouter = async (): Promise<void> => {
-      const port = await freePort();
-      procs.push(await runCli(['router', '--config', config, '--port', String(port)], `http://127.0.0.1:${port}/healthz`, env));
-      urls.push(`http://127.0.0.1:${port}`);
+    const startRouter = async (host: string): Promise<void> => {
+      urls.push(...(await startHostRouters(hosts, [host], config, env, { health: 'healthz' })));
     };
-    const startNode = async (id: string): Promise<void> => {
-      const port = await freePort();
-      const url = `http://127.0.0.1:${port}`;
-      procs.push(await runCli(['node', '--config', config, '--id', id, '--port', String(port)], `${url}/healthz`, env));
-      urls.push(url);
-      members.push({ id, url });
+    const startNode = async (id: string, advertise: 'derived' | 'url-flag'): Promise<void> => {
+      const { member } = await startHostNode(hosts, id, config, env, { advertise });
+      urls.push(member.url);
+      members.push(member);
     };
-    await startRouter();
-    await startNode('node-1');
-    await startNode('node-2');
-    await startRouter();
-    await startNode('node-3');
+    await startRouter('router-1');
+    await startNode('node-1', 'derived');
+    await startNode('node-2', 'url-flag');
+    await startRouter('router-2');
+    // node-3 takes its listen address and port from its config file (server.host, server.port), not from flags.
+    const port3 = await hosts.port('node-3');
+    const url3 = hosts.url('node-3', port3);
+    const config3 = redisConfig(clusterTestConfig(simUrl, {}, { host: hosts.address('node-3'), port: port3 }), redis.url);
+    await hosts.runCli('node-3', ['node', '--config', config3, '--id', 'node-3'], `${url3}/healthz`, env);
+    urls.push(url3);
+    members.push({ id: 'node-3', url: url3 });
     const expected = ringVersion(members);
     const started = Date.now();
     let versions: string[] = [];
@@ -166,32 +177,25 @@ describe('cluster with Redis membership: processes started in any order', () => 
 });
 
 describe('static members (--members): a SIGKILLed owner is routed around', () => {
-  const procs: Running[] = [];
-  after(async () => {
-    await Promise.all(procs.map((p) => p.stop()));
-  });
+  after(() => hosts.stopAll());
 
   test("the next member of the tenant's range serves it (x-quotaring-fallback-for), from the owner's replicated checkpoint", async () => {
-    const simPort = await freePort();
-    const env = { QUOTARING_SIM_KEY: 'sim-demo-key' };
-    const ports = [await freePort(), await freePort(), await freePort()];
-    const members = ports.map((port, i) => ({ id: `node-${i + 1}`, url: `http://127.0.0.1:${port}` }));
+    const simUrl = await startHostSimulator(hosts, env);
+    const ports = await Promise.all(NODES.map((id) => hosts.port(id)));
+    const members = NODES.map((id, i) => ({ id, url: hosts.url(id, ports[i] as number) }));
     // Members from the command line (--members), not the config.
-    const config = clusterTestConfig(simPort);
+    const config = clusterTestConfig(simUrl);
     const list = members.map((m) => `${m.id}=${m.url}`).join(',');
-    procs.push(await runCli(['simulate', '--port', String(simPort)], `http://127.0.0.1:${simPort}/sim/stats`, env));
     const nodes = new Map<string, Running>();
     for (const [i, m] of members.entries()) {
-      const proc = await runCli(['node', '--config', config, '--members', list, '--id', m.id, '--port', String(ports[i])], `${m.url}/healthz`, env);
-      procs.push(proc);
+      const { proc } = await startHostNode(hosts, m.id, config, env, { port: ports[i] as number, args: ['--members', list] });
       nodes.set(m.id, proc);
     }
-    const routerPort = await freePort();
-    procs.push(await runCli(['router', '--config', config, '--members', list, '--port', String(routerPort)], `http://127.0.0.1:${routerPort}/readyz`, env));
+    const [routerUrl] = await startHostRouters(hosts, ['router-1'], config, env, { args: ['--members', list] });
     const ring = createRing(members);
     // Tenant tpm: sliding windows, so remaining counts are exact whatever the timing.
     const [owner, next] = ring.range('tpm', 2) as [Member, Member];
-    const client = new OpenAI({ baseURL: `http://127.0.0.1:${routerPort}/v1`, apiKey: 'key-tpm-0000', maxRetries: 0 });
+    const client = new OpenAI({ baseURL: `${routerUrl}/v1`, apiKey: 'key-tpm-0000', maxRetries: 0 });
     const before = await client.chat.completions.create(chat(20, 5)).withResponse();
     assert.equal(before.response.headers.get('x-ratelimit-remaining-requests'), '99');
     // Past one checkpoint period (1 s): the owner's checkpoint reached the tenant's replica, the next member.
@@ -211,22 +215,21 @@ describe('static members (--members): a SIGKILLed owner is routed around', () =>
 });
 
 describe('cluster with Redis membership', () => {
-  let redis: Awaited<ReturnType<typeof startRedis>>;
-  let group: LaunchedGroup | undefined;
+  let redis: HostRedis;
   let nodes: string[] = [];
   before(async () => {
-    redis = await startRedis();
+    redis = await hosts.startRedis('redis');
   });
-  after(async () => {
-    await group?.stop();
-    await redis.stop();
-  });
+  after(() => hosts.stopAll());
 
   test('nodes and routers agree on one ring version within 2 s, and requests flow', async () => {
-    const simPort = await freePort();
-    const base = await freePortRun(12);
-    const started = await startCluster({ config: clusterTestConfig(simPort), nodes: 3, routers: 2, redis: redis.url, nodePort: base, routerPort: base + 10, simulatorPort: simPort, simulatorArgs: [], env: TEST_SECRET_ENV });
-    group = started.group;
+    const simUrl = await startHostSimulator(hosts, env);
+    const config = clusterTestConfig(simUrl, { members: [], redis: { url: redis.url } });
+    const members: Member[] = [];
+    // In namespaces, node-1 listens on 0.0.0.0 without --url: it must advertise its namespace's address.
+    // (On loopback this machine has several addresses, so it binds 127.0.0.1 like the others.)
+    for (const id of NODES) members.push((await startHostNode(hosts, id, config, env, { advertise: id === 'node-1' && hosts.net !== undefined ? 'wildcard' : 'derived' })).member);
+    const started = { nodes: members.map((m) => m.url), routers: await startHostRouters(hosts, ['router-1', 'router-2'], config, env, { health: 'healthz' }) };
     const deadline = Date.now() + 2_000;
     let versions: string[] = [];
     while (Date.now() < deadline) {
@@ -235,6 +238,8 @@ describe('cluster with Redis membership', () => {
       await sleep(50);
     }
     assert.equal(new Set(versions).size, 1, versions.join(','));
+    // The ring of the URLs the nodes advertise: each its own address (its namespace's) and port.
+    assert.equal(versions[0], ringVersion(members));
     const client = new OpenAI({ baseURL: `${started.routers[0]}/v1`, apiKey: 'key-t1-0000', maxRetries: 0 });
     for (let i = 0; i < 5; i++) await client.chat.completions.create(chat(20, 5));
     nodes = started.nodes;

@@ -1,7 +1,8 @@
 /**
  * A cluster of real processes for end-to-end tests: `n` nodes and one router started with the CLI
  * on free ports from one config file, returned once every one of them builds the same ring of the
- * `n` nodes.
+ * `n` nodes; and the simulator, nodes and routers started on the hosts of a {@link TestHosts}
+ * (each in its own network namespace, or all on loopback), bound to their host's address.
  */
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -10,6 +11,7 @@ import { ringVersion } from '../../src/coord/ring.ts';
 import type { Member } from '../../src/coord/types.ts';
 import { freePort, runCli } from './processes.ts';
 import type { Running } from './processes.ts';
+import type { TestHosts } from './netns.ts';
 
 /** The processes of {@link startNodesAndRouter}. */
 export interface TestCluster {
@@ -82,4 +84,72 @@ export async function startStaticNodesAndRouter(
   const routerUrl = `http://127.0.0.1:${await freePort()}`;
   procs.push(await runCli(['router', '--config', config, '--port', new URL(routerUrl).port], `${routerUrl}/readyz`, env));
   return { nodes, routerUrl };
+}
+
+/** How a node started by {@link startHostNode} learns the URL it advertises. */
+export type Advertise =
+  /** `--host <address> --port <port>`: the node derives `http://<address>:<port>`. */
+  | 'derived'
+  /** The same plus `--url http://<address>:<port>`. */
+  | 'url-flag'
+  /**
+   * `--host 0.0.0.0 --port <port>`: listens on every address; the node must advertise its host's one
+   * non-loopback address (in a namespace, its own; on loopback there are several: use only in namespaces).
+   */
+  | 'wildcard';
+
+/**
+ * Starts the provider simulator on host `sim` of `hosts`, bound to its address.
+ * @returns its base URL. @throws Error (from `runCli`) when it does not answer `/sim/stats`.
+ */
+export async function startHostSimulator(hosts: TestHosts, env: Record<string, string>, host = 'sim'): Promise<string> {
+  const port = await hosts.port(host);
+  const url = hosts.url(host, port);
+  await hosts.runCli(host, ['simulate', '--host', hosts.address(host), '--port', String(port)], `${url}/sim/stats`, env);
+  return url;
+}
+
+/**
+ * Starts node `id` on `host` of `hosts` from `config`, bound to the host's address (never
+ * 127.0.0.1 in namespaces), once it answers `/<health>`.
+ * @param opts.args more CLI arguments (`--members …`). @param opts.port the port (default: `hosts.port(host)`).
+ * @returns the member it should advertise (`http://<address>:<port>`) and its process.
+ * @throws Error (from `runCli`) when it exits or stays silent.
+ */
+export async function startHostNode(
+  hosts: TestHosts,
+  host: string,
+  config: string,
+  env: Record<string, string>,
+  opts: { readonly id?: string; readonly advertise?: Advertise; readonly args?: readonly string[]; readonly port?: number; readonly health?: 'healthz' | 'readyz' } = {},
+): Promise<{ readonly member: Member; readonly proc: Running }> {
+  const id = opts.id ?? host;
+  const port = opts.port ?? (await hosts.port(host));
+  const url = hosts.url(host, port);
+  const bind = opts.advertise === 'wildcard' ? '0.0.0.0' : hosts.address(host);
+  const args = ['node', '--config', config, '--id', id, '--host', bind, '--port', String(port), ...(opts.advertise === 'url-flag' ? ['--url', url] : []), ...(opts.args ?? [])];
+  const proc = await hosts.runCli(host, args, `${url}/${opts.health ?? 'healthz'}`, env);
+  return { member: { id, url }, proc };
+}
+
+/**
+ * Starts a router on each of `names` (hosts of `hosts`) from `config`, one after the other, each
+ * bound to its host's address, once it answers `/<health>`.
+ * @returns their base URLs. @throws Error (from `runCli`) when one exits or stays silent.
+ */
+export async function startHostRouters(
+  hosts: TestHosts,
+  names: readonly string[],
+  config: string,
+  env: Record<string, string>,
+  opts: { readonly args?: readonly string[]; readonly health?: 'healthz' | 'readyz' } = {},
+): Promise<string[]> {
+  const urls: string[] = [];
+  for (const host of names) {
+    const port = await hosts.port(host);
+    const url = hosts.url(host, port);
+    await hosts.runCli(host, ['router', '--config', config, '--host', hosts.address(host), '--port', String(port), ...(opts.args ?? [])], `${url}/${opts.health ?? 'readyz'}`, env);
+    urls.push(url);
+  }
+  return urls;
 }

@@ -29,9 +29,10 @@ import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { request } from 'undici';
-import { CLI } from './processes.ts';
+import { CLI, freePort, runCli as runLocalCli } from './processes.ts';
 import type { Running } from './processes.ts';
 import { TEST_SECRET_ENV } from './cluster-secret.ts';
+import { pings, startRedis as startLocalRedis } from './redis.ts';
 
 /** Namespace names start with this, then the owning pid and a dash. */
 const PREFIX = 'qrnet';
@@ -39,7 +40,7 @@ const PREFIX = 'qrnet';
 /** Why partition tests cannot run here, or undefined when they can (root, and `ip netns` works). */
 export function netnsUnavailable(): string | undefined {
   if (process.platform !== 'linux') return 'network namespaces need Linux';
-  if (process.getuid?.() !== 0) return 'partition tests need root (they create network namespaces with `ip netns`)';
+  if (process.getuid?.() !== 0) return 'network namespaces need root (`ip netns add`)';
   const probe = `${PREFIX}${process.pid}-probe`;
   const add = spawnSync('ip', ['netns', 'add', probe], { encoding: 'utf8' });
   if (add.error !== undefined) return `iproute2's \`ip\` is not installed (apt-get install iproute2): ${add.error.message}`;
@@ -287,5 +288,132 @@ export function createNetwork(names: readonly string[]): Netns {
       ip('-n', sw, 'link', 'set', port, 'up');
     },
     destroy,
+  };
+}
+
+/** A `redis-server` started on a {@link TestHosts} host. */
+export interface HostRedis {
+  /** `redis://<host address>:<port>` */
+  readonly url: string;
+  /** SIGTERM (SIGKILL after 3 s); resolves once it exited. Idempotent. */
+  stop(): Promise<void>;
+}
+
+/**
+ * The hosts of a multi-process test: each in its own network namespace ({@link createNetwork}) when
+ * this machine allows it, else all on 127.0.0.1 of this machine (same names, same calls), so a test
+ * written against it runs either way. Every listener binds its host's address, and URLs name it.
+ */
+export interface TestHosts {
+  /** The namespaces, or undefined on loopback. */
+  readonly net: Netns | undefined;
+  /** Why the hosts share loopback ({@link netnsUnavailable} or the error creating the network); undefined in namespaces. */
+  readonly loopbackBecause: string | undefined;
+  /** The address `host` listens on and is reached at (127.0.0.1 on loopback). */
+  address(host: string): string;
+  /** A port for a new listener on `host`: 8080, 8081, … per namespace; a free port of 127.0.0.1 on loopback. */
+  port(host: string): Promise<number>;
+  /** `http://<address>:<port>` */
+  url(host: string, port: number): string;
+  /**
+   * Runs `node dist/src/cli.js <args>` on `host` and waits until `healthUrl` answers 200 (15 s); it
+   * gets the test cluster secret plus `env`, and is stopped by {@link destroy} if still running.
+   * @throws Error with the child's output when it exits or stays silent.
+   */
+  runCli(host: string, args: readonly string[], healthUrl: string, env?: Record<string, string>): Promise<Running>;
+  /**
+   * Starts `redis-server` on `host` bound to its address, without persistence, once it answers PING.
+   * @throws Error with its output when it does not come up within 10 s.
+   */
+  startRedis(host: string): Promise<HostRedis>;
+  /** Stops every process and Redis started here so far (the hosts stay, for the next test). */
+  stopAll(): Promise<void>;
+  /** {@link stopAll}, then removes the namespaces. Idempotent. */
+  destroy(): Promise<void>;
+}
+
+/**
+ * Hosts named `names` in network namespaces when possible (root, `ip netns` working), else on
+ * loopback with the reason in {@link TestHosts.loopbackBecause}.
+ */
+export function createTestHosts(names: readonly string[]): TestHosts {
+  let why = netnsUnavailable();
+  let net: Netns | undefined;
+  if (why === undefined) {
+    try {
+      net = createNetwork(names);
+    } catch (err) {
+      why = `the test network could not be made: ${(err as Error).message}`;
+    }
+  }
+  const started: Running[] = [];
+  const redises: HostRedis[] = [];
+  const nextPort = new Map<string, number>();
+  const address = (host: string): string => (net === undefined ? '127.0.0.1' : net.host(host).ip);
+  const port = async (host: string): Promise<number> => {
+    if (net === undefined) return freePort();
+    net.host(host);
+    const p = nextPort.get(host) ?? 8080;
+    nextPort.set(host, p + 1);
+    return p;
+  };
+  const startRedisOn = async (host: string): Promise<HostRedis> => {
+    if (net === undefined) {
+      const redis = await startLocalRedis();
+      redises.push(redis);
+      return redis;
+    }
+    const p = await port(host);
+    const ip = address(host);
+    const proc = net.spawn(host, 'redis-server', ['--port', String(p), '--bind', ip, '--protected-mode', 'no', '--save', '', '--appendonly', 'no']);
+    let out = '';
+    proc.stdout?.on('data', (d: Buffer) => (out += d.toString()));
+    proc.stderr?.on('data', (d: Buffer) => (out += d.toString()));
+    const exited = new Promise<void>((resolve) => proc.once('exit', () => resolve()));
+    let stopping: Promise<void> | undefined;
+    const redis: HostRedis = {
+      url: `redis://${ip}:${p}`,
+      stop: () =>
+        (stopping ??= (async () => {
+          if (proc.exitCode !== null || proc.signalCode !== null) return;
+          proc.kill('SIGCONT');
+          proc.kill('SIGTERM');
+          const timer = setTimeout(() => proc.kill('SIGKILL'), 3_000);
+          await exited;
+          clearTimeout(timer);
+        })()),
+    };
+    redises.push(redis);
+    const deadline = Date.now() + 10_000;
+    while (Date.now() < deadline && proc.exitCode === null) {
+      if (await pings(p, ip)) return redis;
+      await sleep(50);
+    }
+    await redis.stop();
+    throw new Error(`redis-server on ${host} (${ip}:${p}) did not answer PING:\n${out}`);
+  };
+  const stopAll = async (): Promise<void> => {
+    const procs = started.splice(0);
+    await Promise.all(procs.map((p) => p.stop()));
+    const servers = redises.splice(0);
+    await Promise.all(servers.map((r) => r.stop()));
+  };
+  return {
+    net,
+    loopbackBecause: why,
+    address,
+    port,
+    url: (host, p) => `http://${address(host)}:${p}`,
+    runCli: async (host, args, healthUrl, env = {}) => {
+      const proc = net === undefined ? await runLocalCli(args, healthUrl, env) : await net.runCli(host, args, healthUrl, env);
+      started.push(proc);
+      return proc;
+    },
+    startRedis: startRedisOn,
+    stopAll,
+    destroy: async () => {
+      await stopAll();
+      net?.destroy();
+    },
   };
 }

@@ -61,10 +61,10 @@ function onPath(binary: string): boolean {
   return false;
 }
 
-/** True when a RESP PING to 127.0.0.1:port answers +PONG within 200 ms. */
-export function pings(port: number): Promise<boolean> {
+/** True when a RESP PING to host:port (default 127.0.0.1) answers +PONG within 200 ms. */
+export function pings(port: number, host = '127.0.0.1'): Promise<boolean> {
   return new Promise((resolve) => {
-    const socket = connect({ host: '127.0.0.1', port });
+    const socket = connect({ host, port });
     const done = (ok: boolean): void => {
       socket.destroy();
       resolve(ok);
