@@ -2,19 +2,9 @@
  * Membership kept in Redis: nodes heartbeat into a sorted set, joins and leaves are announced over
  * pub/sub, and every node and router rebuilds the same ring from the same sorted live list.
  * Redis commands: a handful per heartbeat per process, none per request.
- * Entries are signed with the cluster secret (`src/security/member-entry.ts`): an entry without a
- * valid signature never joins the ring (it is counted, and reported to `onRejectedEntry` listeners at
- * most once per {@link REJECT_REPORT_MS}).
  *
- * Freshness: the signature covers `{id,url,weight}`, not the score, so a copy of a real node's entry
- * verifies forever. Only the score (the heartbeat's Redis time) says it is live, and a score is
- * believed only inside `[now − deadAfterMs, now + futureSkewMs]`: an entry written with a score far
- * in the future (a replay at 9e15) is never read into a ring, and nodes delete it. At most
- * {@link MAX_ENTRIES_READ} entries are read per sync, so junk entries cost a bounded amount of work.
- * What remains: someone with write access to Redis can keep a departed member's signed entry in the
- * ring by rewriting it with a current score every heartbeat (and must then also take over its
- * address to receive anything), or fill the window with junk to crowd out live members. That is why
- * Redis must stay private (docs/security.md, "What must stay private").
+ * Which entries are believed (signature, freshness window, read cap) and the reports of ignored
+ * ones: `member-entries.ts`. How a member dropped while cut from Redis learns it: `member-drops.ts`.
  */
 import type { Redis } from 'ioredis';
 import { systemClock } from '../clock.ts';
@@ -23,7 +13,14 @@ import { createRing, sortMembers } from './ring.ts';
 import type { RingOptions } from './ring.ts';
 import type { Member, Membership, RejectedMemberEntry, Ring } from './types.ts';
 import type { ClusterSecret } from '../security/cluster-secret.ts';
-import { memberJson, readMemberEntry, signedMemberEntry } from '../security/member-entry.ts';
+import { memberJson, signedMemberEntry } from '../security/member-entry.ts';
+import { dropsKey, recordDrops } from './member-drops.ts';
+import { EntryReports, FUTURE_PRUNE_MS, MAX_ENTRIES_READ, MIN_FUTURE_SKEW_MS, readEntries } from './member-entries.ts';
+import type { RedisMembershipStats } from './member-entries.ts';
+
+export { dropsKey } from './member-drops.ts';
+export { CAP_REPORT_MS, MAX_ENTRIES_READ, REJECT_REPORT_MS } from './member-entries.ts';
+export type { RedisMembershipStats } from './member-entries.ts';
 
 /** Options of {@link RedisMembership}. */
 export interface RedisMembershipOptions {
@@ -66,45 +63,9 @@ export function membersKey(cluster: string): string {
   return `qr:{${cluster}}:members`;
 }
 
-/**
- * The hash of drops: member id → the Redis time (ms) when a process in contact with Redis last
- * dropped that member from its ring without a leave announcement (its heartbeats stopped). A node
- * back from a gap reads its own field to learn whether the others dropped it meanwhile (see
- * `RedisMembership`, `#rejoin`). Expires a day after the last write.
- */
-export function dropsKey(cluster: string): string {
-  return `qr:{${cluster}}:dropped`;
-}
-
-const DROPS_TTL_MS = 86_400_000;
-
 /** The pub/sub channel of join/leave announcements (`{"type":"join"|"leave","id":...}`). */
 export function membershipChannel(cluster: string): string {
   return `qr:{${cluster}}:membership`;
-}
-
-/**
- * Entries read per sync at most (`ZRANGEBYSCORE ... LIMIT 0 n`, oldest live score first): a real
- * cluster has far fewer members; beyond it, Redis holds junk. Hitting it is counted and reported.
- */
-export const MAX_ENTRIES_READ = 1_024;
-/** Scores up to this far ahead of Redis time are believed (clock steps between TIME reads), ms; at least 2 heartbeats. */
-const MIN_FUTURE_SKEW_MS = 5_000;
-/** Nodes delete entries scored more than this ahead of Redis time, ms (more than any skew). */
-const FUTURE_PRUNE_MS = 60_000;
-/** Rejected entries are reported to listeners at most once per this many ms (with a count). */
-export const REJECT_REPORT_MS = 10_000;
-/** A read that hit {@link MAX_ENTRIES_READ} is reported at most once per this many ms (with a count). */
-export const CAP_REPORT_MS = 60_000;
-
-/** Work done by one {@link RedisMembership}, for tests and metrics. */
-export interface RedisMembershipStats {
-  /** Entries read from Redis and checked (JSON parse + HMAC), over all syncs. */
-  readonly entriesChecked: number;
-  /** Syncs whose read hit {@link MAX_ENTRIES_READ}. */
-  readonly readCapHits: number;
-  /** Reports sent to `onRejectedEntry` listeners (rejections and cap hits). */
-  readonly reports: number;
 }
 
 /** Parses a join/leave announcement; undefined for anything else. */
@@ -177,19 +138,7 @@ export class RedisMembership implements Membership {
   readonly #listeners = new Set<(ring: Ring) => void>();
   readonly #secret: ClusterSecret;
   readonly #futureSkewMs: number;
-  /** Entries rejected in the last read (at most {@link MAX_ENTRIES_READ}): one still there is not counted again. */
-  #rejectedLastRead = new Set<string>();
-  #rejectedTotal = 0;
-  /** Rejections and cap hits not reported yet (the first of each kept as the example), the clock ms of the last reports, and the last report (for late listeners). */
-  #pendingRejected: { entry: RejectedMemberEntry; count: number } | undefined;
-  #pendingCapHits = 0;
-  #rejectReportedAt = -Infinity;
-  #capReportedAt = -Infinity;
-  #lastReport: RejectedMemberEntry | undefined;
-  #entriesChecked = 0;
-  #readCapHits = 0;
-  #reports = 0;
-  readonly #rejectedListeners = new Set<(entry: RejectedMemberEntry) => void>();
+  readonly #reports = new EntryReports();
 
   #ring: Ring;
   /** The sorted live list as stored JSON lines: the ring is rebuilt only when it changes. */
@@ -345,11 +294,7 @@ export class RedisMembership implements Membership {
    * report. Returns the unsubscribe function.
    */
   onRejectedEntry(listener: (entry: RejectedMemberEntry) => void): () => void {
-    if (this.#lastReport !== undefined) listener(this.#lastReport);
-    this.#rejectedListeners.add(listener);
-    return () => {
-      this.#rejectedListeners.delete(listener);
-    };
+    return this.#reports.listen(listener);
   }
 
   /**
@@ -357,39 +302,12 @@ export class RedisMembership implements Membership {
    * a read finds it and the previous read did not, so one left in Redis counts once.
    */
   rejectedEntries(): number {
-    return this.#rejectedTotal;
+    return this.#reports.total;
   }
 
   /** Work counters (entries checked, reads that hit the cap, reports sent). */
   stats(): RedisMembershipStats {
-    return { entriesChecked: this.#entriesChecked, readCapHits: this.#readCapHits, reports: this.#reports };
-  }
-
-  /** Sends the pending reports whose interval has passed. */
-  #report(): void {
-    const now = this.#clock.now();
-    const due: RejectedMemberEntry[] = [];
-    if (this.#pendingRejected !== undefined && now - this.#rejectReportedAt >= REJECT_REPORT_MS) {
-      due.push({ ...this.#pendingRejected.entry, count: this.#pendingRejected.count });
-      this.#pendingRejected = undefined;
-      this.#rejectReportedAt = now;
-    }
-    if (this.#pendingCapHits > 0 && now - this.#capReportedAt >= CAP_REPORT_MS) {
-      due.push({ problem: 'too_many_entries', count: this.#pendingCapHits });
-      this.#pendingCapHits = 0;
-      this.#capReportedAt = now;
-    }
-    for (const entry of due) {
-      this.#lastReport = entry;
-      this.#reports++;
-      for (const listener of [...this.#rejectedListeners]) {
-        try {
-          listener(entry);
-        } catch (err) {
-          this.#onError(asError(err));
-        }
-      }
-    }
+    return this.#reports.stats();
   }
 
   /** Clock ms of the last successful read of the member list (undefined before the first). */
@@ -471,8 +389,7 @@ export class RedisMembership implements Membership {
       // Members older than deadAfterMs are ignored once in contact for deadAfterMs.
       const prune = t - this.#contactSince >= this.#deadAfterMs;
       if (flat.length >= 2 * MAX_ENTRIES_READ) {
-        this.#readCapHits++;
-        this.#pendingCapHits++;
+        this.#reports.capHit();
       }
       // A process in contact with Redis dropped us after our last answered heartbeat. (Our own
       // entry is no evidence: heartbeats sent during a cut may reach Redis when the link heals,
@@ -487,7 +404,7 @@ export class RedisMembership implements Membership {
       this.#apply(flat as string[], prune ? nowMs - this.#deadAfterMs : -Infinity, maxScore, prune ? nowMs : undefined, drops);
       this.#lastSync = this.#clock.now();
       this.#failed = false;
-      this.#report();
+      this.#reports.report(this.#clock.now(), this.#onError);
     } catch (err) {
       this.#failed = true;
       this.#redisOffsetMs = undefined;
@@ -504,31 +421,7 @@ export class RedisMembership implements Membership {
    */
   #apply(flat: readonly string[], minScore: number, maxScore: number, dropsAt?: number, drops: Readonly<Record<string, string>> = {}): void {
     const now = this.#clock.now();
-    const newest = new Map<string, { member: Member; score: number }>();
-    const rejected = new Set<string>();
-    for (let i = 0; i + 1 < flat.length; i += 2) {
-      const raw = flat[i] ?? '';
-      const score = Number(flat[i + 1]);
-      if (!(score >= minScore && score <= maxScore)) continue;
-      this.#entriesChecked++;
-      const read = readMemberEntry(raw, this.#secret);
-      if (!('member' in read)) {
-        rejected.add(raw);
-        if (!this.#rejectedLastRead.has(raw)) {
-          this.#rejectedTotal++;
-          if (this.#pendingRejected === undefined) this.#pendingRejected = { entry: { ...(read.id === undefined ? {} : { id: read.id }), problem: read.problem }, count: 0 };
-          this.#pendingRejected.count++;
-        }
-        continue;
-      }
-      const member = read.member;
-      // Dropped by a process in contact and not back since (it acknowledges its drop when it sees it):
-      // a heartbeat it sent before knowing, delivered late (a healed link), does not bring it back.
-      if (Object.hasOwn(drops, member.id) && member.id !== this.#self?.id) continue;
-      const seen = newest.get(member.id);
-      if (seen === undefined || score > seen.score) newest.set(member.id, { member, score });
-    }
-    this.#rejectedLastRead = rejected;
+    const newest = readEntries(flat, { minScore, maxScore }, drops, this.#self?.id, this.#secret, this.#reports);
     for (const [id, { score }] of newest) {
       const beat = this.#beats.get(id);
       if (beat === undefined || score > beat.score) this.#beats.set(id, { score, seenAt: now });
@@ -545,12 +438,7 @@ export class RedisMembership implements Membership {
     for (const id of this.#beats.keys()) if (!newest.has(id)) this.#beats.delete(id);
     // In contact for deadAfterMs (`dropsAt`, Redis time): members dropped without a leave are recorded.
     const dropped = dropsAt === undefined ? [] : this.#ring.members.filter((m) => !newest.has(m.id) && !this.#left.has(m.id) && !Object.hasOwn(drops, m.id) && m.id !== this.#self?.id);
-    if (dropsAt !== undefined && dropped.length > 0) {
-      const p = this.#redis.pipeline();
-      for (const m of dropped) p.hset(this.#dropsKey, m.id, String(dropsAt));
-      p.pexpire(this.#dropsKey, DROPS_TTL_MS);
-      p.exec().catch((err: unknown) => this.#onError(asError(err)));
-    }
+    if (dropsAt !== undefined && dropped.length > 0) recordDrops(this.#redis, this.#dropsKey, dropped, dropsAt, this.#onError);
     this.#setMembers([...newest.values()].map((e) => e.member));
   }
 

@@ -1,7 +1,8 @@
 /**
  * Leases that give back (issue 13, item 4): the rules that keep a node's leased-but-unspent units
  * from being lost to the cluster, and that keep prefetching from taking the last units of a small
- * bucket. `cap-leases.ts` applies them; the arithmetic lives here.
+ * bucket. `lease-give-back.ts`, `lease-renewal.ts` and `lease-spend.ts` apply them; the arithmetic
+ * lives here.
  *
  * **Give-back.** A leased unit is consumed in Redis the moment it is granted. Units the node did not
  * spend go back to the bucket (a `token-bucket.lua` call with a negative cost, never above capacity)

@@ -321,7 +321,7 @@ export class RedisGuard {
 }
 
 /**
- * A `CapCall` (see `cap-leases.ts`) running every call through `guard`: a failure says whether the
+ * A `CapCall` (see `cap-call.ts`) running every call through `guard`: a failure says whether the
  * breaker is open after it (`open`), so a single timeout is a blip and only an open breaker puts the
  * node in fallback.
  */

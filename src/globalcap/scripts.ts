@@ -262,7 +262,7 @@ function ttlOf(ttlMs: number): number {
 
 /**
  * A reply out of the script's range (a grant above `want`, a level above capacity): not used, so the
- * call fails and the node decides from its fallback share (see `cap-leases.ts`).
+ * call fails and the node decides from its fallback share (see `fallback-share.ts`).
  */
 function outOfRange(file: string, reply: unknown): Error {
   return new Error(`${file} answered ${JSON.stringify(reply)}, out of range for the call`);
