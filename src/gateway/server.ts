@@ -386,6 +386,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
   clusterOpts?.membership.onRejectedEntry?.((entry) => app.log.warn({ member: entry.id ?? null, problem: entry.problem, count: entry.count ?? 1 }, entry.problem === 'too_many_entries' ? 'membership reads hit their entry cap: junk member entries in Redis' : 'member entries in Redis ignored: not signed with the cluster secret'));
   app.decorateRequest('tenant', null);
   app.decorateRequest('tier', null);
+  app.decorateRequest('keyId', null);
   app.decorateRequest('trail', null);
   registerJsonBody(app, server.body_limit, server.json_depth, server.json_max_members);
   const clusterAuth = clusterAuthHooks(app, signer);

@@ -8,6 +8,7 @@ import { DEFAULT_ITEM_LIMITS, atMostItems, bodyObject, optionalBoolean, optional
 import type { ItemLimits } from '../fields.ts';
 import type { SseEvent } from '../sse.ts';
 import type { StreamObserver, TokenUsage } from '../types.ts';
+import { detailCount, withDetails } from '../types.ts';
 
 /** What admission needs from a chat completion request. */
 export interface ChatRequest {
@@ -67,14 +68,20 @@ export function upstreamChatBody(request: ChatRequest, upstreamModel: string): R
   return body;
 }
 
-/** Usage from an OpenAI `usage` object (`prompt_tokens`, `completion_tokens`); undefined when absent. */
+/**
+ * Usage from an OpenAI `usage` object (`prompt_tokens`, `completion_tokens`, and their details
+ * `prompt_tokens_details.cached_tokens` and `completion_tokens_details.reasoning_tokens`, which are
+ * parts of them); undefined when absent.
+ */
 export function openAIUsage(usage: unknown): TokenUsage | undefined {
   if (usage === null || typeof usage !== 'object') return undefined;
   const u = usage as Record<string, unknown>;
   const input = u.prompt_tokens;
   const output = u.completion_tokens ?? 0;
   if (typeof input !== 'number' || typeof output !== 'number') return undefined;
-  return { input, output };
+  const inDetails = (u.prompt_tokens_details ?? {}) as Record<string, unknown>;
+  const outDetails = (u.completion_tokens_details ?? {}) as Record<string, unknown>;
+  return withDetails(input, output, { cacheRead: detailCount(inDetails?.cached_tokens), reasoning: detailCount(outDetails?.reasoning_tokens) });
 }
 
 /**
