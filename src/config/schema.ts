@@ -756,6 +756,7 @@ export const ConfigSchema = z
         if (key.limits !== undefined && key.limits.length > 0) {
           scopes.push({ path: ['tenants', i, 'keys', j, 'limits'], limits: key.limits });
           if (tenant.spread !== undefined) ctx.addIssue({ code: 'custom', path: ['tenants', i, 'keys', j, 'limits'], message: 'limits per key are not supported on a spread tenant (spread: k)' });
+          if (config.mode === 'central') ctx.addIssue({ code: 'custom', path: ['tenants', i, 'keys', j, 'limits'], message: 'limits per key are kept with their tenant on its owner: not supported with mode: central' });
         }
       });
       for (const scope of scopes) {

@@ -458,11 +458,11 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     const self = nodeId();
     if (!placed.here) {
       const owner = placed.owner?.id ?? null;
-      if (handoff?.isStandIn(tenant) === true) return { tenant, node: self, here: false, owner, standIn: true, limits: withUsage(limiter.peek(tenant)), queued: queues.depth(tenant) };
+      if (handoff?.isStandIn(tenant) === true) return { tenant, node: self, here: false, owner, standIn: true, limits: withUsage(limiter.peekAll(tenant)), queued: queues.depth(tenant) };
       return { tenant, node: self, here: false, owner, limits: [], queued: queues.depth(tenant) };
     }
     await handoff?.ready(tenant);
-    return { tenant, node: self, here: true, owner: self, limits: withUsage(limiter.peek(tenant)), queued: queues.depth(tenant) };
+    return { tenant, node: self, here: true, owner: self, limits: withUsage(limiter.peekAll(tenant)), queued: queues.depth(tenant) };
   };
   tenantStateRoutes(app, nodeId, handoff, tenantUsage);
   adminSources.set(app, {

@@ -358,6 +358,23 @@ export class Limiter {
   }
 
   /**
+   * State of every limit of `tenant`'s policy now (every model's and every key's), without taking
+   * anything; for operators. `[]` when the tenant has no policy.
+   */
+  peekAll(tenant: string): readonly LimitState[] {
+    const policy = this.#policyFor(tenant);
+    if (policy === undefined) return [];
+    const now = this.#clock.now();
+    const st = this.#tenants.get(tenant);
+    if (st !== undefined && st.policy !== policy) this.#rebuild(st, policy, now);
+    const c = st === undefined ? this.#compile(policy) : st.compiled;
+    const all = c.limits.map((_, i) => i);
+    if (st === undefined) return all.map((i) => limitState(c, undefined, i, now));
+    for (const i of all) syncLimit(c, st, i, now);
+    return this.#states(st, all, now);
+  }
+
+  /**
    * Drops the state of every idle tenant (every bucket full, every window empty, no live lease,
    * no open reservation) and of tenants that no longer have a policy. O(tenants).
    * @returns how many tenants were dropped.
