@@ -64,7 +64,7 @@ async function remaining(app: FastifyInstance): Promise<{ month: number; ci: num
   let admin = admins.get(app);
   if (admin === undefined) {
     admin = buildAdminServer(ADMIN_TOKEN, app.log);
-    registerNodeAdmin(app, admin, async () => true);
+    registerNodeAdmin(app, admin, async () => ({ handedOff: 0, ring: '' }));
     await admin.ready();
     admins.set(app, admin);
   }
