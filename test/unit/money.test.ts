@@ -274,3 +274,21 @@ describe('weighted tokens', () => {
     assert.deepEqual(limiter.peek('t').map((l) => l.remaining), [950, 800]);
   });
 });
+
+describe('a stand-in gives back the spend it admitted', () => {
+  test('budget usage since the loaded state, added to the owner\'s budget of the same period', async () => {
+    const { budgetUsageSince, withUsage } = await import('../../src/limiter/usage-delta.ts');
+    const start = Date.parse('2025-03-01T00:00:00Z');
+    const base = { v: 1 as const, at: 0, limits: [{ name: 'cost/month', algorithm: 'budget' as const, spent: '500', start }], reservations: [] };
+    const current = { ...base, limits: [{ name: 'cost/month', algorithm: 'budget' as const, spent: '1700', start }] };
+    const usage = budgetUsageSince(base, current);
+    assert.deepEqual(usage, [{ name: 'cost/month', start, spent: '1200' }]);
+    assert.deepEqual(budgetUsageSince(base, base), []);
+    const owner = { ...base, limits: [{ name: 'cost/month', algorithm: 'budget' as const, spent: '9000', start }] };
+    assert.deepEqual(withUsage(owner, { windows: [], buckets: [], budgets: usage }, start + 10).limits, [{ name: 'cost/month', algorithm: 'budget', spent: '10200', start }]);
+    // An owner still holding an earlier period takes the new period's spend; fresh owners take it as is.
+    const older = { ...base, limits: [{ name: 'cost/month', algorithm: 'budget' as const, spent: '9000', start: start - 1 }] };
+    assert.deepEqual(withUsage(older, { windows: [], buckets: [], budgets: usage }, start + 10).limits, [{ name: 'cost/month', algorithm: 'budget', spent: '1200', start }]);
+    assert.deepEqual(withUsage(undefined, { windows: [], buckets: [], budgets: usage }, start + 10).limits, [{ name: 'cost/month', algorithm: 'budget', spent: '1200', start }]);
+  });
+});
