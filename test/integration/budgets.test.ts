@@ -202,3 +202,49 @@ describe('cost limits through the gateway', () => {
     }
   });
 });
+
+describe('a budget that renews beyond the hour', () => {
+  test('429 budget_exceeded with x-should-retry: false and no retry-after; the Anthropic shape on /v1/messages', async () => {
+    const sim = await startSimulator({ port: 0 });
+    const loaded = buildConfig(
+      {
+        server: { log_level: 'silent' },
+        tenants: [{ id: 'tiny', keys: [KEY], limits: [{ usd: '0.0006', period: 'month', time_zone: 'America/New_York' }] }],
+        models: [
+          { name: 'gpt-4o-mini', encoding: 'o200k_base', estimator: 'exact', deployments: ['sim'], prices: PRICES },
+          { name: 'claude-test', encoding: 'none', deployments: ['sim-anthropic'], prices: PRICES },
+        ],
+        deployments: [
+          { name: 'sim', provider: 'openai', base_url: sim.url, api_key_env: 'SIM_KEY', forward_headers: ['x-sim-output-tokens'] },
+          { name: 'sim-anthropic', provider: 'anthropic', base_url: sim.url, api_key_env: 'SIM_KEY' },
+        ],
+      },
+      'tiny.yaml',
+      { SIM_KEY: 'sim-key' },
+    );
+    const app = buildGateway({ config: loaded, clock: new ManualClock(T0), logger: false });
+    try {
+      const first = await app.inject({ method: 'POST', url: '/v1/chat/completions', headers: headers(KEY, { 'x-sim-output-tokens': '7' }), payload: { model: 'gpt-4o-mini', max_tokens: 50, messages } });
+      assert.equal(first.statusCode, 200, first.body);
+      // The largest reservation the $0.0006 budget could take alone: refused only because of what was spent.
+      const maxTokens = Math.floor((600 - PROMPT) / 8);
+      const second = await app.inject({ method: 'POST', url: '/v1/chat/completions', headers: headers(), payload: { model: 'gpt-4o-mini', max_tokens: maxTokens, messages } });
+      assert.equal(second.statusCode, 429, second.body);
+      assert.equal(second.headers['x-quotaring-error'], 'budget_exceeded');
+      assert.equal(second.headers['x-should-retry'], 'false');
+      assert.equal(second.headers['retry-after'], undefined);
+      assert.equal(second.headers['x-quotaring-budget-reset'], '2025-04-01T04:00:00Z');
+      assert.match((second.json() as { error: { message: string } }).error.message, /It renews at 2025-04-01T04:00:00Z\.$/);
+      // One more output token than the budget holds can never pass: request_too_large.
+      const huge = await app.inject({ method: 'POST', url: '/v1/chat/completions', headers: headers(), payload: { model: 'gpt-4o-mini', max_tokens: maxTokens + 1, messages } });
+      assert.equal(huge.headers['x-quotaring-error'], 'request_too_large');
+      const anthropic = await app.inject({ method: 'POST', url: '/v1/messages', headers: headers(), payload: { model: 'claude-test', max_tokens: maxTokens - 3, messages } });
+      assert.equal(anthropic.statusCode, 429, anthropic.body);
+      assert.equal((anthropic.json() as { type: string; error: { type: string } }).error.type, 'rate_limit_error');
+      assert.equal(anthropic.headers['x-quotaring-error'], 'budget_exceeded');
+    } finally {
+      await app.close();
+      await sim.close();
+    }
+  });
+});
