@@ -99,6 +99,12 @@ export const ERRORS = {
     anthropicType: 'rate_limit_error',
     message: 'Rate limit reached. Retry after the time in the retry-after header.',
   },
+  budget_exceeded: {
+    status: 429,
+    openaiType: 'insufficient_quota',
+    anthropicType: 'rate_limit_error',
+    message: 'The budget (a cost limit) of this tenant or key is spent until it renews; the message says when. An admin may raise it.',
+  },
   request_too_large: {
     status: 429,
     openaiType: 'tokens',

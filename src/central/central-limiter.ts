@@ -68,7 +68,9 @@ function checkName(what: string, name: string): void {
   }
 }
 
+/** @throws RangeError for a `cost` limit: budgets live in RAM only (the config refuses them in central mode). */
 function typeOf(spec: LimitSpec): 'b' | 'w' | 'c' {
+  if (spec.kind === 'cost') throw new RangeError(`limit "${spec.name}": cost limits are not supported in central mode`);
   return spec.kind === 'concurrent' ? 'c' : spec.algorithm === 'token_bucket' ? 'b' : 'w';
 }
 
@@ -203,7 +205,7 @@ export class CentralLimiter {
     return {
       type,
       limit: spec.limit,
-      periodMs: spec.kind === 'concurrent' ? spec.leaseTtlMs : spec.windowMs,
+      periodMs: spec.kind === 'concurrent' ? spec.leaseTtlMs : spec.kind === 'cost' ? 0 : spec.windowMs,
       name: spec.name,
       key,
       aux: type === 'w' ? this.#key(tenant, `s:${spec.name}`) : key,

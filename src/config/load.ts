@@ -6,7 +6,7 @@ import { readFileSync } from 'node:fs';
 import { parseDocument } from 'yaml';
 import type { z } from 'zod';
 import type { Policy } from '../limiter/types.ts';
-import { policyFromLimits } from './policy.ts';
+import { policyFromTenant } from './policy.ts';
 import { ConfigSchema } from './schema.ts';
 import type { Config, DeploymentConfig, ModelConfig, RedisConfig, TenantConfig } from './schema.ts';
 import { resolveRedisConnection } from './redis-url.ts';
@@ -48,6 +48,8 @@ export interface Tier {
 /** What an API key gives: its tenant, its default tier, and the tiers it may ask for by name. */
 export interface KeyAccess {
   readonly tenant: TenantConfig;
+  /** The key's id (its name in config), when it has one: selects the key's own limits. */
+  readonly keyId?: string;
   readonly tier: Tier;
   readonly tiers: ReadonlyMap<string, Tier>;
 }
@@ -133,7 +135,8 @@ export function buildConfig(raw: unknown, file: string, env: NodeJS.ProcessEnv =
       // A key limited to tiers without the tenant's default defaults to the highest of its own.
       const tenantDefault = tenant.priority ?? (tenantTiers[0] as string);
       const tier = own.priority ?? (allowed.includes(tenantDefault) ? tenantDefault : (allowed[0] as string));
-      accessByKey.set(value, Object.freeze({ tenant, tier: tiers.get(tier) as Tier, tiers: tiersOf(allowed) }));
+      const keyId = typeof key === 'string' ? undefined : key.id;
+      accessByKey.set(value, Object.freeze({ tenant, tier: tiers.get(tier) as Tier, tiers: tiersOf(allowed), ...(keyId === undefined ? {} : { keyId }) }));
     });
   });
 
@@ -164,7 +167,7 @@ export function buildConfig(raw: unknown, file: string, env: NodeJS.ProcessEnv =
     tenantByKey,
     accessByKey,
     tiers,
-    policies: new Map(config.tenants.map((t) => [t.id, policyFromLimits(t.limits)])),
+    policies: new Map(config.tenants.map((t) => [t.id, policyFromTenant(t)])),
     models: new Map(config.models.map((m) => [m.name, m])),
     deployments,
   });

@@ -7,6 +7,9 @@ import { parseDuration } from './duration.ts';
 import { hasPassword } from './redis-url.ts';
 import { azureBaseUrlProblem } from '../providers/azure/endpoint.ts';
 import { geminiBaseUrlProblem } from '../providers/gemini/endpoint.ts';
+import { parseUsdMicros } from '../pricing/usd.ts';
+import type { PriceTable } from '../pricing/prices.ts';
+import { isTimeZone } from '../limiter/budget-period.ts';
 
 /** A duration: ms as a number, or a string like `1m`, `500ms`, `1h30m`. Output: ms. */
 const duration = z.union([z.number().nonnegative(), z.string()]).transform((value, ctx) => {
@@ -33,6 +36,50 @@ const byteSize = z.union([z.number().int().positive(), z.string()]).transform((v
   return Number(m[1]) * (unit === 'mb' ? 1_048_576 : unit === 'kb' ? 1_024 : 1);
 });
 
+/**
+ * A US-dollar amount: a number (`2.5`) or a decimal string (`"0.075"`, `"$50"`), at most 6 decimal
+ * places. Output: integer micro-dollars, read exactly from the decimal text (see `src/pricing/usd.ts`).
+ */
+const usd = z.union([z.number(), z.string()]).transform((value, ctx) => {
+  const micros = parseUsdMicros(value);
+  if (micros === undefined) {
+    ctx.addIssue({ code: 'custom', message: `${JSON.stringify(value)} is not an amount of US dollars (a number ≥ 0 with at most 6 decimals, e.g. 2.5 or "0.075")` });
+    return z.NEVER;
+  }
+  return micros;
+});
+
+/**
+ * A price table in US dollars per million tokens, e.g. `{input: 2.50, cached_input: 1.25, output:
+ * 10.00}`. Output: a {@link PriceTable} in integer micro-dollars per million tokens, with
+ * `cached_input` and `cache_write` defaulting to `input` and `reasoning` to `output`.
+ */
+export const PriceSchema = z
+  .strictObject({
+    /** Uncached input tokens, USD per million. */
+    input: usd,
+    /** Output tokens, USD per million. */
+    output: usd,
+    /** Input tokens read from the prompt cache, USD per million. @default input */
+    cached_input: usd.optional(),
+    /** Input tokens written to the prompt cache (Anthropic's cache writes), USD per million. @default input */
+    cache_write: usd.optional(),
+    /** Reasoning tokens, USD per million, where they are priced apart from output. @default output */
+    reasoning: usd.optional(),
+  })
+  .transform((p): PriceTable => ({
+    input: p.input,
+    cachedInput: p.cached_input ?? p.input,
+    cacheWrite: p.cache_write ?? p.input,
+    output: p.output,
+    reasoning: p.reasoning ?? p.output,
+  }));
+
+/** Calendar periods of a cost limit. */
+export const BUDGET_PERIODS = ['day', 'week', 'month'] as const;
+/** Longest window of a cost limit: 366 days, ms. */
+const MAX_BUDGET_WINDOW_MS = 366 * 86_400_000;
+
 /** Algorithms of a requests/tokens limit. */
 export const ALGORITHMS = ['token_bucket', 'sliding_window'] as const;
 /** Tokenizers a model may name; `none` = no public tokenizer. */
@@ -41,17 +88,35 @@ export const ENCODINGS = ['o200k_base', 'cl100k_base', 'none'] as const;
 export const ESTIMATORS = ['estimate', 'exact'] as const;
 
 /**
- * One limit. Exactly one of `requests`, `tokens` or `concurrent`:
+ * One limit. Exactly one of `requests`, `tokens`, `concurrent` or `usd`:
  * `{requests: 600, window: 1m}`, `{tokens: 200000, window: 1m, algorithm: sliding_window}`,
- * `{concurrent: 20, lease_ttl: 10m}`; `model` scopes it to one model.
+ * `{concurrent: 20, lease_ttl: 10m}`, `{usd: 50, window: 1d}`, `{usd: 1000, period: month,
+ * time_zone: Europe/Paris}`; `model` scopes it to one model.
  */
 export const LimitSchema = z
   .strictObject({
     requests: positiveInt.optional(),
     tokens: positiveInt.optional(),
     concurrent: positiveInt.optional(),
-    /** Window of a requests/tokens limit, 1s ..= 1d. */
+    /** A cost limit (a budget): US dollars of spend per window or calendar period (> 0). */
+    usd: usd.optional(),
+    /** Window of a requests/tokens limit, 1s ..= 1d; of a cost limit, 1s ..= 366d (fixed windows aligned to the Unix epoch). */
     window: duration.optional(),
+    /** A cost limit's calendar period (instead of a window): starts at local midnight in `time_zone`; weeks start on Monday. */
+    period: z.enum(BUDGET_PERIODS).optional(),
+    /** IANA time zone of a calendar `period`. @default UTC */
+    time_zone: z.string().refine(isTimeZone, 'time_zone: an IANA time zone such as UTC, Europe/Paris or America/New_York').optional(),
+    /**
+     * A tokens limit only: how much a cached input token, a cache-write token and a reasoning token
+     * count at settlement (0 ..= 10; 1 = a full token). @default 1 each
+     */
+    weights: z
+      .strictObject({
+        cache_read: z.number().min(0).max(10).optional(),
+        cache_write: z.number().min(0).max(10).optional(),
+        reasoning: z.number().min(0).max(10).optional(),
+      })
+      .optional(),
     /** @default token_bucket */
     algorithm: z.enum(ALGORITHMS).optional(),
     /** TTL of a concurrency slot that is neither released nor renewed. @default 10m */
@@ -59,9 +124,24 @@ export const LimitSchema = z
     model: z.string().min(1).optional(),
   })
   .superRefine((limit, ctx) => {
-    const kinds = (['requests', 'tokens', 'concurrent'] as const).filter((k) => limit[k] !== undefined);
+    const kinds = (['requests', 'tokens', 'concurrent', 'usd'] as const).filter((k) => limit[k] !== undefined);
     if (kinds.length !== 1) {
-      ctx.addIssue({ code: 'custom', message: 'a limit sets exactly one of requests, tokens or concurrent' });
+      ctx.addIssue({ code: 'custom', message: 'a limit sets exactly one of requests, tokens, concurrent or usd' });
+      return;
+    }
+    if (limit.weights !== undefined && kinds[0] !== 'tokens') ctx.addIssue({ code: 'custom', path: ['weights'], message: 'weights apply to tokens limits only' });
+    if (kinds[0] !== 'usd' && (limit.period !== undefined || limit.time_zone !== undefined)) {
+      ctx.addIssue({ code: 'custom', path: [limit.period !== undefined ? 'period' : 'time_zone'], message: 'period and time_zone apply to cost (usd) limits only' });
+    }
+    if (kinds[0] === 'usd') {
+      if (limit.usd === 0) ctx.addIssue({ code: 'custom', path: ['usd'], message: 'usd: a budget above 0' });
+      if (limit.algorithm !== undefined || limit.lease_ttl !== undefined) ctx.addIssue({ code: 'custom', message: 'a cost (usd) limit takes no algorithm or lease_ttl' });
+      if ((limit.window === undefined) === (limit.period === undefined)) {
+        ctx.addIssue({ code: 'custom', path: ['window'], message: 'a cost (usd) limit needs either a window (e.g. 1d, 30d) or a calendar period (day, week, month)' });
+      } else if (limit.window !== undefined && (limit.window < 1_000 || limit.window > MAX_BUDGET_WINDOW_MS || !Number.isInteger(limit.window))) {
+        ctx.addIssue({ code: 'custom', path: ['window'], message: 'the window of a cost limit must be a whole number of ms from 1s to 366d' });
+      }
+      if (limit.time_zone !== undefined && limit.period === undefined) ctx.addIssue({ code: 'custom', path: ['time_zone'], message: 'time_zone applies to a calendar period (period: day, week or month); windows are aligned to the Unix epoch' });
       return;
     }
     if (kinds[0] === 'concurrent') {
@@ -91,12 +171,17 @@ const ApiKeySchema = z.union([
     .strictObject({
       key: z.string().min(8).optional(),
       env: z.string().min(1).optional(),
+      /** A name for this key (never the key itself): its limits are named after it (`tokens/1m#ci`), and so are its headers and errors. Required with `limits`. */
+      id: z.string().regex(/^[A-Za-z0-9._-]{1,64}$/, 'key id: 1-64 of A-Z a-z 0-9 . _ -').optional(),
+      /** This key's own limits, applied on top of its tenant's (any kind; kept with the tenant on its owner). @default [] */
+      limits: z.array(LimitSchema).optional(),
       /** Default tier of this key's requests (else the tenant's). */
       priority: z.string().min(1).optional(),
       /** Tiers this key may ask for with `x-quotaring-priority` (else the tenant's). */
       priorities: z.array(z.string().min(1)).min(1).optional(),
     })
-    .refine((k) => (k.key === undefined) !== (k.env === undefined), 'give the key itself (key) or the environment variable holding it (env), one of the two'),
+    .refine((k) => (k.key === undefined) !== (k.env === undefined), 'give the key itself (key) or the environment variable holding it (env), one of the two')
+    .refine((k) => k.limits === undefined || k.limits.length === 0 || k.id !== undefined, { message: 'a key with limits needs an id (a name for it: its limits are named after it)', path: ['id'] }),
 ]);
 
 /**
@@ -156,6 +241,8 @@ export const ModelSchema = z.strictObject({
   stored_context_tokens: z.number().int().min(0).default(4096),
   /** Deployment names, in order of preference (failover follows this order). */
   deployments: z.array(z.string().min(1)).min(1),
+  /** Prices of this model, USD per million tokens (what cost limits charge). A deployment's own `prices` replace them for the requests it serves. @default none */
+  prices: PriceSchema.optional(),
   /**
    * Relative weights, one per deployment: new requests are spread over the deployments of the
    * endpoint's format in these proportions (smooth weighted round-robin, skipping a deployment whose
@@ -218,6 +305,11 @@ export const DeploymentSchema = z.strictObject({
    * API is recent and keeps no responses unless told to)
    */
   responses_api: z.enum(['native', 'chat']).optional(),
+  /**
+   * Prices of this deployment, USD per million tokens, replacing its model's for the requests it
+   * serves (Azure and Bedrock prices differ from the provider's own). @default the model's prices
+   */
+  prices: PriceSchema.optional(),
   /** Provider quota (enforced cluster-wide by the global cap; see issue 4). */
   quota: z.strictObject({ rpm: positiveInt.optional(), tpm: positiveInt.optional() }).default({}),
   /** Fraction of the quota to use. @default 0.9 */
@@ -655,12 +747,38 @@ export const ConfigSchema = z
         }
       });
     });
+    const deploymentByName = new Map(config.deployments.map((d) => [d.name, d]));
+    /** True when every request for `model` has a price (the model's, or every one of its deployments'). */
+    const priced = (model: (typeof config.models)[number]): boolean => model.prices !== undefined || model.deployments.every((d) => deploymentByName.get(d)?.prices !== undefined);
     config.tenants.forEach((tenant, i) => {
-      tenant.limits.forEach((limit, j) => {
-        if (limit.model !== undefined && !models.has(limit.model)) {
-          ctx.addIssue({ code: 'custom', path: ['tenants', i, 'limits', j, 'model'], message: `no model named "${limit.model}"` });
+      const scopes: { path: (string | number)[]; limits: readonly (typeof tenant.limits)[number][] }[] = [{ path: ['tenants', i, 'limits'], limits: tenant.limits }];
+      const keyIds = new Set<string>();
+      tenant.keys.forEach((key, j) => {
+        if (typeof key === 'string') return;
+        if (key.id !== undefined) {
+          if (keyIds.has(key.id)) ctx.addIssue({ code: 'custom', path: ['tenants', i, 'keys', j, 'id'], message: `duplicate key id "${key.id}" in tenant ${tenant.id}` });
+          keyIds.add(key.id);
+        }
+        if (key.limits !== undefined && key.limits.length > 0) {
+          scopes.push({ path: ['tenants', i, 'keys', j, 'limits'], limits: key.limits });
+          if (tenant.spread !== undefined) ctx.addIssue({ code: 'custom', path: ['tenants', i, 'keys', j, 'limits'], message: 'limits per key are not supported on a spread tenant (spread: k)' });
+          if (config.mode === 'central') ctx.addIssue({ code: 'custom', path: ['tenants', i, 'keys', j, 'limits'], message: 'limits per key are kept with their tenant on its owner: not supported with mode: central' });
         }
       });
+      for (const scope of scopes) {
+        scope.limits.forEach((limit, j) => {
+          if (limit.model !== undefined && !models.has(limit.model)) {
+            ctx.addIssue({ code: 'custom', path: [...scope.path, j, 'model'], message: `no model named "${limit.model}"` });
+          }
+          if (limit.usd === undefined) return;
+          if (config.mode === 'central') ctx.addIssue({ code: 'custom', path: [...scope.path, j, 'usd'], message: 'cost (usd) limits are kept in the owner\'s RAM: not supported with mode: central' });
+          if (tenant.spread !== undefined) ctx.addIssue({ code: 'custom', path: [...scope.path, j, 'usd'], message: 'cost (usd) limits are not supported on a spread tenant (spread: k)' });
+          const unpriced = config.models.filter((m) => (limit.model === undefined || m.name === limit.model) && !priced(m)).map((m) => m.name);
+          if (unpriced.length > 0) {
+            ctx.addIssue({ code: 'custom', path: [...scope.path, j, 'usd'], message: `a cost limit needs prices for every model it covers: set prices on model${unpriced.length > 1 ? 's' : ''} ${unpriced.join(', ')} (or on each of ${unpriced.length > 1 ? 'their' : 'its'} deployments)` });
+          }
+        });
+      }
     });
   });
 

@@ -39,6 +39,7 @@
  * held here first (no Redis read) and reads Redis only when there is none.
  */
 import type { UsageDelta } from '../limiter/usage-delta.ts';
+import type { SettleDetail } from '../limiter/types.ts';
 import { Announcements } from './announcements.ts';
 import { Checkpoints } from './checkpoints.ts';
 import { Claims } from './claims.ts';
@@ -221,14 +222,14 @@ export class Handoff {
   }
 
   /**
-   * Settles reservation `id` on `tokens` actually used and releases its slot: here when this node
-   * holds the tenant, otherwise at the tenant's owner (forwarded, one retry, then logged as lost).
+   * Settles reservation `id` on `tokens` actually used (and `detail`: its cost and token kinds, see
+   * `Limiter.settle`) and releases its slot: here when this node holds the tenant, otherwise at the tenant's owner (forwarded, one retry, then logged as lost).
    * @param hops nodes the settlement went through (0 when it starts here).
    * @param from the node that forwarded it: when this node's ring still names that node as the owner,
    *   the sender's ring is newer (it handed the tenant here), so the settlement is applied here.
    */
-  finish(tenant: string, id: string, tokens: number, hops = 0, from?: string): Promise<{ settled: boolean; released: boolean }> {
-    return this.#settlements.finish(tenant, id, tokens, hops, from);
+  finish(tenant: string, id: string, tokens: number, hops = 0, from?: string, detail?: SettleDetail): Promise<{ settled: boolean; released: boolean }> {
+    return this.#settlements.finish(tenant, id, tokens, hops, from, detail);
   }
 
   /** Renews reservation `id` (a long stream) here or at the tenant's owner; `hops` and `from` as for {@link finish}. */

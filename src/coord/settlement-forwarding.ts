@@ -8,6 +8,7 @@
  * The route that receives them is `src/gateway/routes/settlements.ts`.
  */
 import type { UsageDelta } from '../limiter/usage-delta.ts';
+import type { SettleDetail, TokenKinds } from '../limiter/types.ts';
 import type { Claims } from './claims.ts';
 import type { HandOver } from './hand-over.ts';
 import type { HandoffContext } from './handoff-context.ts';
@@ -19,7 +20,17 @@ import type { Member } from './types.ts';
  * stand-in admitted for the owner's tenant, sent when it gives the tenant back.
  */
 export type ForwardedSettlement =
-  | { readonly op: 'finish'; readonly tenant: string; readonly id: string; /** Actual tokens used. */ readonly tokens: number }
+  | {
+      readonly op: 'finish';
+      readonly tenant: string;
+      readonly id: string;
+      /** Actual tokens used. */
+      readonly tokens: number;
+      /** Actual cost, pico-dollars as a decimal integer string; absent: the reserved cost stays charged. */
+      readonly cost?: string;
+      /** Token kinds among `tokens`, for weighted tokens limits; absent: every token weighs 1. */
+      readonly kinds?: TokenKinds;
+    }
   | { readonly op: 'renew'; readonly tenant: string; readonly id: string }
   | { readonly op: 'absorb'; readonly tenant: string; readonly usage: UsageDelta };
 
@@ -53,15 +64,17 @@ export class SettlementForwarding {
   }
 
   /**
-   * Settles reservation `id` on `tokens` actually used and releases its slot: here when this node
+   * Settles reservation `id` on `tokens` actually used (and `detail`: its cost and token kinds, see
+   * `Limiter.settle`) and releases its slot: here when this node
    * holds the tenant, otherwise at the tenant's owner (forwarded, one retry, then logged as lost).
    * @param hops nodes the settlement went through (0 when it starts here).
    * @param from the node that forwarded it: when this node's ring still names that node as the owner,
    *   the sender's ring is newer (it handed the tenant here), so the settlement is applied here.
    */
-  async finish(tenant: string, id: string, tokens: number, hops = 0, from?: string): Promise<{ settled: boolean; released: boolean }> {
-    if (await this.#holdsOrForwards(tenant, { op: 'finish', tenant, id, tokens }, hops, from)) {
-      const settled = this.#ctx.limiter.settle(tenant, id, tokens).settled;
+  async finish(tenant: string, id: string, tokens: number, hops = 0, from?: string, detail: SettleDetail = {}): Promise<{ settled: boolean; released: boolean }> {
+    const wire = { ...(detail.cost === undefined ? {} : { cost: detail.cost.toString() }), ...(detail.kinds === undefined ? {} : { kinds: detail.kinds }) };
+    if (await this.#holdsOrForwards(tenant, { op: 'finish', tenant, id, tokens, ...wire }, hops, from)) {
+      const settled = this.#ctx.limiter.settle(tenant, id, tokens, detail).settled;
       const released = this.#ctx.limiter.release(tenant, id);
       this.#claims.touched(tenant);
       return { settled, released };

@@ -33,7 +33,7 @@
 
 import { connect } from 'node:net';
 import type { TenantSnapshot } from '../limiter/snapshot.ts';
-import { isEmptyUsage, windowUsageSince } from '../limiter/usage-delta.ts';
+import { budgetUsageSince, isEmptyUsage, windowUsageSince } from '../limiter/usage-delta.ts';
 import type { UsageDelta } from '../limiter/usage-delta.ts';
 import type { Claims } from './claims.ts';
 import type { HandoffContext } from './handoff-context.ts';
@@ -271,7 +271,8 @@ export class StandIns {
 
   /** The usage admitted here for `tenant` since `base`, its state then; `current` is its state now. */
   usageSince(tenant: string, base: TenantSnapshot | undefined, current: TenantSnapshot | undefined): UsageDelta {
-    return { windows: windowUsageSince(base, current), buckets: this.#ctx.limiter.bucketUsage(tenant) };
+    const budgets = budgetUsageSince(base, current);
+    return { windows: windowUsageSince(base, current), buckets: this.#ctx.limiter.bucketUsage(tenant), ...(budgets.length === 0 ? {} : { budgets }) };
   }
 
   /**

@@ -17,6 +17,8 @@ declare module 'fastify' {
     tenant: TenantConfig | null;
     /** The request's priority tier (the key's default, or `x-quotaring-priority`); set with `tenant`. */
     tier: Tier | null;
+    /** The id of the API key the request came with (selects the key's own limits); null when the key has none. Set with `tenant`. */
+    keyId: string | null;
     /** The request's account for metrics and its log line; set by the exchange. */
     trail: RequestTrail | null;
   }
@@ -78,6 +80,7 @@ export function authHook(ctx: GatewayContext) {
       throw new GatewayError('invalid_api_key', why);
     }
     request.tenant = access.tenant;
+    request.keyId = access.keyId ?? null;
     const asked = request.headers[PRIORITY_HEADER];
     if (asked === undefined) {
       request.tier = access.tier;

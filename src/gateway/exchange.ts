@@ -24,7 +24,10 @@ import { sendMisdirected } from './ownership.ts';
 import { providerRetryWaitMs } from '../providers/retry-wait.ts';
 import { bodyRetryWaitMs, openAIShapedError } from '../providers/upstream-errors.ts';
 import type { CapLeases, CapTakeResult } from '../globalcap/cap-leases.ts';
-import { anthropicRateLimitHeaders, openAIRateLimitHeaders, retryAfterHeaders } from '../providers/rate-limit-headers.ts';
+import { anthropicRateLimitHeaders, budgetHeaders, openAIRateLimitHeaders, retryAfterHeaders, rfc3339After } from '../providers/rate-limit-headers.ts';
+import type { SettleDetail } from '../limiter/types.ts';
+import { formatMicros, formatPicoUsdCeil } from '../pricing/usd.ts';
+import { pricesOf, reservedCost, settleDetail, staysOnOwner } from './spend.ts';
 import { SecretScrubber } from '../security/scrub.ts';
 import { wireFormatOf } from '../providers/wire-format.ts';
 import { TranslationError } from '../providers/translate/index.ts';
@@ -93,7 +96,7 @@ export interface Exchange extends DeploymentCall {
    * `background: true`, whose usage comes with a later GET). Returning false settles as usual.
    * Never given `settle` in central mode (one call settles and releases there). @default none
    */
-  readonly onReply?: (text: string | undefined, settle: ((actualTokens: number) => void) | undefined) => boolean;
+  readonly onReply?: (text: string | undefined, settle: ((actualTokens: number, usage?: TokenUsage) => void) | undefined) => boolean;
 }
 
 /** First wait before retrying a Bedrock ThrottlingException (it carries no retry-after), ms; `retry_backoff` overrides. */
@@ -110,7 +113,34 @@ const RETRY_HEADER = /^(retry-after|retry-after-ms|x-should-retry)$/;
 
 function limitHeaders(ctx: GatewayContext, dialect: ErrorDialect, limits: readonly LimitState[]): Record<string, string> {
   const headers = openAIRateLimitHeaders(limits);
-  return dialect === 'anthropic' ? { ...headers, ...anthropicRateLimitHeaders(limits, ctx.clock.now()) } : headers;
+  const now = ctx.clock.now();
+  Object.assign(headers, budgetHeaders(limits, now));
+  return dialect === 'anthropic' ? { ...headers, ...anthropicRateLimitHeaders(limits, now) } : headers;
+}
+
+/** Longest wait a budget refusal still names in `retry-after`, ms: beyond it the client is told not to retry (`x-should-retry: false`). */
+const BUDGET_RETRY_MAX_MS = 3_600_000;
+
+/**
+ * Renders a refusal by a cost limit: 429 `request_too_large` when the request's reservation alone
+ * exceeds the budget, else 429 `budget_exceeded` saying what is spent and when the budget renews,
+ * with `retry-after` only when that is within the hour (else `x-should-retry: false`).
+ * @param money the request's reservation, pico-dollars.
+ */
+function sendBudgetRefusal(ctx: GatewayContext, reply: FastifyReply, ex: Exchange, result: Extract<AcquireResult, { ok: false }>, money: bigint, headers: Record<string, string>, queued: string): FastifyReply {
+  const refusing = result.limits.find((l) => l.name === result.limit);
+  const budget = refusing?.limit ?? 0;
+  const whose = result.limit.includes('#') ? `key ${result.limit.slice(result.limit.indexOf('#') + 1)} of tenant ${ex.tenant.id}` : `tenant ${ex.tenant.id}`;
+  const needs = `it may cost up to ${formatPicoUsdCeil(money)} (prompt ${ex.promptTokens} + max output ${ex.reservedOutput} tokens at ${ex.model.name} prices)`;
+  if (result.reason === 'too_large') {
+    const message = `Request too large for budget ${result.limit} of ${whose}: ${needs} but the budget is $${formatMicros(budget)}${ex.tier.floor > 0 ? ` and priority ${ex.tier.name} may use only ${Math.round((1 - ex.tier.floor) * 100)}% of it` : ''}. Lower max_tokens or shorten the prompt.`;
+    return reply.code(429).headers({ ...headers, 'x-should-retry': 'false', 'x-quotaring-error': 'request_too_large' }).send(errorBody(ex.dialect, 'request_too_large', message, { openaiType: 'insufficient_quota' }));
+  }
+  const renews = rfc3339After(ctx.clock.now(), refusing?.resetMs ?? result.retryAfterMs);
+  const spent = budget - (refusing?.remaining ?? 0);
+  const message = `Budget ${result.limit} of ${whose} is spent: $${formatMicros(spent)} of $${formatMicros(budget)} used (requests in flight included) and ${needs}.${queued} It renews at ${renews}.`;
+  const retry = result.retryAfterMs <= BUDGET_RETRY_MAX_MS ? retryAfterHeaders(result.retryAfterMs) : { 'x-should-retry': 'false' };
+  return reply.code(429).headers({ ...headers, ...retry, 'x-quotaring-error': 'budget_exceeded' }).send(errorBody(ex.dialect, 'budget_exceeded', message));
 }
 
 /** One scrubber per deployment set (deployments never change on a reload; a new set gets a new one). */
@@ -144,8 +174,12 @@ export function passHeaders(scrubber: SecretScrubber, upstream: Record<string, s
 /** Why a refused request did not wait, or how its wait ended (see `AdmissionQueues`). */
 type QueueEnd = { readonly kind: 'timeout' | 'overflow'; readonly waitedMs: number } | undefined;
 
-/** Renders a refusal: 429 `rate_limit_exceeded` with retry headers, or 429 `request_too_large` that must not be retried. */
-function sendRefusal(ctx: GatewayContext, reply: FastifyReply, ex: Exchange, result: Extract<AcquireResult, { ok: false }>, cost: number, queue?: QueueEnd): FastifyReply {
+/**
+ * Renders a refusal: 429 `rate_limit_exceeded` with retry headers, 429 `budget_exceeded` (a cost
+ * limit, see {@link sendBudgetRefusal}), or 429 `request_too_large` that must not be retried.
+ * @param money the request's reservation from cost limits, pico-dollars.
+ */
+function sendRefusal(ctx: GatewayContext, reply: FastifyReply, ex: Exchange, result: Extract<AcquireResult, { ok: false }>, cost: number, queue?: QueueEnd, money = 0n): FastifyReply {
   const trail = reply.request.trail;
   if (trail !== null) {
     trail.result = queue === undefined ? (result.reason === 'too_large' ? 'too_large' : 'limited') : queue.kind === 'timeout' ? 'queue_timeout' : 'queue_full';
@@ -155,6 +189,13 @@ function sendRefusal(ctx: GatewayContext, reply: FastifyReply, ex: Exchange, res
   const headers = limitHeaders(ctx, ex.dialect, result.limits);
   const refusing = result.limits.find((l) => l.name === result.limit);
   const capacity = refusing?.limit ?? 0;
+  const queued =
+    queue === undefined
+      ? ''
+      : queue.kind === 'timeout'
+        ? ` Waited ${(queue.waitedMs / 1_000).toFixed(1)}s in the queue (max_wait of priority ${ex.tier.name}).`
+        : ` The tenant's queue is full (queue.max_depth).`;
+  if (result.kind === 'cost') return sendBudgetRefusal(ctx, reply, ex, result, money, headers, queued);
   if (result.reason === 'too_large') {
     const unit = result.kind === 'tokens' ? `${cost} tokens (prompt ${ex.promptTokens} + max output ${ex.reservedOutput})` : `${cost} ${result.kind}`;
     const floored = ex.tier.floor > 0 && result.kind !== 'concurrent' ? ` and priority ${ex.tier.name} may use only ${Math.round((1 - ex.tier.floor) * 100)}% of it` : '';
@@ -165,12 +206,6 @@ function sendRefusal(ctx: GatewayContext, reply: FastifyReply, ex: Exchange, res
       .send(errorBody(ex.dialect, 'request_too_large', message, { openaiType: result.kind === 'tokens' ? 'tokens' : 'requests' }));
   }
   const wait = (result.retryAfterMs / 1_000).toFixed(3).replace(/\.?0+$/, '');
-  const queued =
-    queue === undefined
-      ? ''
-      : queue.kind === 'timeout'
-        ? ` Waited ${(queue.waitedMs / 1_000).toFixed(1)}s in the queue (max_wait of priority ${ex.tier.name}).`
-        : ` The tenant's queue is full (queue.max_depth).`;
   const message = `Rate limit reached for ${result.limit} of tenant ${ex.tenant.id}: limit ${capacity}, remaining ${refusing?.remaining ?? 0}, requested ${result.kind === 'tokens' ? cost : 1}.${queued} Please try again in ${wait}s.`;
   return reply
     .code(429)
@@ -287,6 +322,11 @@ async function exchange(ctx: GatewayContext, request: FastifyRequest, reply: Fas
   const tenantId = ex.tenant.id;
   const cost = ex.promptTokens + ex.reservedOutput;
   const requests = ex.requests ?? 1;
+  // Money reserved from the tenant's and key's cost limits, at the primary deployment's prices (pico-dollars).
+  const money = reservedCost(pricesOf(ex.model, ex.deployment), ex.promptTokens, ex.reservedOutput);
+  const keyId = request.keyId ?? undefined;
+  /** What every acquire of this request asks besides its tokens: its model, key and money. */
+  const asked = { requests, model: ex.model.name, ...(keyId === undefined ? {} : { key: keyId }), ...(money === 0n ? {} : { cost: money }) };
   const central = ctx.central;
   // Central mode: every limit of every tenant is in Redis; no owner, no spread.
   const spread = central === undefined && ctx.spread?.isSpread(tenantId) === true ? ctx.spread : undefined;
@@ -295,7 +335,9 @@ async function exchange(ctx: GatewayContext, request: FastifyRequest, reply: Fas
   if (spread !== undefined && ctx.handoff !== undefined && spread.placement(tenantId).index < 0) return sendMisdirected(request, reply, ctx.handoff, tenantId, spread.placement(tenantId).members[0]);
   // Hot tenant detection: the owner counts its tenants' requests (a found-hot tenant's share here × k).
   if (ctx.hot !== undefined && central === undefined) {
-    if (spread === undefined) ctx.hot.observe(tenantId);
+    if (spread === undefined) {
+      if (!staysOnOwner(ex.tenant)) ctx.hot.observe(tenantId);
+    }
     else if (spread.isHot(tenantId) && spread.owns(tenantId)) ctx.hot.observeSpread(tenantId, spread.spreadOf(tenantId) ?? 1);
   }
   // The primary deployment speaks another format: its call is the translation. A request that no
@@ -326,7 +368,7 @@ async function exchange(ctx: GatewayContext, request: FastifyRequest, reply: Fas
   /** Time the request waited in its tenant's queue, ms. */
   let waitedMs = 0;
   if (central !== undefined) {
-    const decided = await central.guard.run(() => central.limiter.acquire(tenantId, { id, tokens: cost, requests, model: ex.model.name }));
+    const decided = await central.guard.run(() => central.limiter.acquire(tenantId, { id, tokens: cost, ...asked }));
     if (!decided.ok) {
       // The central store could not decide: never a rate-limit answer, and nothing charged.
       quotas?.refund(ex.deployment.name, { requests: 1, tokens: cost });
@@ -336,14 +378,14 @@ async function exchange(ctx: GatewayContext, request: FastifyRequest, reply: Fas
     admitted = decided.value;
   } else if (spread !== undefined) {
     // A spread tenant's requests/tokens limits are leases (taken above): no floor, no queue here.
-    admitted = ctx.limiter.acquire(tenantId, { id, tokens: cost, requests, model: ex.model.name });
+    admitted = ctx.limiter.acquire(tenantId, { id, tokens: cost, ...asked });
   } else {
     const tier = ex.tier;
     const handoff = ctx.handoff;
     const attempt = (): AcquireResult | undefined =>
-      handoff !== undefined && !handoff.holds(tenantId) ? undefined : ctx.limiter.acquire(tenantId, { id, tokens: cost, requests, model: ex.model.name, ...(tier.floor > 0 ? { floor: tier.floor } : {}) });
+      handoff !== undefined && !handoff.holds(tenantId) ? undefined : ctx.limiter.acquire(tenantId, { id, tokens: cost, ...asked, ...(tier.floor > 0 ? { floor: tier.floor } : {}) });
     // When a waiter's deadline comes: how long a request like this one would still wait now.
-    const hint = (): number => ctx.limiter.waitMs(tenantId, { tokens: cost, requests, model: ex.model.name, ...(tier.floor > 0 ? { floor: tier.floor } : {}) });
+    const hint = (): number => ctx.limiter.waitMs(tenantId, { tokens: cost, ...asked, ...(tier.floor > 0 ? { floor: tier.floor } : {}) });
     const decided = ctx.queues.admit(tenantId, tier.rank, tier.maxWaitMs, attempt, hint);
     let outcome: AdmitOutcome;
     if (decided.kind === 'waiting') {
@@ -382,14 +424,14 @@ async function exchange(ctx: GatewayContext, request: FastifyRequest, reply: Fas
     if (outcome.kind !== 'admitted' && outcome.kind !== 'refused') {
       // Waited past its deadline, or found the queue full: the quota was given back when it queued.
       if (quotaHeld) quotas?.refund(ex.deployment.name, { requests: 1, tokens: cost });
-      return sendRefusal(ctx, reply, ex, outcome.result, cost, { kind: outcome.kind, waitedMs: outcome.waitedMs });
+      return sendRefusal(ctx, reply, ex, outcome.result, cost, { kind: outcome.kind, waitedMs: outcome.waitedMs }, money);
     }
     admitted = outcome.result;
   }
   if (!admitted.ok) {
     if (quotaHeld) quotas?.refund(ex.deployment.name, { requests: 1, tokens: cost });
     if (group !== undefined) leases?.refund(group, { requests, tokens: cost });
-    return sendRefusal(ctx, reply, ex, group === undefined ? admitted : { ...admitted, limits: [...(spread?.limitStates(group) ?? []), ...admitted.limits] }, cost);
+    return sendRefusal(ctx, reply, ex, group === undefined ? admitted : { ...admitted, limits: [...(spread?.limitStates(group) ?? []), ...admitted.limits] }, cost, undefined, money);
   }
   if (spread === undefined && central === undefined) ctx.handoff?.touched(tenantId);
   trail.result = 'admitted';
@@ -414,6 +456,10 @@ async function exchange(ctx: GatewayContext, request: FastifyRequest, reply: Fas
   raw.on('close', onClose);
   // Tokens to settle at the end; starts at "refund everything" (upstream failure before any output).
   let actual = 0;
+  /** The usage the provider reported (prices and weighs the settlement), when it did. */
+  let reported: TokenUsage | undefined;
+  /** A success that reported no usage: the reserved cost stays charged. */
+  let unreported = false;
   /** A success: its upstream JSON text (undefined for a stream) and whether it reported usage, for `ex.onReply`. */
   let succeeded: { readonly text: string | undefined; readonly reported: boolean } | undefined;
   // The deployment serving the request and whose quota it holds (failover moves both).
@@ -457,7 +503,7 @@ async function exchange(ctx: GatewayContext, request: FastifyRequest, reply: Fas
         if (attempt.status === 429 && central === undefined && spread === undefined && (ctx.handoff === undefined || ctx.handoff.holds(tenantId))) {
           ctx.limiter.settle(tenantId, id, 0);
           ctx.limiter.release(tenantId, id);
-          const own = ctx.limiter.waitMs(tenantId, { tokens: cost, requests, model: ex.model.name, ...(ex.tier.floor > 0 ? { floor: ex.tier.floor } : {}) });
+          const own = ctx.limiter.waitMs(tenantId, { tokens: cost, ...asked, ...(ex.tier.floor > 0 ? { floor: ex.tier.floor } : {}) });
           if (own > (attempt.waitMs ?? 0) && own < Infinity) later = retryAfterHeaders(own);
         }
         return attempt.send(reply, headers, later);
@@ -486,6 +532,8 @@ async function exchange(ctx: GatewayContext, request: FastifyRequest, reply: Fas
           const usage = call.usageFromJson(jsonField(text, 'usage'));
           // No usage reported: keep the reservation (the conservative charge).
           actual = usage === undefined ? cost : usage.input + usage.output;
+          reported = usage;
+          unreported = usage === undefined;
           succeeded = { text, reported: usage !== undefined };
         }
         if (call.translate !== undefined) {
@@ -507,7 +555,9 @@ async function exchange(ctx: GatewayContext, request: FastifyRequest, reply: Fas
         return reply.code(res.statusCode).headers(headers).send(res.statusCode < 300 ? text : scrubber.body(text));
       }
       if (call.translate !== undefined) headers['content-type'] = 'text/event-stream';
-      actual = await pipeStream(ctx, reply, ex, call, res, headers, client, id);
+      const streamed = await pipeStream(ctx, reply, ex, call, res, headers, client, id);
+      actual = streamed.tokens;
+      reported = streamed.usage;
       if (res.statusCode < 300) succeeded = { text: undefined, reported: false };
       return reply;
     }
@@ -516,8 +566,10 @@ async function exchange(ctx: GatewayContext, request: FastifyRequest, reply: Fas
     ctx.activity.inFlight--;
     trail.used = actual;
     const quotaHolder = held;
-    const settle = (tokens: number): void => {
-      finish(ctx, tenantId, id, tokens, spread !== undefined);
+    // Priced by the deployment that served the request (a failover may have moved it to other prices).
+    const servedPrices = pricesOf(ex.model, deployment);
+    const settle = (tokens: number, usage?: TokenUsage, keepCost = false): void => {
+      finish(ctx, tenantId, id, tokens, spread !== undefined, settleDetail(servedPrices, usage, ex.promptTokens, keepCost ? undefined : tokens));
       if (quotaHolder !== undefined && ctx.quotas !== undefined) {
         if (tokens < cost) ctx.quotas.leases.refund(quotaHolder, { tokens: cost - tokens });
         else if (tokens > cost) ctx.quotas.leases.debit(quotaHolder, { tokens: tokens - cost });
@@ -533,7 +585,7 @@ async function exchange(ctx: GatewayContext, request: FastifyRequest, reply: Fas
       const deferrable = !succeeded.reported && central === undefined && releaseSlot(ctx, tenantId, id, spread !== undefined);
       taken = ex.onReply(succeeded.text, deferrable ? settle : undefined) && deferrable;
     }
-    if (!taken) settle(actual);
+    if (!taken) settle(actual, reported, unreported);
   }
 }
 
@@ -759,7 +811,7 @@ async function nextDeployment(
  * Settles reservation `id` on `actual` tokens and releases its slot: in this node's limiter while it
  * holds the tenant (synchronously: the next decision sees it), at the tenant's new owner otherwise.
  */
-function finish(ctx: GatewayContext, tenant: string, id: string, actual: number, spread: boolean): void {
+function finish(ctx: GatewayContext, tenant: string, id: string, actual: number, spread: boolean, detail: SettleDetail): void {
   const handoff = ctx.handoff;
   const central = ctx.central;
   if (central !== undefined) {
@@ -769,11 +821,11 @@ function finish(ctx: GatewayContext, tenant: string, id: string, actual: number,
     // A spread tenant's slot is always this node's; its tokens were settled on the leases.
     ctx.limiter.release(tenant, id);
   } else if (handoff === undefined || handoff.holds(tenant)) {
-    ctx.limiter.settle(tenant, id, actual);
+    ctx.limiter.settle(tenant, id, actual, detail);
     ctx.limiter.release(tenant, id);
     handoff?.touched(tenant);
   } else {
-    void handoff.finish(tenant, id, actual);
+    void handoff.finish(tenant, id, actual, 0, undefined, detail);
   }
 }
 
@@ -785,7 +837,7 @@ async function* sseBatches(body: AsyncIterable<Buffer>, splitter: SseSplitter): 
 /**
  * Passes an SSE reply through event by event, with backpressure, renewing the concurrency lease while
  * it flows. @returns tokens to settle: reported usage, or prompt + delivered output when the stream
- * ended early (client abort or upstream drop).
+ * ended early (client abort or upstream drop); and the usage when the stream reported it.
  */
 async function pipeStream(
   ctx: GatewayContext,
@@ -796,7 +848,7 @@ async function pipeStream(
   headers: Record<string, string>,
   client: { readonly gone: boolean },
   id: string,
-): Promise<number> {
+): Promise<{ readonly tokens: number; readonly usage: TokenUsage | undefined }> {
   const raw = reply.raw;
   reply.hijack();
   raw.writeHead(res.statusCode, headers);
@@ -841,6 +893,6 @@ async function pipeStream(
     if (!raw.destroyed) raw.destroy();
   }
   const usage = observer.usage();
-  if (usage !== undefined) return usage.input + usage.output;
-  return ex.promptTokens + observer.deliveredOutput;
+  if (usage !== undefined) return { tokens: usage.input + usage.output, usage };
+  return { tokens: ex.promptTokens + observer.deliveredOutput, usage: undefined };
 }

@@ -22,7 +22,7 @@ export interface KnownResponse {
   /** Its input + output tokens, once known: the prompt a `previous_response_id` naming it carries. */
   contextTokens: number | undefined;
   /** The settlement owed by a background response until it reports its usage; called once. */
-  settle: ((actualTokens: number) => void) | undefined;
+  settle: ((actualTokens: number, usage?: TokenUsage) => void) | undefined;
 }
 
 /** The remembered responses of one node. */
@@ -52,7 +52,7 @@ export class ResponseIds {
     const settle = entry.settle;
     if (settle === undefined) return false;
     entry.settle = undefined;
-    settle(usage.input + usage.output);
+    settle(usage.input + usage.output, usage);
     return true;
   }
 

@@ -373,7 +373,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     tenantLevels: () =>
       config.config.tenants
         .filter((t) => t.metrics && decidesFor(t.id) && (handoff === undefined || handoff.place(t.id).here))
-        .flatMap((t) => limiter.peek(t.id).map((l) => ({ tenant: t.id, limit: l.name, remaining: l.remaining }))),
+        .flatMap((t) => limiter.peekAll(t.id).map((l) => ({ tenant: t.id, limit: l.name, remaining: l.remaining }))),
     leaseRenewals: () => quotas?.leases.renewals ?? { granted: 0, partial: 0, denied: 0, failed: 0 },
     leaseGivenBack: () => quotas?.leases.givenBack ?? { sent: 0, answered: 0 },
     guardCalls: () => [
@@ -386,6 +386,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
   clusterOpts?.membership.onRejectedEntry?.((entry) => app.log.warn({ member: entry.id ?? null, problem: entry.problem, count: entry.count ?? 1 }, entry.problem === 'too_many_entries' ? 'membership reads hit their entry cap: junk member entries in Redis' : 'member entries in Redis ignored: not signed with the cluster secret'));
   app.decorateRequest('tenant', null);
   app.decorateRequest('tier', null);
+  app.decorateRequest('keyId', null);
   app.decorateRequest('trail', null);
   registerJsonBody(app, server.body_limit, server.json_depth, server.json_max_members);
   const clusterAuth = clusterAuthHooks(app, signer);
@@ -457,11 +458,11 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     const self = nodeId();
     if (!placed.here) {
       const owner = placed.owner?.id ?? null;
-      if (handoff?.isStandIn(tenant) === true) return { tenant, node: self, here: false, owner, standIn: true, limits: withUsage(limiter.peek(tenant)), queued: queues.depth(tenant) };
+      if (handoff?.isStandIn(tenant) === true) return { tenant, node: self, here: false, owner, standIn: true, limits: withUsage(limiter.peekAll(tenant)), queued: queues.depth(tenant) };
       return { tenant, node: self, here: false, owner, limits: [], queued: queues.depth(tenant) };
     }
     await handoff?.ready(tenant);
-    return { tenant, node: self, here: true, owner: self, limits: withUsage(limiter.peek(tenant)), queued: queues.depth(tenant) };
+    return { tenant, node: self, here: true, owner: self, limits: withUsage(limiter.peekAll(tenant)), queued: queues.depth(tenant) };
   };
   tenantStateRoutes(app, nodeId, handoff, tenantUsage);
   adminSources.set(app, {

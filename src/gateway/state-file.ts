@@ -12,6 +12,7 @@ import { loadLocalState, saveLocalState } from '../coord/local-state.ts';
 import type { Limiter } from '../limiter/limiter.ts';
 import { parseTenantSnapshot } from '../limiter/snapshot.ts';
 import type { Policy } from '../limiter/types.ts';
+import { longestPeriodMs } from '../limiter/budget-period.ts';
 
 /** A node's state file: load before listening, save on a graceful stop. */
 export interface NodeLocalState {
@@ -21,10 +22,10 @@ export interface NodeLocalState {
   save(): Promise<void>;
 }
 
-/** Redis expiry of a tenant's stored state, ms: its longest window (or lease), plus a minute. */
+/** Redis expiry of a tenant's stored state, ms: its longest window, lease or budget period (a month: 31 days and an hour), plus a minute. */
 export function stateTtlMs(policy: Policy | undefined): number {
   let longest = 0;
-  for (const limit of policy?.limits ?? []) longest = Math.max(longest, limit.kind === 'concurrent' ? limit.leaseTtlMs : limit.windowMs);
+  for (const limit of policy?.limits ?? []) longest = Math.max(longest, limit.kind === 'concurrent' ? limit.leaseTtlMs : limit.kind === 'cost' ? longestPeriodMs(limit.period) : limit.windowMs);
   return longest + 60_000;
 }
 

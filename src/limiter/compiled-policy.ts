@@ -12,10 +12,13 @@ export const DEFAULT_RESERVATION_TTL_MS = 600_000;
 export interface CompiledPolicy {
   readonly policy: Policy;
   readonly limits: readonly LimitSpec[];
-  /** Indexes (policy order) of the limits that apply to a request without a model. */
+  /** Indexes (policy order) of the limits that apply to a request without a model or key. */
   readonly unscoped: readonly number[];
-  /** Per model named by a scoped limit: indexes of unscoped + that model's limits, policy order. Null when no limit is scoped. */
-  readonly byModel: ReadonlyMap<string, readonly number[]> | null;
+  /**
+   * Per (model, key) asked for: indexes of the limits that apply (unscoped, plus those scoped to that
+   * model and/or that key), policy order; filled on use. Null when no limit is scoped.
+   */
+  readonly selections: Map<string, readonly number[]> | null;
   /** Reservation lifetime, ms: the longest `leaseTtlMs` of the policy's concurrency limits, or 10 min when none. */
   readonly reservationTtlMs: number;
   /**
@@ -28,6 +31,10 @@ export interface CompiledPolicy {
   readonly slots: number;
   /** Limit index by name. */
   readonly indexByName: ReadonlyMap<string, number>;
+  /** True when a `tokens` limit has weights (settlement then weighs token kinds). */
+  readonly weighted: boolean;
+  /** True when the policy has a `cost` limit. */
+  readonly budgets: boolean;
 }
 
 /**
@@ -38,9 +45,9 @@ export interface CompiledPolicy {
 export function compilePolicy(policy: Policy): CompiledPolicy {
   const limits = policy.limits;
   const unscoped: number[] = [];
-  const models = new Set<string>();
   const names = new Set<string>();
   let ttl = 0;
+  let scoped = false;
   limits.forEach((l, i) => {
     if (!Number.isSafeInteger(l.limit) || l.limit <= 0) {
       throw new RangeError(`limit "${l.name}": limit must be a positive integer, got ${l.limit}`);
@@ -50,23 +57,14 @@ export function compilePolicy(policy: Policy): CompiledPolicy {
     if (l.kind === 'concurrent') {
       if (!(l.leaseTtlMs > 0)) throw new RangeError(`limit "${l.name}": leaseTtlMs must be > 0`);
       if (l.leaseTtlMs > ttl) ttl = l.leaseTtlMs;
+    } else if (l.kind === 'cost') {
+      if (l.period.kind === 'window' && !(l.period.ms > 0)) throw new RangeError(`limit "${l.name}": a budget's window must be > 0 ms`);
     } else if (!(l.windowMs > 0)) {
       throw new RangeError(`limit "${l.name}": windowMs must be > 0`);
     }
-    if (l.model === undefined) unscoped.push(i);
-    else models.add(l.model);
+    if (l.model === undefined && l.key === undefined) unscoped.push(i);
+    else scoped = true;
   });
-  let byModel: Map<string, number[]> | null = null;
-  if (models.size > 0) {
-    byModel = new Map();
-    for (const m of models) {
-      const idx: number[] = [];
-      limits.forEach((l, i) => {
-        if (l.model === undefined || l.model === m) idx.push(i);
-      });
-      byModel.set(m, idx);
-    }
-  }
   const offsets: number[] = [];
   const indexByName = new Map<string, number>();
   let slots = 1;
@@ -75,7 +73,7 @@ export function compilePolicy(policy: Policy): CompiledPolicy {
     if (l.kind === 'concurrent') {
       offsets.push(slots);
       slots += SEMAPHORE_SLOTS;
-    } else if (l.algorithm === 'token_bucket') {
+    } else if (l.kind !== 'cost' && l.algorithm === 'token_bucket') {
       offsets.push(slots);
       slots += BUCKET_SLOTS;
     } else {
@@ -86,16 +84,32 @@ export function compilePolicy(policy: Policy): CompiledPolicy {
     policy,
     limits,
     unscoped,
-    byModel,
+    selections: scoped ? new Map() : null,
     reservationTtlMs: ttl > 0 ? ttl : DEFAULT_RESERVATION_TTL_MS,
     offsets,
     slots,
     indexByName,
+    weighted: limits.some((l) => l.kind === 'tokens' && l.weights !== undefined),
+    budgets: limits.some((l) => l.kind === 'cost'),
   };
 }
 
-/** Indexes of the limits of `c` that apply to a request for `model` (policy order). */
-export function applicableLimits(c: CompiledPolicy, model: string | undefined): readonly number[] {
-  if (c.byModel === null || model === undefined) return c.unscoped;
-  return c.byModel.get(model) ?? c.unscoped;
+/** Most (model, key) selections remembered per policy (model names and key ids come from the config). */
+const MAX_SELECTIONS = 10_000;
+
+/** Indexes of the limits of `c` that apply to a request for `model` made with key `key` (policy order). */
+export function applicableLimits(c: CompiledPolicy, model: string | undefined, key?: string): readonly number[] {
+  const cache = c.selections;
+  if (cache === null || (model === undefined && key === undefined)) return c.unscoped;
+  const k = `${model ?? ''}\u0000${key ?? ''}`;
+  let idx = cache.get(k);
+  if (idx === undefined) {
+    const picked: number[] = [];
+    c.limits.forEach((l, i) => {
+      if ((l.model === undefined || l.model === model) && (l.key === undefined || l.key === key)) picked.push(i);
+    });
+    idx = picked;
+    if (cache.size < MAX_SELECTIONS) cache.set(k, idx);
+  }
+  return idx;
 }

@@ -26,7 +26,7 @@ export {
   type ReservationSnapshot,
 } from './snapshot.ts';
 export { boundSnapshot, conservativeSnapshot, MAX_CLOCK_SKEW_MS } from './snapshot-bounds.ts';
-export { windowUsageSince, withUsage, withOpenRequests, isEmptyUsage, type UsageDelta, type WindowUsage, type BucketUsage } from './usage-delta.ts';
+export { windowUsageSince, budgetUsageSince, withUsage, withOpenRequests, isEmptyUsage, type UsageDelta, type WindowUsage, type BucketUsage, type BudgetUsage } from './usage-delta.ts';
 export type {
   Algorithm,
   RateLimitSpec,

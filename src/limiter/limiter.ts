@@ -4,6 +4,7 @@ import { IdTable } from './id-table.ts';
 import { Reservation } from './reservation.ts';
 import {
   adjustBucket,
+  budgetKeep,
   costOf,
   createTenantLimits,
   limitState,
@@ -21,7 +22,7 @@ import type { ReservationSnapshot, TenantSnapshot } from './snapshot.ts';
 import { withUsage } from './usage-delta.ts';
 import type { BucketUsage, UsageDelta } from './usage-delta.ts';
 import { checkAcquireRequest } from './types.ts';
-import type { AcquireRequest, AcquireResult, LimitSpec, LimitState, Policy, SettleResult } from './types.ts';
+import type { AcquireRequest, AcquireResult, LimitSpec, LimitState, Policy, RateLimitSpec, SettleDetail, SettleResult, TokenKinds } from './types.ts';
 
 /** Options of a `Limiter`. */
 export interface LimiterOptions {
@@ -123,11 +124,12 @@ export class Limiter {
     const tokens = req.tokens;
     const requests = req.requests ?? 1;
     const floor = req.floor ?? 0;
+    const money = req.cost ?? 0n;
     const now = this.#clock.now();
     let st = this.#tenants.get(tenant);
     if (st !== undefined && st.policy !== policy) this.#rebuild(st, policy, now);
     const c = st === undefined ? this.#compile(policy) : st.compiled;
-    const applied = applicableLimits(c, req.model);
+    const applied = applicableLimits(c, req.model, req.key);
     if (applied.length === 0) return UNLIMITED;
     const specs = c.limits;
     const id = req.id;
@@ -138,9 +140,7 @@ export class Limiter {
     }
     for (let k = 0; k < applied.length; k++) {
       const spec = specs[applied[k] as number] as LimitSpec;
-      if (spec.kind !== 'concurrent' && costOf(spec, tokens, requests) + floor * spec.limit > spec.limit) {
-        return this.#refusal('too_large', spec, 0, st, c, applied, now);
-      }
+      if (tooLarge(spec, tokens, requests, money, floor)) return this.#refusal('too_large', spec, 0, st, c, applied, now);
     }
 
     if (st === undefined) {
@@ -152,7 +152,7 @@ export class Limiter {
       let first = -1;
       for (let k = 0; k < applied.length; k++) {
         const i = applied[k] as number;
-        const w = this.#waitOf(c, st, i, tokens, requests, floor, now);
+        const w = this.#waitOf(c, st, i, tokens, requests, floor, now, money);
         if (w > 0) {
           if (first < 0) first = i;
           if (w > wait) wait = w;
@@ -166,30 +166,36 @@ export class Limiter {
     for (let k = 0; k < applied.length; k++) {
       const i = applied[k] as number;
       const cost = costOf(specs[i] as LimitSpec, tokens, requests);
-      const seq = takeLimit(c, st, i, cost, now, id);
+      const seq = takeLimit(c, st, i, cost, now, id, money);
       if (seq >= 0) (seqs ??= new Array<number>(applied.length).fill(-1))[k] = seq;
       else if (tally !== undefined && st.objs[i] === null) tallyAdd(tally, (specs[i] as LimitSpec).name, cost);
     }
-    const res = new Reservation(tokens, requests, c, st.objs, applied, seqs, now);
+    const res = new Reservation(tokens, requests, c, st.objs, applied, seqs, now, money, now);
     st.set(id, res);
     if (res.expiresAt < (st.num[0] as number)) st.num[0] = res.expiresAt;
     return { ok: true, limits: this.#states(st, applied, now) };
   }
 
   /**
-   * Settles reservation `id` on the actual token usage: applies (actual − reserved) to every
-   * `tokens` limit it reserved from (a refund, never above a bucket's capacity; or a debit,
-   * which may take a bucket below zero or a window above its limit; a window entry is adjusted
-   * at its original timestamp, and not at all once it left the window). Idempotent: a second
-   * settle, or a settle of an unknown or expired id, returns `{settled: false, deltaTokens: 0}`
-   * and changes nothing.
+   * Settles reservation `id` on the actual usage: applies (actual − reserved) to every `tokens`
+   * limit it reserved from (a refund, never above a bucket's capacity; or a debit, which may take
+   * a bucket below zero or a window above its limit; a window entry is adjusted at its original
+   * timestamp, and not at all once it left the window), where a limit with `weights` counts the
+   * actual tokens weighted by `detail.kinds` (rounded up to a whole token); and (actual cost −
+   * reserved cost) to every `cost` limit, exactly (the spend never goes below 0; a reservation
+   * admitted in a period that has ended since is charged its whole actual cost in the current
+   * one, where the request ended). Idempotent: a second settle, or a settle of an unknown or
+   * expired id, returns `{settled: false, deltaTokens: 0}` and changes nothing.
    * @param actualTokens tokens actually used (prompt + completion), ≥ 0.
-   * @throws RangeError when `actualTokens` is negative or not finite.
+   * @param detail the actual cost (pico-dollars; absent: the reserved cost stays charged) and the
+   *   token kinds among `actualTokens` (absent: every token weighs 1).
+   * @throws RangeError when `actualTokens` is negative or not finite, or `detail.cost` is negative.
    */
-  settle(tenant: string, id: string, actualTokens: number): SettleResult {
+  settle(tenant: string, id: string, actualTokens: number, detail?: SettleDetail): SettleResult {
     if (!(actualTokens >= 0 && actualTokens < Infinity)) {
       throw new RangeError(`actualTokens must be a finite number ≥ 0, got ${actualTokens}`);
     }
+    if (detail?.cost !== undefined && detail.cost < 0n) throw new RangeError(`cost must be ≥ 0, got ${detail.cost}`);
     const st = this.#tenants.get(tenant);
     if (st === undefined) return NOT_SETTLED;
     const res = st.get(id);
@@ -200,33 +206,48 @@ export class Limiter {
       return NOT_SETTLED;
     }
     const delta = actualTokens - res.tokens;
-    if (delta !== 0) {
+    const kinds = detail?.kinds;
+    const weighted = kinds !== undefined && res.compiled.weighted;
+    const money = detail?.cost;
+    const moneyDelta = money === undefined ? 0n : money - res.cost;
+    if (delta !== 0 || weighted || (money !== undefined && res.compiled.budgets)) {
       const { applied, compiled, objs, seqs } = res;
       const cur = st.compiled;
       for (let k = 0; k < applied.length; k++) {
         const i = applied[k] as number;
-        const spec = compiled.limits[i] as LimitSpec;
-        if (spec.kind !== 'tokens') continue;
+        const spec0 = compiled.limits[i] as LimitSpec;
+        if (spec0.kind === 'cost') {
+          const budget = objs[i];
+          if (money === undefined || budget === null || budget === undefined || budget.algorithm !== 'budget') continue;
+          budget.purge(now);
+          // Admitted in a period that has ended: its reservation was forgotten with that period.
+          budget.adjust(res.admittedAt < budget.start ? money : moneyDelta);
+          continue;
+        }
+        if (spec0.kind !== 'tokens') continue;
+        const spec = spec0;
+        const d = weighted && spec.weights !== undefined ? weightedTokens(actualTokens, kinds, spec) - res.tokens : delta;
+        if (d === 0) continue;
         const obj = objs[i];
         if (obj !== null && obj !== undefined) {
-          if (obj.algorithm === 'sliding_window' && seqs !== null) obj.adjust(seqs[k] as number, id, delta);
+          if (obj.algorithm === 'sliding_window' && seqs !== null) obj.adjust(seqs[k] as number, id, d);
         } else if (compiled === cur) {
-          adjustBucket(cur, st, i, delta, now);
-          if (this.#tallies.size !== 0) tallyAdd(this.#tallies.get(tenant), spec.name, delta);
+          adjustBucket(cur, st, i, d, now);
+          if (this.#tallies.size !== 0) tallyAdd(this.#tallies.get(tenant), spec.name, d);
         } else {
           // Reloaded since admission: settle on the bucket that kept this limit's name, if any.
           const j = cur.indexByName.get(spec.name);
           const kept = cur.limits[j ?? -1];
           if (j !== undefined && kept !== undefined && kept.kind === 'tokens' && st.objs[j] === null) {
-            adjustBucket(cur, st, j, delta, now);
-            if (this.#tallies.size !== 0) tallyAdd(this.#tallies.get(tenant), spec.name, delta);
+            adjustBucket(cur, st, j, d, now);
+            if (this.#tallies.size !== 0) tallyAdd(this.#tallies.get(tenant), spec.name, d);
           }
         }
       }
     }
     res.settled = true;
     if (res.released) st.delete(id);
-    if (delta < 0) this.#onFreed?.(tenant);
+    if (delta < 0 || moneyDelta < 0n || weighted) this.#onFreed?.(tenant);
     return { settled: true, deltaTokens: delta };
   }
 
@@ -294,13 +315,14 @@ export class Limiter {
     if (st !== undefined && st.policy !== policy) this.#rebuild(st, policy, now);
     const c = st === undefined ? this.#compile(policy) : st.compiled;
     const floor = req.floor ?? 0;
+    const money = req.cost ?? 0n;
     let wait = 0;
     const requests = req.requests ?? 1;
-    for (const i of applicableLimits(c, req.model)) {
+    for (const i of applicableLimits(c, req.model, req.key)) {
       const spec = c.limits[i] as LimitSpec;
-      if (spec.kind !== 'concurrent' && costOf(spec, req.tokens, requests) + floor * spec.limit > spec.limit) return Infinity;
+      if (tooLarge(spec, req.tokens, requests, money, floor)) return Infinity;
       if (st === undefined) continue;
-      const w = this.#waitOf(c, st, i, req.tokens, requests, floor, now);
+      const w = this.#waitOf(c, st, i, req.tokens, requests, floor, now, money);
       if (w > wait) wait = w;
     }
     return Math.ceil(wait);
@@ -311,27 +333,45 @@ export class Limiter {
    * leave `floor × limit` behind it: it waits as if it cost that much more. A full concurrency
    * limit counts min(hint, earliest lease expiry).
    */
-  #waitOf(c: CompiledPolicy, st: TenantState, i: number, tokens: number, requests: number, floor: number, now: number): number {
+  #waitOf(c: CompiledPolicy, st: TenantState, i: number, tokens: number, requests: number, floor: number, now: number, money: bigint): number {
     const spec = c.limits[i] as LimitSpec;
     if (spec.kind === 'concurrent') return Math.min(limitWaitMs(c, st, i, 0, now), this.#hintMs);
+    if (spec.kind === 'cost') return limitWaitMs(c, st, i, 0, now, money, budgetKeep(spec.limit, floor));
     return limitWaitMs(c, st, i, floor === 0 ? costOf(spec, tokens, requests) : costOf(spec, tokens, requests) + floor * spec.limit, now);
   }
 
   /**
-   * State of every limit that applies to `model` for `tenant` now, without taking anything
-   * (`[]` when the tenant has no policy; a tenant without state reads as fresh).
+   * State of every limit that applies to `model` and key `key` for `tenant` now, without taking
+   * anything (`[]` when the tenant has no policy; a tenant without state reads as fresh).
    */
-  peek(tenant: string, model?: string): readonly LimitState[] {
+  peek(tenant: string, model?: string, key?: string): readonly LimitState[] {
     const policy = this.#policyFor(tenant);
     if (policy === undefined) return [];
     const now = this.#clock.now();
     const st = this.#tenants.get(tenant);
     if (st !== undefined && st.policy !== policy) this.#rebuild(st, policy, now);
     const c = st === undefined ? this.#compile(policy) : st.compiled;
-    const applied = applicableLimits(c, model);
+    const applied = applicableLimits(c, model, key);
     if (st === undefined) return applied.map((i) => limitState(c, undefined, i, now));
     for (const i of applied) syncLimit(c, st, i, now);
     return this.#states(st, applied, now);
+  }
+
+  /**
+   * State of every limit of `tenant`'s policy now (every model's and every key's), without taking
+   * anything; for operators. `[]` when the tenant has no policy.
+   */
+  peekAll(tenant: string): readonly LimitState[] {
+    const policy = this.#policyFor(tenant);
+    if (policy === undefined) return [];
+    const now = this.#clock.now();
+    const st = this.#tenants.get(tenant);
+    if (st !== undefined && st.policy !== policy) this.#rebuild(st, policy, now);
+    const c = st === undefined ? this.#compile(policy) : st.compiled;
+    const all = c.limits.map((_, i) => i);
+    if (st === undefined) return all.map((i) => limitState(c, undefined, i, now));
+    for (const i of all) syncLimit(c, st, i, now);
+    return this.#states(st, all, now);
   }
 
   /**
@@ -386,6 +426,8 @@ export class Limiter {
         settled: res.settled,
         released: res.released,
         limits,
+        // Only a reservation of money needs its admission time (which budget period it counts in).
+        ...(res.cost === 0n ? {} : { cost: res.cost.toString(), admittedAt: res.admittedAt }),
       });
     });
     return { v: 1, at: now, limits: snapshotLimits(c, st, now), reservations };
@@ -451,7 +493,7 @@ export class Limiter {
         }
         applied.push(i);
       }
-      const res = new Reservation(r.tokens, r.requests, c, st.objs, applied, seqs, now);
+      const res = new Reservation(r.tokens, r.requests, c, st.objs, applied, seqs, now, BigInt(r.cost ?? '0'), r.admittedAt ?? Math.min(now, r.expiresAt));
       res.expiresAt = r.expiresAt;
       res.settled = r.settled;
       res.released = r.released;
@@ -499,7 +541,7 @@ export class Limiter {
     const out: BucketUsage[] = [];
     for (const spec of policy.limits) {
       const taken = tally.get(spec.name) ?? 0;
-      if (spec.kind === 'concurrent' || spec.algorithm !== 'token_bucket' || !(taken > 0)) continue;
+      if (spec.kind === 'concurrent' || spec.kind === 'cost' || spec.algorithm !== 'token_bucket' || !(taken > 0)) continue;
       out.push({ name: spec.name, kind: spec.kind, limit: spec.limit, windowMs: spec.windowMs, taken });
     }
     return out;
@@ -585,6 +627,38 @@ export class Limiter {
     }
     return { ok: false, reason, limit: spec.name, kind: spec.kind, retryAfterMs, limits };
   }
+}
+
+/**
+ * True when a request can never pass `spec`: more tokens or requests than its capacity (less the
+ * floor's part of it), or a dearer reservation than its budget (less the floor's part).
+ */
+function tooLarge(spec: LimitSpec, tokens: number, requests: number, money: bigint, floor: number): boolean {
+  if (spec.kind === 'concurrent') return false;
+  if (spec.kind === 'cost') return money + budgetKeep(spec.limit, floor) > BigInt(spec.limit) * 1_000_000n;
+  return costOf(spec, tokens, requests) + floor * spec.limit > spec.limit;
+}
+
+/**
+ * `actual` tokens as a weighted `tokens` limit counts them: each cached, cache-write or reasoning
+ * token weighs its weight instead of 1 (parts larger than the whole are taken as the whole);
+ * rounded up to a whole token, never below 0.
+ */
+export function weightedTokens(actual: number, kinds: TokenKinds | undefined, spec: RateLimitSpec): number {
+  const w = spec.weights;
+  if (w === undefined || kinds === undefined) return actual;
+  let total = actual;
+  const part = (n: number | undefined, weight: number | undefined): void => {
+    if (weight === undefined || weight === 1 || n === undefined || !(n > 0)) return;
+    const m = Math.min(n, actual);
+    total += m * (weight - 1);
+  };
+  part(kinds.cacheRead, w.cacheRead);
+  part(kinds.cacheWrite, w.cacheWrite);
+  part(kinds.reasoning, w.reasoning);
+  // Weights are decimals (0.1): round a hair of float error down before rounding up.
+  const rounded = Math.ceil(total - 1e-9);
+  return rounded > 0 ? rounded : 0;
 }
 
 /** Adds `units` to the count of limit `name` in `tally` (no tally: nothing). */

@@ -20,6 +20,10 @@ export class Reservation {
   readonly applied: readonly number[];
   /** Per position in `applied`: the sliding-window entry's sequence number, or −1. Null when no window applied. */
   readonly seqs: number[] | null;
+  /** Pico-dollars reserved from every applicable `cost` limit. */
+  readonly cost: bigint;
+  /** Clock ms of admission. */
+  readonly admittedAt: number;
   /** Lifetime after admission or renew, ms. */
   readonly ttlMs: number;
   /** From this time (ms) on the reservation is gone: settle/release/renew change nothing. */
@@ -35,7 +39,11 @@ export class Reservation {
     applied: readonly number[],
     seqs: number[] | null,
     nowMs: number,
+    cost = 0n,
+    admittedAt = nowMs,
   ) {
+    this.cost = cost;
+    this.admittedAt = admittedAt;
     this.tokens = tokens;
     this.requests = requests;
     this.compiled = compiled;

@@ -7,6 +7,7 @@
  * lease (a time of 9e15). Values inside the ranges are kept exactly. See docs/security.md,
  * "Values read from Redis".
  */
+import { periodAt } from './budget-period.ts';
 import type { CompiledPolicy } from './compiled-policy.ts';
 import type { LimitSnapshot, ReservationSnapshot, TenantSnapshot } from './snapshot.ts';
 import type { LimitSpec } from './types.ts';
@@ -152,11 +153,33 @@ export function boundLeaseExpiry(expiresAt: number, leaseTtlMs: number, nowMs: n
 }
 
 /**
+ * Clamps a budget's stored spend to `[0, 2 × limit]` (a settlement may debit past the budget; at
+ * most one budget of debt is kept, as for a bucket) and its period start to no later than `nowMs`
+ * + {@link MAX_CLOCK_SKEW_MS} (a later one is moved to the current period's start, `start`).
+ * @param limitPico the budget, pico-dollars. @param start the current period's start, ms.
+ */
+export function boundBudget(spent: string, periodStart: number, limitPico: bigint, start: number, nowMs: number): { readonly spent: string; readonly start: number; readonly clamped: number } {
+  let clamped = 0;
+  let s = spent;
+  if (BigInt(spent) > 2n * limitPico) {
+    s = (2n * limitPico).toString();
+    clamped++;
+  }
+  let at = periodStart;
+  if (at > nowMs + MAX_CLOCK_SKEW_MS) {
+    at = start;
+    clamped++;
+  }
+  return { spent: s, start: at, clamped };
+}
+
+/**
  * Clamps an open reservation: its expiry to `nowMs + ttlMs` (the policy's reservation
- * lifetime), its tokens and requests to the largest capacity of the policy's limits of that kind
- * (an admitted request never reserves more than a limit holds; a settlement refunds at most
- * what was reserved).
+ * lifetime), its tokens, requests and cost to the largest capacity of the policy's limits of that
+ * kind (an admitted request never reserves more than a limit holds; a settlement refunds at most
+ * what was reserved), its admission time to no later than its expiry.
  * @param maxTokens units; Infinity when the policy has no tokens limit. @param maxRequests likewise.
+ * @param maxCost pico-dollars: the largest cost limit (0 when none).
  */
 export function boundReservation(
   r: ReservationSnapshot,
@@ -164,12 +187,18 @@ export function boundReservation(
   maxTokens: number,
   maxRequests: number,
   nowMs: number,
+  maxCost = 0n,
 ): { readonly reservation: ReservationSnapshot; readonly clamped: number } {
   let clamped = 0;
   const expiresAt = r.expiresAt > nowMs + ttlMs ? (clamped++, nowMs + ttlMs) : r.expiresAt;
   const tokens = r.tokens > maxTokens ? (clamped++, maxTokens) : r.tokens;
   const requests = r.requests > maxRequests ? (clamped++, maxRequests) : r.requests;
-  return { reservation: clamped === 0 ? r : { ...r, expiresAt, tokens, requests }, clamped };
+  const cost = r.cost !== undefined && BigInt(r.cost) > maxCost ? (clamped++, maxCost.toString()) : r.cost;
+  const admittedAt = r.admittedAt !== undefined && r.admittedAt > expiresAt ? (clamped++, expiresAt) : r.admittedAt;
+  return {
+    reservation: clamped === 0 ? r : { ...r, expiresAt, tokens, requests, ...(cost === undefined ? {} : { cost }), ...(admittedAt === undefined ? {} : { admittedAt }) },
+    clamped,
+  };
 }
 
 /**
@@ -188,10 +217,15 @@ export function boundSnapshot(c: CompiledPolicy, snap: TenantSnapshot, nowMs: nu
   let clamped = 0;
   let maxTokens = 0;
   let maxRequests = 0;
+  let maxCost = 0n;
   for (const spec of c.limits) {
     if (spec.kind === 'tokens' && spec.limit > maxTokens) maxTokens = spec.limit;
     if (spec.kind === 'requests' && spec.limit > maxRequests) maxRequests = spec.limit;
+    if (spec.kind === 'cost' && BigInt(spec.limit) * 1_000_000n > maxCost) maxCost = BigInt(spec.limit) * 1_000_000n;
   }
+  // A kind no limit counts is not bounded (the limiter ignores it): an exported snapshot is never clamped.
+  if (!c.limits.some((l) => l.kind === 'tokens')) maxTokens = Infinity;
+  if (!c.limits.some((l) => l.kind === 'requests')) maxRequests = Infinity;
   const limits = snap.limits.map((l): LimitSnapshot => {
     const i = c.indexByName.get(l.name);
     const spec = i === undefined ? undefined : (c.limits[i] as LimitSpec);
@@ -201,8 +235,15 @@ export function boundSnapshot(c: CompiledPolicy, snap: TenantSnapshot, nowMs: nu
       clamped += b.clamped;
       return { ...l, level: b.level, refilledAt: b.refilledAt };
     }
+    if (l.algorithm === 'budget') {
+      if (spec === undefined || spec.kind !== 'cost') return l;
+      const b = boundBudget(l.spent, l.start, BigInt(spec.limit) * 1_000_000n, periodAt(spec.period, nowMs).start, nowMs);
+      if (b.clamped === 0) return l;
+      clamped += b.clamped;
+      return { ...l, spent: b.spent, start: b.start };
+    }
     if (l.algorithm === 'sliding_window') {
-      if (spec === undefined || spec.kind === 'concurrent') return l;
+      if (spec === undefined || spec.kind === 'concurrent' || spec.kind === 'cost') return l;
       const counted = boundWindowCount(l.entries, MAX_RESTORED_ENTRIES);
       const w = boundWindowEntries(counted.entries, spec.limit, nowMs);
       if (counted.clamped + w.clamped === 0) return l;
@@ -224,7 +265,7 @@ export function boundSnapshot(c: CompiledPolicy, snap: TenantSnapshot, nowMs: nu
   const latest = keepLatest(snap.reservations, MAX_RESTORED_ENTRIES, (r) => r.expiresAt);
   clamped += latest.clamped;
   const reservations = latest.items.map((r) => {
-    const b = boundReservation(r, c.reservationTtlMs, maxTokens, maxRequests, nowMs);
+    const b = boundReservation(r, c.reservationTtlMs, maxTokens, maxRequests, nowMs, maxCost);
     clamped += b.clamped;
     return b.reservation;
   });
@@ -237,13 +278,18 @@ export function boundSnapshot(c: CompiledPolicy, snap: TenantSnapshot, nowMs: nu
  * used up at `nowMs`, i.e. full for one window. A token bucket at level 0 refilled at `nowMs`
  * (it admits again as it refills, fully after one window); a sliding window with one entry of
  * cost `limit` at `nowMs` (id `''`, as usage carried over; it admits nothing until that entry
- * leaves, one window later). Concurrency limits start free: the slots of requests that ran
- * elsewhere cannot be known, and a crashed owner's slots are freed on load anyway.
+ * leaves, one window later). A budget (cost limit) spent for the rest of its current period.
+ * Concurrency limits start free: the slots of requests that ran elsewhere cannot be known, and a
+ * crashed owner's slots are freed on load anyway.
  */
 export function conservativeSnapshot(c: CompiledPolicy, nowMs: number): TenantSnapshot {
   const limits: LimitSnapshot[] = [];
   for (const spec of c.limits) {
     if (spec.kind === 'concurrent') continue;
+    if (spec.kind === 'cost') {
+      limits.push({ name: spec.name, algorithm: 'budget', spent: (BigInt(spec.limit) * 1_000_000n).toString(), start: periodAt(spec.period, nowMs).start });
+      continue;
+    }
     if (spec.algorithm === 'token_bucket') {
       limits.push({ name: spec.name, algorithm: 'token_bucket', kind: spec.kind, limit: spec.limit, windowMs: spec.windowMs, level: 0, refilledAt: nowMs });
     } else {

@@ -2,6 +2,7 @@
  * A tenant's limit state ↔ its snapshot (`snapshot.ts`): what `Limiter.exportTenant` and
  * `Limiter.importTenant` do with buckets, windows and semaphores. Not on the decision path.
  */
+import { Budget } from './budget.ts';
 import type { CompiledPolicy } from './compiled-policy.ts';
 import { Semaphore } from './semaphore.ts';
 import { SlidingWindow } from './sliding-window.ts';
@@ -21,7 +22,7 @@ export function snapshotLimits(c: CompiledPolicy, t: TenantLimits, nowMs: number
     const spec = c.limits[i] as LimitSpec;
     const obj = t.objs[i];
     if (obj === null || obj === undefined) {
-      if (spec.kind === 'concurrent') continue; // unreachable: a semaphore is an object
+      if (spec.kind === 'concurrent' || spec.kind === 'cost') continue; // unreachable: an object
       const o = c.offsets[i] as number;
       out.push({
         name: spec.name,
@@ -32,9 +33,12 @@ export function snapshotLimits(c: CompiledPolicy, t: TenantLimits, nowMs: number
         level: t.num[o] as number,
         refilledAt: t.num[o + 1] as number,
       });
+    } else if (obj.algorithm === 'budget') {
+      obj.purge(nowMs);
+      out.push({ name: spec.name, algorithm: 'budget', spent: obj.spent.toString(), start: obj.start });
     } else if (obj.algorithm === 'sliding_window') {
       obj.purge(nowMs);
-      const kind = spec.kind === 'concurrent' ? 'requests' : spec.kind;
+      const kind = spec.kind === 'tokens' ? 'tokens' : 'requests';
       out.push({ name: spec.name, algorithm: 'sliding_window', kind, entries: obj.entries() });
     } else {
       obj.purge(nowMs);
@@ -59,7 +63,10 @@ export interface RestoredLimits extends TenantLimits {
  * - bucket: the exact level and refill time when `limit` and `windowMs` are unchanged; else the
  *   units used at `nowMs` (refilled under the snapshot's spec), clamped to `[0, limit]`;
  * - window: the entries still inside the (current) window at `nowMs`, at their timestamps;
- * - semaphore: the leases not expired at `nowMs`, with their expiries (even beyond `limit`).
+ * - semaphore: the leases not expired at `nowMs`, with their expiries (even beyond `limit`);
+ * - budget: the spend, when the snapshot's period began no earlier than the current one (a
+ *   snapshot taken in an earlier period holds spend already forgotten; one from a node whose clock
+ *   is ahead past the boundary is kept, the safe side, until the current period ends).
  * Slot 0 of `num` is left for the caller.
  */
 export function restoreLimits(c: CompiledPolicy, snaps: readonly LimitSnapshot[], nowMs: number): RestoredLimits {
@@ -73,7 +80,11 @@ export function restoreLimits(c: CompiledPolicy, snaps: readonly LimitSnapshot[]
     const o = c.offsets[i] as number;
     const snap = byName.get(spec.name);
     let seqs: Map<string, number> | null = null;
-    if (spec.kind === 'concurrent') {
+    if (spec.kind === 'cost') {
+      const budget = new Budget(spec.limit, spec.period, nowMs);
+      if (snap !== undefined && snap.algorithm === 'budget' && snap.start >= budget.start) budget.spent = BigInt(snap.spent);
+      objs.push(budget);
+    } else if (spec.kind === 'concurrent') {
       const sem = new Semaphore(spec.limit, spec.leaseTtlMs, num, o);
       if (snap !== undefined && snap.algorithm === 'semaphore') {
         for (const [id, exp] of snap.leases) if (exp > nowMs) sem.restore(id, exp);

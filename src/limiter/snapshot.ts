@@ -47,8 +47,21 @@ export interface SemaphoreSnapshot {
   readonly leases: readonly (readonly [id: string, expiresAt: number])[];
 }
 
+/**
+ * A budget (a `cost` limit): the spend of the period that starts at `start`. An import keeps the
+ * spend only while that period is the current one (a later period starts empty).
+ */
+export interface BudgetSnapshot {
+  readonly name: string;
+  readonly algorithm: 'budget';
+  /** Spend in the period, pico-dollars, as a decimal integer string (it may pass 2⁵³). */
+  readonly spent: string;
+  /** Clock ms when the period began. */
+  readonly start: number;
+}
+
 /** State of one limit, by the limit's name (the spec's `name`). */
-export type LimitSnapshot = TokenBucketSnapshot | SlidingWindowSnapshot | SemaphoreSnapshot;
+export type LimitSnapshot = TokenBucketSnapshot | SlidingWindowSnapshot | SemaphoreSnapshot | BudgetSnapshot;
 
 /** An open reservation: admitted, not yet both settled and released, not expired. */
 export interface ReservationSnapshot {
@@ -64,6 +77,10 @@ export interface ReservationSnapshot {
   readonly released: boolean;
   /** Names of the limits it applied to. */
   readonly limits: readonly string[];
+  /** Pico-dollars reserved from every cost limit it applied to, as a decimal integer string. @default "0" */
+  readonly cost?: string;
+  /** Clock ms when it was admitted (a settlement after its budget's period ended charges the new period). @default expiresAt */
+  readonly admittedAt?: number;
 }
 
 /** JSON-serialisable state of one tenant. Times are absolute ms on the limiter's clock (epoch ms in production). Version 1. */
@@ -81,6 +98,8 @@ export interface TenantSnapshot {
 const time = z.number();
 const units = z.number().min(0);
 const rateKind = z.enum(['requests', 'tokens']);
+/** An amount of pico-dollars: a decimal integer ≥ 0 of at most 30 digits (10¹⁸ dollars). */
+const picoText = z.string().regex(/^(0|[1-9]\d{0,29})$/, 'a whole number of pico-dollars ≥ 0, as a decimal string');
 /** A token bucket's spec: capacity (units) and window (ms). */
 const bucketSpec = { limit: z.number().int().positive(), windowMs: z.number().positive() };
 
@@ -108,6 +127,12 @@ const tenantSnapshotSchema = z.strictObject({
         algorithm: z.literal('semaphore'),
         leases: z.array(z.tuple([z.string(), time])),
       }),
+      z.strictObject({
+        name: z.string(),
+        algorithm: z.literal('budget'),
+        spent: picoText,
+        start: time,
+      }),
     ]),
   ),
   reservations: z.array(
@@ -119,6 +144,8 @@ const tenantSnapshotSchema = z.strictObject({
       settled: z.boolean(),
       released: z.boolean(),
       limits: z.array(z.string()),
+      cost: picoText.optional(),
+      admittedAt: time.optional(),
     }),
   ),
 });
@@ -130,6 +157,7 @@ const tenantSnapshotSchema = z.strictObject({
 export const usageDeltaSchema = z.strictObject({
   windows: z.array(z.strictObject({ name: z.string(), kind: rateKind.optional(), entries: z.array(z.tuple([time, units, z.string()])) })),
   buckets: z.array(z.strictObject({ name: z.string(), kind: rateKind, ...bucketSpec, taken: units })),
+  budgets: z.array(z.strictObject({ name: z.string(), start: time, spent: picoText })).optional(),
 });
 
 /** `limits[0].entries[2][1]` from a zod issue path. */

@@ -1,3 +1,4 @@
+import { Budget } from './budget.ts';
 import type { CompiledPolicy } from './compiled-policy.ts';
 import { Semaphore } from './semaphore.ts';
 import { SlidingWindow } from './sliding-window.ts';
@@ -15,8 +16,8 @@ import {
 } from './token-bucket.ts';
 import type { LimitSpec, LimitState } from './types.ts';
 
-/** A limit's state that needs an object: a sliding window's log or a semaphore's lease ids. */
-export type LimitObject = SlidingWindow | Semaphore;
+/** A limit's state that needs an object: a sliding window's log, a semaphore's lease ids, a budget's spend. */
+export type LimitObject = SlidingWindow | Semaphore | Budget;
 
 /**
  * The state of every limit of one tenant, laid out for cache locality: all numbers (token
@@ -29,9 +30,14 @@ export interface TenantLimits {
   objs: (LimitObject | null)[];
 }
 
-/** Units an acquire of (`tokens`, `requests`) costs under `spec` (1 slot for concurrency). */
+/** Units an acquire of (`tokens`, `requests`) costs under `spec` (1 slot for concurrency; 0 for a cost limit, which counts money). */
 export function costOf(spec: LimitSpec, tokens: number, requests: number): number {
-  return spec.kind === 'tokens' ? tokens : spec.kind === 'requests' ? requests : 1;
+  return spec.kind === 'tokens' ? tokens : spec.kind === 'requests' ? requests : spec.kind === 'cost' ? 0 : 1;
+}
+
+/** Pico-dollars a `cost` limit of `micros` µ$ keeps back from a request of priority floor `floor`. */
+export function budgetKeep(micros: number, floor: number): bigint {
+  return floor > 0 ? BigInt(Math.ceil(floor * micros)) * 1_000_000n : 0n;
 }
 
 /** Fresh state for every limit of `c` at `nowMs`: full buckets, empty windows, no lease. */
@@ -46,6 +52,7 @@ function createLimit(c: CompiledPolicy, num: number[], i: number, nowMs: number)
   const spec = c.limits[i] as LimitSpec;
   const o = c.offsets[i] as number;
   if (spec.kind === 'concurrent') return new Semaphore(spec.limit, spec.leaseTtlMs, num, o);
+  if (spec.kind === 'cost') return new Budget(spec.limit, spec.period, nowMs);
   if (spec.algorithm === 'sliding_window') return new SlidingWindow(spec.limit, spec.windowMs);
   bucketInit(num, o, spec.limit, spec.windowMs, nowMs);
   return null;
@@ -64,9 +71,10 @@ export function syncLimit(c: CompiledPolicy, t: TenantLimits, i: number, nowMs: 
 
 /**
  * Syncs limit `i` and returns the exact ms (not rounded) until `cost` fits, 0 when it fits
- * now; a full semaphore returns the ms until its earliest lease expires.
+ * now; a full semaphore returns the ms until its earliest lease expires; a budget that cannot
+ * take `money` (pico-dollars, leaving `keep` after it) returns the ms until its period ends.
  */
-export function limitWaitMs(c: CompiledPolicy, t: TenantLimits, i: number, cost: number, nowMs: number): number {
+export function limitWaitMs(c: CompiledPolicy, t: TenantLimits, i: number, cost: number, nowMs: number, money = 0n, keep = 0n): number {
   const obj = t.objs[i];
   if (obj === null || obj === undefined) {
     const spec = c.limits[i] as LimitSpec & { windowMs: number };
@@ -75,21 +83,24 @@ export function limitWaitMs(c: CompiledPolicy, t: TenantLimits, i: number, cost:
     return bucketWaitMs(t.num, o, spec.limit, spec.windowMs, cost);
   }
   obj.purge(nowMs);
+  if (obj.algorithm === 'budget') return obj.waitMs(nowMs, money, keep);
   return obj.algorithm === 'sliding_window' ? obj.waitMs(nowMs, cost) : obj.waitMs(nowMs);
 }
 
 /**
- * Takes `cost` from limit `i` for request `id` (after `limitWaitMs` returned 0).
+ * Takes `cost` from limit `i` for request `id` (after `limitWaitMs` returned 0); a budget takes
+ * `money` pico-dollars.
  * @returns the sliding-window entry's sequence number, or −1 for other limits.
  */
-export function takeLimit(c: CompiledPolicy, t: TenantLimits, i: number, cost: number, nowMs: number, id: string): number {
+export function takeLimit(c: CompiledPolicy, t: TenantLimits, i: number, cost: number, nowMs: number, id: string, money = 0n): number {
   const obj = t.objs[i];
   if (obj === null || obj === undefined) {
     bucketTake(t.num, c.offsets[i] as number, (c.limits[i] as LimitSpec & { windowMs: number }).windowMs, cost);
     return -1;
   }
   if (obj.algorithm === 'sliding_window') return obj.add(nowMs, cost, id);
-  obj.acquire(nowMs, id);
+  if (obj.algorithm === 'budget') obj.add(money);
+  else obj.acquire(nowMs, id);
   return -1;
 }
 
@@ -159,6 +170,16 @@ export function rebuildTenantLimits(old: CompiledPolicy, prev: TenantLimits, nex
     }
     const o = next.offsets[i] as number;
     const oldObj = prev.objs[j] ?? null;
+    if (spec.kind === 'cost') {
+      if (oldObj instanceof Budget) {
+        oldObj.purge(nowMs);
+        oldObj.reconfigure(spec.limit, spec.period, nowMs);
+        objs.push(oldObj);
+      } else {
+        objs.push(createLimit(next, num, i, nowMs));
+      }
+      continue;
+    }
     if (spec.kind === 'concurrent') {
       if (oldObj instanceof Semaphore) {
         oldObj.reconfigure(spec.limit, spec.leaseTtlMs);
@@ -169,7 +190,7 @@ export function rebuildTenantLimits(old: CompiledPolicy, prev: TenantLimits, nex
       }
       continue;
     }
-    if (oldObj instanceof Semaphore) {
+    if (oldObj instanceof Semaphore || oldObj instanceof Budget) {
       objs.push(createLimit(next, num, i, nowMs));
       continue;
     }

@@ -9,6 +9,9 @@
  * - Token buckets: the units the stand-in took from each bucket, net of settlements (counted by
  *   the stand-in's limiter, `Limiter.bucketUsage`), taken from the owner's bucket when it
  *   absorbs them: exact unless the combined bucket would have refilled to capacity meanwhile.
+ * - Budgets (cost limits): the spend the stand-in added in the current period (its spend now less
+ *   the spend it loaded, in pico-dollars; {@link budgetUsageSince}), added to the owner's budget
+ *   when it absorbs them, if the owner is in the same period; exact.
  * - Concurrency leases and open reservations are never carried: a stand-in gives a tenant back only
  *   once every request it admitted has ended.
  */
@@ -36,15 +39,44 @@ export interface BucketUsage {
   readonly taken: number;
 }
 
+/** Spend a stand-in added to one budget (a cost limit) in the period that began at `start`. */
+export interface BudgetUsage {
+  /** The limit's name. */
+  readonly name: string;
+  /** Clock ms when the period began. */
+  readonly start: number;
+  /** Pico-dollars, a decimal integer string > 0. */
+  readonly spent: string;
+}
+
 /** What a stand-in admitted for a tenant since it loaded the owner's state. */
 export interface UsageDelta {
   readonly windows: readonly WindowUsage[];
   readonly buckets: readonly BucketUsage[];
+  /** Absent from a node that predates budgets. */
+  readonly budgets?: readonly BudgetUsage[];
 }
 
 /** True when a delta carries no usage. */
 export function isEmptyUsage(delta: UsageDelta): boolean {
-  return delta.windows.length === 0 && delta.buckets.length === 0;
+  return delta.windows.length === 0 && delta.buckets.length === 0 && (delta.budgets ?? []).length === 0;
+}
+
+/**
+ * The spend `current` added to each budget since `base` (undefined: fresh): its spend less the
+ * spend `base` held in the same period (all of it when `base` was of an earlier period or lacks the
+ * budget); budgets with nothing added are left out.
+ */
+export function budgetUsageSince(base: TenantSnapshot | undefined, current: TenantSnapshot | undefined): BudgetUsage[] {
+  const out: BudgetUsage[] = [];
+  for (const limit of current?.limits ?? []) {
+    if (limit.algorithm !== 'budget') continue;
+    const before = base?.limits.find((l) => l.name === limit.name);
+    const had = before?.algorithm === 'budget' && before.start === limit.start ? BigInt(before.spent) : 0n;
+    const added = BigInt(limit.spent) - had;
+    if (added > 0n) out.push({ name: limit.name, start: limit.start, spent: added.toString() });
+  }
+  return out;
 }
 
 /** A bucket's level (unit·ms) refilled from its `refilledAt` to `atMs`, capped at capacity. */
@@ -77,7 +109,7 @@ export function windowUsageSince(base: TenantSnapshot | undefined, current: Tena
  * `snap` (the owner's state; undefined: fresh) with `delta` added at `nowMs`: window entries merged
  * in time order (an entry whose id the window holds already is skipped), each bucket refilled to
  * `nowMs` and then lowered by the units taken (below zero when both nodes took more than its
- * capacity). A limit `snap` lacks is added from the delta. Reservations and leases are `snap`'s.
+ * capacity), each budget's spend added when of the same period (a later period's replaces it). A limit `snap` lacks is added from the delta. Reservations and leases are `snap`'s.
  * Import the result with `Limiter.importTenant`, which maps it onto the tenant's policy by name.
  */
 export function withUsage(snap: TenantSnapshot | undefined, delta: UsageDelta, nowMs: number): TenantSnapshot {
@@ -101,6 +133,13 @@ export function withUsage(snap: TenantSnapshot | undefined, delta: UsageDelta, n
     } else if (held.algorithm === 'token_bucket') {
       limits[k] = { ...held, level: levelAt(held, nowMs) - b.taken * held.windowMs, refilledAt: Math.max(nowMs, held.refilledAt) };
     }
+  }
+  for (const b of delta.budgets ?? []) {
+    const k = limits.findIndex((l) => l.name === b.name);
+    const held = limits[k];
+    if (held === undefined) limits.push({ name: b.name, algorithm: 'budget', spent: b.spent, start: b.start });
+    else if (held.algorithm === 'budget' && held.start === b.start) limits[k] = { ...held, spent: (BigInt(held.spent) + BigInt(b.spent)).toString() };
+    else if (held.algorithm === 'budget' && held.start < b.start) limits[k] = { ...held, spent: b.spent, start: b.start };
   }
   return { v: 1, at: nowMs, limits, reservations: snap?.reservations ?? [] };
 }

@@ -18,10 +18,15 @@ import type { Ring } from '../coord/types.ts';
 import type { LimitState } from '../limiter/types.ts';
 import { adminError } from './admin-server.ts';
 import type { RequestSigner } from '../security/request-signature.ts';
+import { formatMicros } from '../pricing/usd.ts';
 
-/** One limit of a tenant for operators: `used` = limit − remaining (requests, tokens or slots). */
+/**
+ * One limit of a tenant for operators: `used` = limit − remaining (requests, tokens, slots, or
+ * micro-dollars); a cost limit also in US dollars (`usd`: decimal strings, six places).
+ */
 export interface LimitUsage extends LimitState {
   readonly used: number;
+  readonly usd?: { readonly limit: string; readonly spent: string; readonly remaining: string };
 }
 
 /** `GET /admin/v1/tenants/:tenant`. `limits` is empty where this node does not decide for the tenant (`here: false`; `owner` names who does). */
@@ -38,7 +43,10 @@ export interface TenantUsage {
 
 /** A limit state with its usage. */
 export function withUsage(limits: readonly LimitState[]): LimitUsage[] {
-  return limits.map((l) => ({ ...l, used: Math.max(0, l.limit - l.remaining) }));
+  return limits.map((l) => {
+    const used = Math.max(0, l.limit - l.remaining);
+    return l.kind === 'cost' ? { ...l, used, usd: { limit: formatMicros(l.limit), spent: formatMicros(used), remaining: formatMicros(l.remaining) } } : { ...l, used };
+  });
 }
 
 /** A tenant spread over `k` nodes now: by its config (`spread: k`) or found hot by its owner (the hot set). */

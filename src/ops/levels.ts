@@ -8,8 +8,8 @@
 export interface LimitLevel {
   /** The limit's name, e.g. `tokens/1m`, `concurrent`, `tokens/1d@gpt-4o`. */
   readonly name: string;
-  readonly kind: 'requests' | 'tokens' | 'concurrent';
-  /** Capacity (requests, tokens or slots). */
+  readonly kind: 'requests' | 'tokens' | 'concurrent' | 'cost';
+  /** Capacity (requests, tokens, slots, or micro-dollars per period for a cost limit). */
   readonly limit: number;
   /** Units left now. */
   readonly remaining: number;

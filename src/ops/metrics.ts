@@ -26,7 +26,7 @@ export type DecisionResult =
   | 'unavailable';
 
 /** Which limit refused (label `limit_kind`): a tenant's requests/tokens/concurrency limit, a deployment quota, or `none` when admitted. */
-export type LimitKind = 'requests' | 'tokens' | 'concurrent' | 'quota' | 'none';
+export type LimitKind = 'requests' | 'tokens' | 'concurrent' | 'cost' | 'quota' | 'none';
 
 /** Seconds buckets of the acquire wait: immediate decisions land in the first bucket, queued ones up to the 60 s batch deadline. */
 const WAIT_BUCKETS = [0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];

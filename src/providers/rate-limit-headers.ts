@@ -9,6 +9,7 @@
  *   remaining|reset`, reset as an RFC 3339 time when the limit is fully replenished; `retry-after` (s).
  */
 import type { LimitState } from '../limiter/types.ts';
+import { formatMicros } from '../pricing/usd.ts';
 
 /** Header name → value. */
 export type HeaderMap = Record<string, string>;
@@ -77,6 +78,32 @@ export function anthropicRateLimitHeaders(limits: readonly LimitState[], nowMs: 
     headers[`anthropic-ratelimit-${kind}-reset`] = rfc3339After(nowMs, l.resetMs);
   }
   return headers;
+}
+
+/** The binding budget (a `cost` limit with the least micro-dollars left), or undefined when none applies. */
+export function bindingBudget(limits: readonly LimitState[]): LimitState | undefined {
+  let best: LimitState | undefined;
+  for (const l of limits) if (l.kind === 'cost' && (best === undefined || l.remaining < best.remaining)) best = l;
+  return best;
+}
+
+/**
+ * quotaring's budget headers, on every reply of a tenant or key with a cost limit (the binding one:
+ * least left): `x-quotaring-budget` (its name, e.g. `cost/month`, `cost/1d#ci`),
+ * `x-quotaring-budget-limit-usd` and `x-quotaring-budget-remaining-usd` (decimal US dollars, six
+ * places; remaining after this request's reservation, rounded down), `x-quotaring-budget-reset`
+ * (RFC 3339 UTC time when the period ends and the budget renews). Empty when no budget applies.
+ * @param nowMs ms since the epoch.
+ */
+export function budgetHeaders(limits: readonly LimitState[], nowMs: number): HeaderMap {
+  const b = bindingBudget(limits);
+  if (b === undefined) return {};
+  return {
+    'x-quotaring-budget': b.name,
+    'x-quotaring-budget-limit-usd': formatMicros(b.limit),
+    'x-quotaring-budget-remaining-usd': formatMicros(b.remaining),
+    'x-quotaring-budget-reset': rfc3339After(nowMs, b.resetMs),
+  };
 }
 
 /**

@@ -118,7 +118,7 @@ describe('config', () => {
   test('a limit sets exactly one kind', () => {
     const raw = base();
     (raw.tenants[0]!.limits as unknown[])[0] = { requests: 5, tokens: 5, window: '1m' };
-    assert.deepEqual(problems(raw), ['q.yaml: tenants[0].limits[0]: a limit sets exactly one of requests, tokens or concurrent']);
+    assert.deepEqual(problems(raw), ['q.yaml: tenants[0].limits[0]: a limit sets exactly one of requests, tokens, concurrent or usd']);
   });
 
   test('cross references are checked', () => {

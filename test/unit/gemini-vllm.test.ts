@@ -112,7 +112,7 @@ describe('gemini and vllm deployments', () => {
   });
 
   test('usage: output is total_tokens − prompt_tokens when more than completion_tokens (Gemini\'s thinking tokens)', () => {
-    assert.deepEqual(openAIUsage({ completion_tokens: 424, prompt_tokens: 20, total_tokens: 1016 }), { input: 20, output: 996 });
+    assert.deepEqual(openAIUsage({ completion_tokens: 424, prompt_tokens: 20, total_tokens: 1016 }), { input: 20, output: 996, reasoning: 572 }, 'the thinking tokens left out of completion_tokens are reasoning (priced and weighted as such)');
     assert.deepEqual(openAIUsage({ completion_tokens: 5, prompt_tokens: 20, total_tokens: 25 }), { input: 20, output: 5 });
     assert.deepEqual(openAIUsage({ completion_tokens: 5, prompt_tokens: 20, total_tokens: 3 }), { input: 20, output: 5 }, 'a smaller total never lowers the charge');
     assert.deepEqual(openAIUsage({ completion_tokens: 5, prompt_tokens: 20 }), { input: 20, output: 5 });

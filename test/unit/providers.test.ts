@@ -96,8 +96,9 @@ describe('Anthropic messages', () => {
     assert.equal(parseMessagesRequest({ model: 'c', max_tokens: 5, messages: [{ role: 'user', content: 'x' }] }).maxOutput, 5);
     assert.throws(() => parseMessagesRequest({ model: 'c', messages: [{ role: 'user' }] }), /max_tokens: Field required/);
   });
-  test('JSON usage includes cache tokens', () => {
-    assert.deepEqual(anthropicUsage({ input_tokens: 10, cache_creation_input_tokens: 5, cache_read_input_tokens: 2, output_tokens: 7 }), { input: 17, output: 7 });
+  test('JSON usage includes cache tokens, and says which are cache reads and writes', () => {
+    assert.deepEqual(anthropicUsage({ input_tokens: 10, cache_creation_input_tokens: 5, cache_read_input_tokens: 2, output_tokens: 7 }), { input: 17, output: 7, cacheRead: 2, cacheWrite: 5 });
+    assert.deepEqual(anthropicUsage({ input_tokens: 10, output_tokens: 7 }), { input: 10, output: 7 });
   });
   const stream = (delta: string) =>
     [
@@ -114,7 +115,7 @@ describe('Anthropic messages', () => {
       assert.equal(obs.deliveredOutput, 2);
       return obs.usage();
     });
-    assert.deepEqual(totals, [{ input: 53, output: 2 }, { input: 53, output: 2 }, { input: 53, output: 2 }]);
+    assert.deepEqual(totals, [{ input: 53, output: 2, cacheRead: 3 }, { input: 53, output: 2, cacheRead: 3 }, { input: 53, output: 2, cacheRead: 3 }]);
   });
   test('usage is unknown until message_delta', () => {
     const obs = new AnthropicStreamObserver();
@@ -139,6 +140,7 @@ describe('error catalogue', () => {
       not_found: 404,
       response_not_found: 404,
       rate_limit_exceeded: 429,
+      budget_exceeded: 429,
       request_too_large: 429,
       misdirected: 421,
       cluster_auth_failed: 401,

@@ -42,7 +42,8 @@ describe('Responses requests', () => {
   });
 
   test('usage: input + output (reasoning is inside output); absent or malformed → undefined', () => {
-    assert.deepEqual(responsesUsage({ input_tokens: 10, output_tokens: 7, output_tokens_details: { reasoning_tokens: 5 } }), { input: 10, output: 7 });
+    assert.deepEqual(responsesUsage({ input_tokens: 10, output_tokens: 7, output_tokens_details: { reasoning_tokens: 5 } }), { input: 10, output: 7, reasoning: 5 });
+    assert.deepEqual(responsesUsage({ input_tokens: 10, input_tokens_details: { cached_tokens: 4 }, output_tokens: 7 }), { input: 10, output: 7, cacheRead: 4 });
     assert.equal(responsesUsage(null), undefined);
     assert.equal(responsesUsage({ prompt_tokens: 3 }), undefined);
   });

@@ -176,7 +176,7 @@ describe('Converse replies', () => {
   });
 
   test('usage for settlement: input + cache reads + cache writes, output', () => {
-    assert.deepEqual(bedrockUsage(reply.usage), { input: 40, output: 5 });
+    assert.deepEqual(bedrockUsage(reply.usage), { input: 40, output: 5, cacheRead: 20, cacheWrite: 10 });
     assert.deepEqual(bedrockUsage({ inputTokens: 3, outputTokens: 0, totalTokens: 3 }), { input: 3, output: 0 });
     assert.equal(bedrockUsage(undefined), undefined);
     assert.equal(bedrockUsage({ outputTokens: 1 }), undefined);

@@ -22,8 +22,18 @@ import type { RequestSigner } from '../../security/request-signature.ts';
 export const SETTLEMENTS_PATH = '/_quotaring/v1/settlements';
 export { FROM_HEADER, HOPS_HEADER } from '../../coord/headers.ts';
 
+/** A count of tokens of one kind in a settlement. */
+const kindCount = z.number().int().nonnegative().optional();
+
 const SettlementSchema = z.discriminatedUnion('op', [
-  z.strictObject({ op: z.literal('finish'), tenant: z.string().min(1), id: z.string().min(1), tokens: z.number().int().nonnegative() }),
+  z.strictObject({
+    op: z.literal('finish'),
+    tenant: z.string().min(1),
+    id: z.string().min(1),
+    tokens: z.number().int().nonnegative(),
+    cost: z.string().regex(/^(0|[1-9]\d{0,29})$/, 'cost: a whole number of pico-dollars as a decimal string').optional(),
+    kinds: z.strictObject({ cacheRead: kindCount, cacheWrite: kindCount, reasoning: kindCount }).optional(),
+  }),
   z.strictObject({ op: z.literal('renew'), tenant: z.string().min(1), id: z.string().min(1) }),
   z.strictObject({ op: z.literal('absorb'), tenant: z.string().min(1), usage: usageDeltaSchema }),
 ]);
@@ -55,7 +65,10 @@ export function settlementRoutes(app: FastifyInstance, config: LoadedConfig, han
       if (await handoff.absorb(s.tenant, s.usage as UsageDelta)) return { absorbed: true };
       return reply.code(409).header('x-quotaring-error', 'not_owner').send(errorBody('openai', 'invalid_request', `This node does not own tenant ${s.tenant}.`));
     }
-    if (s.op === 'finish') return handoff.finish(s.tenant, s.id, s.tokens, hops, sender);
+    if (s.op === 'finish') {
+      const kinds = s.kinds === undefined ? undefined : Object.fromEntries(Object.entries(s.kinds).filter(([, v]) => v !== undefined));
+      return handoff.finish(s.tenant, s.id, s.tokens, hops, sender, { ...(s.cost === undefined ? {} : { cost: BigInt(s.cost) }), ...(kinds === undefined ? {} : { kinds }) });
+    }
     return { renewed: await handoff.renew(s.tenant, s.id, hops, sender) };
   });
 }

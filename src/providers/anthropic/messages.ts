@@ -9,6 +9,7 @@ import { DEFAULT_ITEM_LIMITS, atMostItems, bodyObject, optionalBoolean, optional
 import type { ItemLimits } from '../fields.ts';
 import type { SseEvent } from '../sse.ts';
 import type { StreamObserver, TokenUsage } from '../types.ts';
+import { detailCount, withDetails } from '../types.ts';
 
 /** What admission needs from a messages request. */
 export interface MessagesRequest {
@@ -62,7 +63,7 @@ class UsageAccumulator {
 
   get usage(): TokenUsage | undefined {
     if (!this.#seen) return undefined;
-    return { input: this.#input + this.#cacheCreation + this.#cacheRead, output: this.#output };
+    return withDetails(this.#input + this.#cacheCreation + this.#cacheRead, this.#output, { cacheRead: detailCount(this.#cacheRead), cacheWrite: detailCount(this.#cacheCreation) });
   }
 }
 

@@ -9,6 +9,7 @@
  */
 import type { SseEvent } from '../sse.ts';
 import type { StreamObserver, TokenUsage } from '../types.ts';
+import { detailCount, withDetails } from '../types.ts';
 
 /** Content type of a ConverseStream reply (the AWS event-stream encoding). */
 export const EVENT_STREAM_CONTENT_TYPE = 'application/vnd.amazon.eventstream';
@@ -32,7 +33,7 @@ export function bedrockUsage(usage: unknown): TokenUsage | undefined {
   const u = usage as Record<string, unknown>;
   const n = (v: unknown): number => (typeof v === 'number' && Number.isFinite(v) ? v : 0);
   if (typeof u.inputTokens !== 'number' || typeof u.outputTokens !== 'number') return undefined;
-  return { input: n(u.inputTokens) + n(u.cacheReadInputTokens) + n(u.cacheWriteInputTokens), output: n(u.outputTokens) };
+  return withDetails(n(u.inputTokens) + n(u.cacheReadInputTokens) + n(u.cacheWriteInputTokens), n(u.outputTokens), { cacheRead: detailCount(u.cacheReadInputTokens), cacheWrite: detailCount(u.cacheWriteInputTokens) });
 }
 
 /**

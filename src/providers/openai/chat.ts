@@ -8,6 +8,7 @@ import { DEFAULT_ITEM_LIMITS, atMostItems, bodyObject, optionalBoolean, optional
 import type { ItemLimits } from '../fields.ts';
 import type { SseEvent } from '../sse.ts';
 import type { StreamObserver, TokenUsage } from '../types.ts';
+import { detailCount, withDetails } from '../types.ts';
 
 /** What admission needs from a chat completion request. */
 export interface ChatRequest {
@@ -68,11 +69,12 @@ export function upstreamChatBody(request: ChatRequest, upstreamModel: string): R
 }
 
 /**
- * Usage from an OpenAI `usage` object (`prompt_tokens`, `completion_tokens`, `total_tokens`);
- * undefined when absent. The output is `completion_tokens`, or `total_tokens − prompt_tokens` when
- * that is more: Gemini's OpenAI compatibility leaves thinking tokens out of `completion_tokens` but
- * bills them and counts them in `total_tokens` (OpenAI counts reasoning inside `completion_tokens`,
- * where the two agree).
+ * Usage from an OpenAI `usage` object (`prompt_tokens`, `completion_tokens`, `total_tokens`, and
+ * the details `prompt_tokens_details.cached_tokens` and `completion_tokens_details.reasoning_tokens`,
+ * which are parts of them); undefined when absent. The output is `completion_tokens`, or
+ * `total_tokens − prompt_tokens` when that is more: Gemini's OpenAI compatibility leaves thinking
+ * tokens out of `completion_tokens` but bills them and counts them in `total_tokens` (OpenAI counts
+ * reasoning inside `completion_tokens`, where the two agree).
  */
 export function openAIUsage(usage: unknown): TokenUsage | undefined {
   if (usage === null || typeof usage !== 'object') return undefined;
@@ -81,8 +83,12 @@ export function openAIUsage(usage: unknown): TokenUsage | undefined {
   const output = u.completion_tokens ?? 0;
   if (typeof input !== 'number' || typeof output !== 'number') return undefined;
   const total = u.total_tokens;
-  if (typeof total === 'number' && Number.isFinite(total) && total - input > output) return { input, output: total - input };
-  return { input, output };
+  const billed = typeof total === 'number' && Number.isFinite(total) && total - input > output ? total - input : output;
+  const inDetails = (u.prompt_tokens_details ?? {}) as Record<string, unknown>;
+  const outDetails = (u.completion_tokens_details ?? {}) as Record<string, unknown>;
+  // Thinking tokens Gemini leaves out of completion_tokens are reasoning too.
+  const reasoning = detailCount(Math.max(detailCount(outDetails?.reasoning_tokens) ?? 0, billed - output));
+  return withDetails(input, billed, { cacheRead: detailCount(inDetails?.cached_tokens), reasoning });
 }
 
 /**

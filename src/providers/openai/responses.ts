@@ -21,6 +21,7 @@ import { DEFAULT_ITEM_LIMITS, atMostItems, bodyObject, optionalBoolean, optional
 import type { ItemLimits } from '../fields.ts';
 import type { SseEvent } from '../sse.ts';
 import type { StreamObserver, TokenUsage } from '../types.ts';
+import { detailCount, withDetails } from '../types.ts';
 
 /** Statuses after which a Response changes no more (its usage is final). */
 export const TERMINAL_STATUSES: ReadonlySet<string> = new Set(['completed', 'incomplete', 'failed', 'cancelled']);
@@ -97,7 +98,9 @@ export function responsesUsage(usage: unknown): TokenUsage | undefined {
   const input = u.input_tokens;
   const output = u.output_tokens ?? 0;
   if (typeof input !== 'number' || typeof output !== 'number') return undefined;
-  return { input, output };
+  const inDetails = (u.input_tokens_details ?? {}) as Record<string, unknown>;
+  const outDetails = (u.output_tokens_details ?? {}) as Record<string, unknown>;
+  return withDetails(input, output, { cacheRead: detailCount(inDetails?.cached_tokens), reasoning: detailCount(outDetails?.reasoning_tokens) });
 }
 
 /** What a Response object (or a stream's last `response`) says of itself. */
