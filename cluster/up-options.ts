@@ -7,6 +7,7 @@ import { hasPassword, redactUrl } from '../src/config/redis-url.ts';
 
 /** Levels of `server.log_level` (pino's), for `up --log-level`. */
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+/** One of {@link LOG_LEVELS}. */
 export type LogLevel = (typeof LOG_LEVELS)[number];
 
 /** Bounds of `quotaring up`. A local cluster bigger than this is a mistake, not a test. */

@@ -10,6 +10,10 @@ import { periodAt, type BudgetPeriod } from './budget-period.ts';
 /** Pico-dollars in a micro-dollar. */
 const PICO = 1_000_000n;
 
+/**
+ * One `cost` limit's state: `limit` pico-dollars per period, the spend of the current period and its
+ * reservations. Methods take pico-dollar bigints and clock ms; see the module doc for the rules.
+ */
 export class Budget {
   /** Discriminant for the limiter's dispatch. */
   readonly algorithm = 'budget' as const;

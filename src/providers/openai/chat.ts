@@ -117,9 +117,13 @@ export class OpenAIChatStreamObserver implements StreamObserver {
         // Not JSON: forward as is; usage stays unknown and settlement falls back to delivered tokens.
       }
     }
-    if (data.includes('"content":"') && !data.includes('"content":""')) this.#delivered++;
-    else if (data.includes('"arguments":"') && !data.includes('"arguments":""')) this.#delivered++;
+    if (this.delivers(data)) this.#delivered++;
     return true;
+  }
+
+  /** Whether an event carries one delivered output token: chat's non-empty `content` or tool `arguments`. */
+  protected delivers(data: string): boolean {
+    return (data.includes('"content":"') && !data.includes('"content":""')) || (data.includes('"arguments":"') && !data.includes('"arguments":""'));
   }
 
   usage(): TokenUsage | undefined {

@@ -9,9 +9,7 @@
 import { GatewayError } from '../../errors.ts';
 import type { EmbeddingInput } from '../../tokens/types.ts';
 import { bodyObject, optionalBoolean, optionalPositiveInt, requiredString } from '../fields.ts';
-import type { SseEvent } from '../sse.ts';
-import type { StreamObserver, TokenUsage } from '../types.ts';
-import { openAIUsage } from './chat.ts';
+import { OpenAIChatStreamObserver } from './chat.ts';
 
 /** OpenAI's default `max_tokens` of a completion, in tokens. */
 export const COMPLETIONS_DEFAULT_MAX_TOKENS = 16;
@@ -87,37 +85,9 @@ export function upstreamCompletionsBody(request: CompletionsRequest, upstreamMod
  * because the gateway asked for `include_usage`) and hides it from clients that did not ask for it.
  * Delivered output: one token per chunk with non-empty `text`.
  */
-export class OpenAICompletionsStreamObserver implements StreamObserver {
-  #usage: TokenUsage | undefined;
-  #delivered = 0;
-  readonly #forwardUsage: boolean;
-
-  /** @param clientWantsUsage forward the usage chunk to the client. */
-  constructor(clientWantsUsage: boolean) {
-    this.#forwardUsage = clientWantsUsage;
-  }
-
-  onEvent(event: SseEvent): boolean {
-    const data = event.data;
-    if (data.includes('"usage":{')) {
-      try {
-        const chunk = JSON.parse(data) as { usage?: unknown; choices?: unknown };
-        const usage = openAIUsage(chunk.usage);
-        if (usage !== undefined) this.#usage = usage;
-        if (Array.isArray(chunk.choices) && chunk.choices.length === 0) return this.#forwardUsage;
-      } catch {
-        // Not JSON: forward as is; usage stays unknown and settlement falls back to delivered tokens.
-      }
-    }
-    if (data.includes('"text":"') && !data.includes('"text":""')) this.#delivered++;
-    return true;
-  }
-
-  usage(): TokenUsage | undefined {
-    return this.#usage;
-  }
-
-  get deliveredOutput(): number {
-    return this.#delivered;
+export class OpenAICompletionsStreamObserver extends OpenAIChatStreamObserver {
+  /** One delivered token per chunk with a non-empty `text`. */
+  protected override delivers(data: string): boolean {
+    return data.includes('"text":"') && !data.includes('"text":""');
   }
 }
