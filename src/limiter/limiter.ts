@@ -345,16 +345,7 @@ export class Limiter {
    * anything (`[]` when the tenant has no policy; a tenant without state reads as fresh).
    */
   peek(tenant: string, model?: string, key?: string): readonly LimitState[] {
-    const policy = this.#policyFor(tenant);
-    if (policy === undefined) return [];
-    const now = this.#clock.now();
-    const st = this.#tenants.get(tenant);
-    if (st !== undefined && st.policy !== policy) this.#rebuild(st, policy, now);
-    const c = st === undefined ? this.#compile(policy) : st.compiled;
-    const applied = applicableLimits(c, model, key);
-    if (st === undefined) return applied.map((i) => limitState(c, undefined, i, now));
-    for (const i of applied) syncLimit(c, st, i, now);
-    return this.#states(st, applied, now);
+    return this.#peekLimits(tenant, (c) => applicableLimits(c, model, key));
   }
 
   /**
@@ -362,16 +353,21 @@ export class Limiter {
    * anything; for operators. `[]` when the tenant has no policy.
    */
   peekAll(tenant: string): readonly LimitState[] {
+    return this.#peekLimits(tenant, (c) => c.limits.map((_, i) => i));
+  }
+
+  /** The state now of the limits `pick` chooses of `tenant`'s compiled policy, taking nothing. */
+  #peekLimits(tenant: string, pick: (c: CompiledPolicy) => readonly number[]): readonly LimitState[] {
     const policy = this.#policyFor(tenant);
     if (policy === undefined) return [];
     const now = this.#clock.now();
     const st = this.#tenants.get(tenant);
     if (st !== undefined && st.policy !== policy) this.#rebuild(st, policy, now);
     const c = st === undefined ? this.#compile(policy) : st.compiled;
-    const all = c.limits.map((_, i) => i);
-    if (st === undefined) return all.map((i) => limitState(c, undefined, i, now));
-    for (const i of all) syncLimit(c, st, i, now);
-    return this.#states(st, all, now);
+    const picked = pick(c);
+    if (st === undefined) return picked.map((i) => limitState(c, undefined, i, now));
+    for (const i of picked) syncLimit(c, st, i, now);
+    return this.#states(st, picked, now);
   }
 
   /**

@@ -24,6 +24,20 @@ export interface ChatRequest {
 }
 
 /**
+ * Whether an OpenAI request's client asked for the usage chunk (`stream_options.include_usage`).
+ * @throws GatewayError `invalid_request` (param `stream_options`) when it is not an object, or
+ *   `include_usage` is not a boolean.
+ */
+export function wantsUsage(body: Record<string, unknown>): boolean {
+  const options = body.stream_options;
+  if (options === undefined || options === null) return false;
+  if (typeof options !== 'object' || Array.isArray(options)) {
+    throw new GatewayError('invalid_request', '"stream_options" must be an object.', 'stream_options');
+  }
+  return optionalBoolean(options as Record<string, unknown>, 'include_usage');
+}
+
+/**
  * Validates the fields the gateway relies on.
  * @param limits most messages and tool definitions (`tools`, `functions`) accepted.
  * @throws GatewayError `invalid_request` (400) naming the field.
@@ -44,14 +58,7 @@ export function parseChatRequest(raw: unknown, limits: ItemLimits = DEFAULT_ITEM
   const maxCompletion = optionalPositiveInt(body, 'max_completion_tokens');
   const choices = optionalPositiveInt(body, 'n', 128) ?? 1;
   const stream = optionalBoolean(body, 'stream');
-  const options = body.stream_options;
-  let clientWantsUsage = false;
-  if (options !== undefined && options !== null) {
-    if (typeof options !== 'object' || Array.isArray(options)) {
-      throw new GatewayError('invalid_request', '"stream_options" must be an object.', 'stream_options');
-    }
-    clientWantsUsage = optionalBoolean(options as Record<string, unknown>, 'include_usage');
-  }
+  const clientWantsUsage = wantsUsage(body);
   return { body, model, stream, clientWantsUsage, maxOutput: maxCompletion ?? maxTokens, choices };
 }
 

@@ -9,7 +9,7 @@
 import { GatewayError } from '../../errors.ts';
 import type { EmbeddingInput } from '../../tokens/types.ts';
 import { bodyObject, optionalBoolean, optionalPositiveInt, requiredString } from '../fields.ts';
-import { OpenAIChatStreamObserver } from './chat.ts';
+import { OpenAIChatStreamObserver, wantsUsage } from './chat.ts';
 
 /** OpenAI's default `max_tokens` of a completion, in tokens. */
 export const COMPLETIONS_DEFAULT_MAX_TOKENS = 16;
@@ -56,14 +56,7 @@ export function parseCompletionsRequest(raw: unknown, maxPrompts = 10_000): Comp
   const n = optionalPositiveInt(body, 'n', 128) ?? 1;
   const bestOf = optionalPositiveInt(body, 'best_of', 128) ?? 1;
   const stream = optionalBoolean(body, 'stream');
-  const options = body.stream_options;
-  let clientWantsUsage = false;
-  if (options !== undefined && options !== null) {
-    if (typeof options !== 'object' || Array.isArray(options)) {
-      throw new GatewayError('invalid_request', '"stream_options" must be an object.', 'stream_options');
-    }
-    clientWantsUsage = optionalBoolean(options as Record<string, unknown>, 'include_usage');
-  }
+  const clientWantsUsage = wantsUsage(body);
   return { body, model, prompt: body.prompt as EmbeddingInput, stream, clientWantsUsage, maxOutput: maxTokens * Math.max(n, bestOf) * prompts };
 }
 
