@@ -56,6 +56,7 @@ import { freePort, runCli, writeConfig } from '../helpers/processes.ts';
 import type { Running } from '../helpers/processes.ts';
 import { worstInterval } from '../helpers/bounds.ts';
 import type { Worst } from '../helpers/bounds.ts';
+import { sendPaced } from '../helpers/paced.ts';
 import { startRedis } from '../helpers/redis.ts';
 import type { RunningRedis } from '../helpers/redis.ts';
 import { signedRequest } from '../helpers/cluster-secret.ts';
@@ -246,20 +247,8 @@ describe('Redis killed and restarted empty mid-run', () => {
       );
     };
 
-    await Promise.all(
-      tenants.map(async (t, i) => {
-        const body = bodyOf(t.model);
-        const interval = 1_000 / t.ratePerS;
-        // Phases spread over one interval so the tenants do not fire together.
-        const phase = (interval * i) / tenants.length;
-        for (let n = 0; ; n++) {
-          const due = t0 + phase + n * interval;
-          if (due - t0 >= RUN_MS) break;
-          if (due > Date.now()) await sleep(due - Date.now());
-          send(t, body);
-        }
-      }),
-    );
+    const bodies = new Map(tenants.map((t) => [t.id, bodyOf(t.model)]));
+    await sendPaced(tenants, t0, RUN_MS, (t) => send(t, bodies.get(t.id) as string));
     await Promise.all(inFlight);
     await chaos;
     await agent.close();

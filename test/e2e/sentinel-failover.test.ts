@@ -46,6 +46,7 @@ import type { Worst } from '../helpers/bounds.ts';
 import { signedRequest } from '../helpers/cluster-secret.ts';
 import { freePort, runCli, writeConfig } from '../helpers/processes.ts';
 import type { Running } from '../helpers/processes.ts';
+import { sendPaced } from '../helpers/paced.ts';
 import { sentinelUnavailable, startSentinelGroup } from '../helpers/sentinel.ts';
 import type { SentinelGroup } from '../helpers/sentinel.ts';
 
@@ -222,19 +223,8 @@ describe('Redis Sentinel: the primary fails over under load', { skip: unavailabl
       );
     };
 
-    await Promise.all(
-      tenants.map(async (t, i) => {
-        const body = bodyOf(t.model);
-        const interval = 1_000 / t.ratePerS;
-        const phase = (interval * i) / tenants.length;
-        for (let n = 0; ; n++) {
-          const due = t0 + phase + n * interval;
-          if (due - t0 >= RUN_MS) break;
-          if (due > Date.now()) await sleep(due - Date.now());
-          send(t, body);
-        }
-      }),
-    );
+    const bodies = new Map(tenants.map((t) => [t.id, bodyOf(t.model)]));
+    await sendPaced(tenants, t0, RUN_MS, (t) => send(t, bodies.get(t.id) as string));
     await Promise.all(inFlight);
     await chaos;
     await agent.close();
