@@ -13,7 +13,7 @@
  * family (default 150).
  */
 import assert from 'node:assert/strict';
-import { connect } from 'node:net';
+import { rawStatus } from '../helpers/raw-http.ts';
 import { after, before, describe, test } from 'node:test';
 import fc from 'fast-check';
 import { request } from 'undici';
@@ -101,26 +101,6 @@ const untranslatable: fc.Arbitrary<Hostile> = fc.oneof(
   fc.constant({ path: '/v1/responses', body: { model: 'claude-bedrock', input: 'hi' }, status: 400, code: 'invalid_request' }),
 );
 
-/** The status line's code of raw request bytes (a path no client library would send as it is). */
-function rawStatus(url: string, payload: string): Promise<{ status: number; code: string | undefined }> {
-  const { hostname, port } = new URL(url);
-  return new Promise((resolve) => {
-    const socket = connect(Number(port), hostname);
-    let data = '';
-    const done = (): void => {
-      socket.destroy();
-      resolve({ status: Number(/^HTTP\/1\.[01] (\d{3})/.exec(data)?.[1] ?? 0), code: /\r\nx-quotaring-error: ([^\r]+)/i.exec(data)?.[1] });
-    };
-    socket.setTimeout(10_000, done);
-    socket.on('data', (d: Buffer) => {
-      data += d.toString('latin1');
-      if (data.includes('\r\n\r\n')) done();
-    });
-    socket.on('error', done);
-    socket.on('close', done);
-    socket.write(payload);
-  });
-}
 
 describe(`fuzz the new routes: ${RUNS} cases per family (seed ${SEED}), router → 2 nodes → simulator`, () => {
   let sim: Running;

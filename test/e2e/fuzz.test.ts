@@ -10,7 +10,7 @@
  */
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { connect } from 'node:net';
+import { rawStatus } from '../helpers/raw-http.ts';
 import { after, before, describe, test } from 'node:test';
 import fc from 'fast-check';
 import { request } from 'undici';
@@ -196,27 +196,6 @@ const RAW_REQUESTS: readonly string[] = [
   'GET http://evil/v1/models HTTP/1.1\r\nHost: x\r\n\r\n',
 ];
 
-/** Sends raw bytes and returns the status line's code (0 when the server closed without answering). */
-function rawStatus(url: string, payload: string): Promise<number> {
-  const { hostname, port } = new URL(url);
-  return new Promise((resolve) => {
-    const socket = connect(Number(port), hostname);
-    let data = '';
-    const done = (): void => {
-      socket.destroy();
-      const m = /^HTTP\/1\.[01] (\d{3})/.exec(data);
-      resolve(m === null ? 0 : Number(m[1]));
-    };
-    socket.setTimeout(10_000, done);
-    socket.on('data', (d: Buffer) => {
-      data += d.toString('latin1');
-      if (data.includes('\r\n\r\n')) done();
-    });
-    socket.on('error', done);
-    socket.on('close', done);
-    socket.write(payload);
-  });
-}
 
 /** Resident set size of a process, MiB (Linux). */
 function rssMiB(pid: number): number {
@@ -324,7 +303,7 @@ describe(`fuzz: ${RUNS} malformed requests (seed ${SEED}) through the router and
     await Promise.all(Array.from({ length: CONCURRENCY }, worker));
     for (const payload of RAW_REQUESTS) {
       for (const url of Object.values(urls)) {
-        const status = await rawStatus(url, payload);
+        const { status } = await rawStatus(url, payload);
         if (status >= 500) fives.push(`raw ${JSON.stringify(payload.slice(0, 60))} to ${url}: ${status}`);
       }
     }
