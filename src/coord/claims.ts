@@ -7,7 +7,10 @@
  *
  * Loading a claim, in order:
  * - When the tenant's previous owner is still in the ring (a join) and has not announced its
- *   handoff for this ring, wait for the announcement up to `waitMs` (`src/coord/announcements.ts`).
+ *   handoff for this ring, wait for the announcement up to `waitMs` (`src/coord/announcements.ts`):
+ *   Redis pub/sub, or the handoff's last push straight from the previous owner. The previous owner
+ *   is nudged first (once per ring) to read the member list now, so it sees the ring and hands
+ *   over within a round trip rather than at its next heartbeat.
  * - Take the replica held here (a checkpoint, a handoff pushed here, a state given back;
  *   `src/coord/replicas.ts`): no Redis read. Else read Redis (at most `waitMs`): the handoff, or the
  *   last checkpoint, at most one checkpoint period old (the conservative start: usage that old is
@@ -36,7 +39,7 @@ import type { RingPlacement } from './placement.ts';
 import { Rejoined } from './rejoin.ts';
 import { StandIns, slotsDiedWithOwner } from './stand-in.ts';
 import type { OversizedState, StoredState, TenantStateStore } from './state-store.ts';
-import type { Ring } from './types.ts';
+import type { Member, Ring } from './types.ts';
 
 /** Why a node claims a tenant: see {@link Claims.ready}. */
 export type ClaimHow = 'owner' | 'fallback' | 'handed';
@@ -183,6 +186,7 @@ export class Claims {
     const crashed = slotsDiedWithOwner(fallback, previous?.id, self.id, previousAlive, previous !== undefined && this.#announcements.has(previous.id, ring.version));
     if (store !== undefined && how === 'owner' && previous !== undefined && previous.id !== self.id && previousAlive) {
       if (!this.#announcements.has(previous.id, ring.version)) {
+        this.#nudge(previous, ring.version);
         if (await this.#announcements.waitFor(previous.id, ring.version)) stats.waited++;
         else {
           stats.timedOut++;
@@ -206,6 +210,24 @@ export class Claims {
       const owner = this.#placement.ring.owner(tenant);
       if (owner !== undefined) await this.standIns.begin(tenant, owner);
     }
+  }
+
+  /** `from|ring` of the previous owners nudged, so each is asked once per ring. */
+  readonly #nudged = new Set<string>();
+
+  /**
+   * Asks `previous` (over the peer transport, when there is one) to read the member list now: it
+   * hands over as soon as it sees the ring this node claims under, instead of at its next
+   * heartbeat. Once per previous owner and ring; never rejects (a failure is logged: the claim
+   * then waits for the announcement as without peers).
+   */
+  #nudge(previous: Member, ring: string): void {
+    const { peers, self, log } = this.#ctx;
+    const k = `${previous.id}|${ring}`;
+    if (peers === undefined || this.#nudged.has(k)) return;
+    if (this.#nudged.size >= 256) this.#nudged.clear();
+    this.#nudged.add(k);
+    peers.transport.nudge(self, previous, ring).catch((err: unknown) => log.warn({ to: previous.id, ring, err: (err as Error).message }, 'nudging the previous owner failed'));
   }
 
   /**

@@ -2,7 +2,9 @@
  * Handing tenants over: on a ring change (or a graceful leave, under the ring without this node) a
  * node exports every claimed tenant it no longer owns, drops it from its limiter and stops deciding
  * for it. The states go straight to each new owner first (over HTTP, `src/coord/transfer-http.ts`:
- * it loads them without a Redis read), then to Redis in one pipeline, and the handoff is announced
+ * it loads them without a Redis read; the push names the ring and is this node's announcement to
+ * that owner, sent to every member new in the ring even with no state), then to Redis in one
+ * pipeline, and the handoff is announced
  * (`HandoffDone`, listing the tenants by new owner so each loads its share at once: `Claims.prefetch`).
  * Handoffs run one after another, so states are written in ring order.
  *
@@ -80,15 +82,22 @@ export class HandOver {
       claims.unclaim(tenant);
     }
     claims.keepCarried((tenant) => !leaving && ring.owner(tenant)?.id === self.id);
+    // Members new in this ring: their claims wait for this node's announcement (`Claims`).
+    const before = new Set(this.#placement.previous.members.map((m) => m.id));
+    const joiners = leaving ? [] : ring.members.filter((m) => m.id !== self.id && !before.has(m.id)).map((m) => m.id);
     if (store === undefined && peers === undefined) return this.#chain;
     const run = async (): Promise<void> => {
       // Straight to each new owner first (it loads without a Redis read), then to Redis.
+      // Each push names the ring: the receiver takes it as this node's announcement, so a member that
+      // joined (and waits for this node's handoff before deciding) gets one even with no state.
       const at = clock.now();
       const json = new Map(states.map((s) => [s.tenant, s.json]));
-      const pushes = Object.entries(byOwner).map(([id, tenants]) => {
+      const to = new Set(Object.keys(byOwner));
+      for (const id of joiners) to.add(id);
+      const pushes = [...to].map((id) => {
         const member = ring.members.find((m) => m.id === id);
-        const wire = tenants.flatMap((t) => { const j = json.get(t); return j === undefined ? [] : [{ tenant: t, json: j, at }]; });
-        return member === undefined ? Promise.resolve(false) : pushStates(this.#ctx, member, 'handoff', wire);
+        const wire = (byOwner[id] ?? []).flatMap((t) => { const j = json.get(t); return j === undefined ? [] : [{ tenant: t, json: j, at }]; });
+        return member === undefined ? Promise.resolve(false) : pushStates(this.#ctx, member, 'handoff', wire, ring.version);
       });
       await Promise.all(pushes);
       if (store === undefined) {

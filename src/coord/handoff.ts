@@ -320,6 +320,25 @@ export class Handoff {
     return this.#standIns.has(tenant);
   }
 
+  /**
+   * Node `from` handed this node its share of a handoff for ring version `ring` (its last push,
+   * `src/coord/transfer-http.ts`; the states are among the replicas already): recorded as its
+   * announcement, so the claims waiting for it load them now, whether or not Redis pub/sub brings
+   * the announcement (a node whose subscriber connection is still recovering from a cut).
+   */
+  handedHere(from: string, ring: string): void {
+    this.#announcements.record({ from, ring });
+  }
+
+  /**
+   * A member waits for this node's handoff (it claimed a tenant this node owned before it joined):
+   * reads the member list now rather than at the next heartbeat, so a ring it joined is seen and
+   * handed over at once. Repeated nudges coalesce into one read in flight and one after it.
+   */
+  nudged(): void {
+    this.#membership.refresh?.();
+  }
+
   /** Stops checkpoints and announcements (writes nothing; call `leave()` first for a graceful exit). */
   stop(): void {
     clearInterval(this.#timer);

@@ -315,6 +315,12 @@ export class RedisMembership implements Membership {
     return this.#lastSync;
   }
 
+  /** Reads the member list now, or once more right after the read in flight (a peer waits for this node's handoff); no-op before start and once stopping. */
+  refresh(): void {
+    if (this.#timer === undefined || this.#stopping !== undefined) return;
+    this.#syncInBackground();
+  }
+
   /** Runs a sync now, or once more right after the one in flight; faults go to onError. */
   #syncInBackground(): void {
     if (this.#inFlight !== undefined) {
@@ -396,12 +402,22 @@ export class RedisMembership implements Membership {
       // and after a Redis stall or restart every entry is old or gone though no one dropped anyone.)
       const self = this.#self;
       const ownDrop = self === undefined ? undefined : drops[self.id];
+      let rejoined = false;
       if (ownDrop !== undefined && beats) {
-        if (Number(ownDrop) > (this.#lastBeat ?? Infinity)) this.#rejoin();
+        if (Number(ownDrop) > (this.#lastBeat ?? Infinity)) rejoined = this.#rejoin();
         this.#dropToAck = true;
       }
       if (beats) this.#lastBeat = nowMs;
-      this.#apply(flat as string[], prune ? nowMs - this.#deadAfterMs : -Infinity, maxScore, prune ? nowMs : undefined, drops);
+      // Just rejoined: this node stays out of its own ring until its drop is acknowledged (the
+      // others take it back only then), so that its claims, which wait for the interim owners'
+      // handoffs, start when those owners can see it. The acknowledgement is sent at once.
+      this.#apply(flat as string[], prune ? nowMs - this.#deadAfterMs : -Infinity, maxScore, prune ? nowMs : undefined, drops, rejoined);
+      if (rejoined) this.#again = true;
+      // Acknowledged after a rejoin: the others are told to read the member list now (as on a start).
+      if (acking && this.#announceRejoin && self !== undefined) {
+        this.#announceRejoin = false;
+        this.#redis.publish(this.#channel, JSON.stringify({ type: 'join', id: self.id })).catch((err: unknown) => this.#onError(asError(err)));
+      }
       this.#lastSync = this.#clock.now();
       this.#failed = false;
       this.#reports.report(this.#clock.now(), this.#onError);
@@ -419,9 +435,11 @@ export class RedisMembership implements Membership {
    * this process last saw its heartbeat rise, or after its contact with Redis began again if later: a
    * Redis restart must not move tenants off live nodes, nor empty a router's ring.
    */
-  #apply(flat: readonly string[], minScore: number, maxScore: number, dropsAt?: number, drops: Readonly<Record<string, string>> = {}): void {
+  #apply(flat: readonly string[], minScore: number, maxScore: number, dropsAt?: number, drops: Readonly<Record<string, string>> = {}, selfDropped = false): void {
     const now = this.#clock.now();
-    const newest = readEntries(flat, { minScore, maxScore }, drops, this.#self?.id, this.#secret, this.#reports);
+    // A dropped member's entry is ignored until the member acknowledges its drop; this node's own
+    // entry is read regardless, except right after it found its drop (`selfDropped`).
+    const newest = readEntries(flat, { minScore, maxScore }, drops, selfDropped ? undefined : this.#self?.id, this.#secret, this.#reports);
     for (const [id, { score }] of newest) {
       const beat = this.#beats.get(id);
       if (beat === undefined || score > beat.score) this.#beats.set(id, { score, seenAt: now });
@@ -447,15 +465,22 @@ export class RedisMembership implements Membership {
    * from its ring ({@link dropsKey}, later than this node's last answered heartbeat): the others gave
    * its tenants to other nodes meanwhile, though it never saw that ring. Its listeners see that ring now (this
    * node absent, `Handoff` drops the tenants it decided for: their interim owners hold newer
-   * states), then the ring with it again (the read that follows), so its tenants come back by
+   * states), then the ring with it again (the read that follows at once, which acknowledges the
+   * drop and publishes a `join` note so the others read it now), so its tenants come back by
    * handoff like any moved tenant's. Counted in {@link rejoins}.
+   * @returns whether this node was in its ring (and now is not).
    */
-  #rejoin(): void {
+  #rejoin(): boolean {
     const self = this.#self;
-    if (self === undefined || !this.#ring.members.some((m) => m.id === self.id)) return;
+    if (self === undefined || !this.#ring.members.some((m) => m.id === self.id)) return false;
     this.#rejoins++;
+    this.#announceRejoin = true;
     this.#setMembers(this.#ring.members.filter((m) => m.id !== self.id));
+    return true;
   }
+
+  /** Set by a rejoin: the sync that acknowledges the drop publishes a `join` note. */
+  #announceRejoin = false;
 
   #rejoins = 0;
 

@@ -155,8 +155,17 @@ export type TransferKind = 'handoff' | 'checkpoint';
 
 /** How nodes send each other tenant states (`src/coord/transfer-http.ts` over signed HTTP). */
 export interface PeerTransport {
-  /** Sends `states` from `from` to `to`. @throws when `to` did not store them. */
-  push(from: Member, to: Member, kind: TransferKind, states: readonly WireState[]): Promise<void>;
+  /**
+   * Sends `states` from `from` to `to`. A `handoff` made for ring version `ring` names it in its last
+   * push (sent even without states): the receiver takes that as `from`'s announcement of the handoff.
+   * @throws when `to` did not store them.
+   */
+  push(from: Member, to: Member, kind: TransferKind, states: readonly WireState[], ring?: string): Promise<void>;
+  /**
+   * Asks `to` to read the member list now: `from` waits for its handoff under ring version `ring`.
+   * @throws when `to` cannot be reached or answers other than 200.
+   */
+  nudge(from: Member, to: Member, ring: string): Promise<void>;
   /**
    * Asks `to` for every state it holds for tenants `from` owns (replicas, stand-in claims it gives back).
    * @throws when `to` cannot be reached or answers other than 200.
@@ -166,14 +175,15 @@ export interface PeerTransport {
 
 /**
  * Pushes `states` from this node to member `to` over the context's peer transport, counting them
- * (`stats.replicated` for a checkpoint, `stats.pushed` for a handoff). Never rejects: a failure is
- * logged, and the receiver gets the tenant's next checkpoint or loads it from Redis.
+ * (`stats.replicated` for a checkpoint, `stats.pushed` for a handoff). A handoff for ring version
+ * `ring` is sent even without states (it announces the handoff to `to`). Never rejects: a failure
+ * is logged, and the receiver gets the tenant's next checkpoint or loads it from Redis.
  * @returns whether `to` stored them (true when there is nothing to send or no peers).
  */
-export async function pushStates(ctx: HandoffContext, to: Member, kind: TransferKind, states: readonly WireState[]): Promise<boolean> {
-  if (ctx.peers === undefined || states.length === 0) return true;
+export async function pushStates(ctx: HandoffContext, to: Member, kind: TransferKind, states: readonly WireState[], ring?: string): Promise<boolean> {
+  if (ctx.peers === undefined || (states.length === 0 && ring === undefined)) return true;
   try {
-    await ctx.peers.transport.push(ctx.self, to, kind, states);
+    await ctx.peers.transport.push(ctx.self, to, kind, states, ring);
     if (kind === 'checkpoint') ctx.stats.replicated += states.length;
     else ctx.stats.pushed += states.length;
     return true;

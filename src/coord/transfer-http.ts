@@ -1,13 +1,19 @@
 /**
  * Tenant states straight between nodes over HTTP, with or without Redis: handoffs to new owners
  * (or to the member that stands in for a leaving static member), replicated checkpoints to each
- * tenant's replica, and the pull of a restarted static member. Two internal routes, reachable only
- * with a call signed with the cluster secret (`src/gateway/cluster-auth.ts`):
+ * tenant's replica, and the pull of a restarted static member. Three internal routes, reachable only
+ * with a call signed with the cluster secret (`src/gateway/cluster-auth.ts`), which also vouches for
+ * the sender's id (`x-quotaring-from`):
  *
- * - `POST /_quotaring/v1/handoff/tenants` `{kind, states: [{tenant, json, at}]}`: stores the states
- *   among the receiver's replicas (`src/coord/replicas.ts`); 200 `{stored}`.
+ * - `POST /_quotaring/v1/handoff/tenants` `{kind, states: [{tenant, json, at}], ring?}`: stores the
+ *   states among the receiver's replicas (`src/coord/replicas.ts`); 200 `{stored}`. The last push
+ *   of a handoff carries the ring version it was made for: it is the sender's announcement to this
+ *   receiver (`Handoff.handedHere`), which does not wait for Redis pub/sub to bring it.
  * - `POST /_quotaring/v1/handoff/pull` `{owner}`: gives back every state the receiver holds for
  *   tenants `owner` owns (see `Handoff.surrender`); 200 `{states}`.
+ * - `POST /_quotaring/v1/handoff/nudge` `{ring}`: a member waiting for the receiver's handoff under
+ *   ring `ring` asks it to read the member list now rather than at its next heartbeat
+ *   (`Handoff.nudged`); 200 `{ring}` (the receiver's ring version before that read).
  *
  * The states are untrusted JSON wherever they land: the claim that loads one parses and clamps it
  * like a value read from Redis (corrupt: the conservative state).
@@ -28,6 +34,8 @@ import type { Member } from './types.ts';
 export const HANDOFF_TENANTS_PATH = '/_quotaring/v1/handoff/tenants';
 /** Path of the route a restarted static member pulls its tenants' states from. */
 export const HANDOFF_PULL_PATH = '/_quotaring/v1/handoff/pull';
+/** Path of the route that asks a node to read the member list now (a member waits for its handoff). */
+export const HANDOFF_NUDGE_PATH = '/_quotaring/v1/handoff/nudge';
 
 /** Largest body of a push, bytes: one state at the cap ({@link MAX_STATE_BYTES}) with its JSON escaping, and more. */
 export const MAX_PUSH_BYTES = 3 * MAX_STATE_BYTES;
@@ -45,20 +53,38 @@ const MAX_PUSH_REPLY_BYTES = 64 * 1024;
 export const MAX_PULL_REPLY_BYTES = 128 * 1024 * 1024;
 
 const WireStateSchema = z.strictObject({ tenant: z.string().min(1).max(256), json: z.string(), at: z.number().finite() });
-const PushSchema = z.strictObject({ kind: z.enum(['handoff', 'checkpoint']), states: z.array(WireStateSchema).max(100_000) });
+/** A ring version (`Ring.version`: 12 hex digits). */
+const RingVersionSchema = z.string().regex(/^[0-9a-f]{1,64}$/);
+const PushSchema = z.strictObject({ kind: z.enum(['handoff', 'checkpoint']), states: z.array(WireStateSchema).max(100_000), ring: RingVersionSchema.optional() });
 const PullSchema = z.strictObject({ owner: z.string().min(1).max(256) });
+const NudgeSchema = z.strictObject({ ring: RingVersionSchema });
 const PullReplySchema = z.strictObject({ states: z.array(WireStateSchema).max(1_000_000) });
 
 /**
- * Registers both routes on a node. 400 for a body that is not what the route takes; 413 (fastify)
- * for a push over {@link MAX_PUSH_BYTES}.
+ * Registers the three routes on a node. 400 for a body that is not what the route takes (or a
+ * handoff push that names its ring without the sender's id); 413 (fastify) for a push over
+ * {@link MAX_PUSH_BYTES}.
  */
 export function transferRoutes(app: FastifyInstance, config: LoadedConfig, handoff: Handoff): void {
   const known = (tenant: string): boolean => config.policies.has(tenant);
   app.post(HANDOFF_TENANTS_PATH, { bodyLimit: MAX_PUSH_BYTES }, async (request, reply) => {
     const parsed = PushSchema.safeParse(request.body);
-    if (!parsed.success) return reply.code(400).header('x-quotaring-error', 'invalid_request').send(errorBody('openai', 'invalid_request', `Not a state push: ${parsed.error.issues[0]?.message ?? 'invalid'}.`));
-    return { stored: handoff.receive(parsed.data.states, known) };
+    const from = request.headers[FROM_HEADER];
+    const announces = parsed.success && parsed.data.kind === 'handoff' && parsed.data.ring !== undefined;
+    if (!parsed.success || (announces && (typeof from !== 'string' || from === ''))) {
+      const why = parsed.success ? `a handoff naming its ring needs ${FROM_HEADER}` : (parsed.error.issues[0]?.message ?? 'invalid');
+      return reply.code(400).header('x-quotaring-error', 'invalid_request').send(errorBody('openai', 'invalid_request', `Not a state push: ${why}.`));
+    }
+    const stored = handoff.receive(parsed.data.states, known);
+    if (announces) handoff.handedHere(from as string, parsed.data.ring as string);
+    return { stored };
+  });
+  app.post(HANDOFF_NUDGE_PATH, async (request, reply) => {
+    const parsed = NudgeSchema.safeParse(request.body);
+    if (!parsed.success) return reply.code(400).header('x-quotaring-error', 'invalid_request').send(errorBody('openai', 'invalid_request', `Not a nudge: ${parsed.error.issues[0]?.message ?? 'invalid'}.`));
+    const ring = handoff.ring().version;
+    handoff.nudged();
+    return { ring };
   });
   app.post(HANDOFF_PULL_PATH, async (request, reply) => {
     const parsed = PullSchema.safeParse(request.body);
@@ -119,8 +145,17 @@ function chunks(states: readonly WireState[]): WireState[][] {
 /** The {@link PeerTransport} over signed HTTP (2 s timeout per call). */
 export function httpPeerTransport(signer: RequestSigner): PeerTransport {
   return {
-    async push(from: Member, to: Member, kind: TransferKind, states: readonly WireState[]): Promise<void> {
-      for (const chunk of chunks(states)) await post(signer, from, to, HANDOFF_TENANTS_PATH, JSON.stringify({ kind, states: chunk }), MAX_PUSH_REPLY_BYTES);
+    async push(from: Member, to: Member, kind: TransferKind, states: readonly WireState[], ring?: string): Promise<void> {
+      const parts = chunks(states);
+      // A handoff for a ring is announced by its last push, sent even when it carries no state.
+      if (ring !== undefined && parts.length === 0) parts.push([]);
+      for (const [i, chunk] of parts.entries()) {
+        const body = ring !== undefined && i === parts.length - 1 ? { kind, states: chunk, ring } : { kind, states: chunk };
+        await post(signer, from, to, HANDOFF_TENANTS_PATH, JSON.stringify(body), MAX_PUSH_REPLY_BYTES);
+      }
+    },
+    async nudge(from: Member, to: Member, ring: string): Promise<void> {
+      await post(signer, from, to, HANDOFF_NUDGE_PATH, JSON.stringify({ ring }), MAX_PUSH_REPLY_BYTES);
     },
     async pull(from: Member, to: Member): Promise<WireState[]> {
       const text = await post(signer, from, to, HANDOFF_PULL_PATH, JSON.stringify({ owner: from.id }), MAX_PULL_REPLY_BYTES);

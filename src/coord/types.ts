@@ -54,4 +54,6 @@ export interface Membership {
   rejectedEntries?(): number;
   /** Memberships read from a shared store: clock ms of the last successful read (undefined before the first). */
   lastSyncMs?(): number | undefined;
+  /** Memberships read from a shared store: reads the member list now (coalesced with a read in flight); never rejects. */
+  refresh?(): void;
 }

@@ -20,6 +20,16 @@ export class TestMembership implements Membership {
     this.#listeners.add(listener);
     return () => this.#listeners.delete(listener);
   }
+  /** Counted by {@link refresh}; `nextRead`, when set, is the ring that read finds (then cleared). */
+  refreshes = 0;
+  nextRead: Ring | undefined;
+  /** A read of the member list now (a peer's nudge): finds {@link nextRead} when the test set one. */
+  refresh(): void {
+    this.refreshes++;
+    const ring = this.nextRead;
+    this.nextRead = undefined;
+    if (ring !== undefined) this.set(ring);
+  }
   /** Replaces the ring; `emit: false` changes it silently (a reader that re-reads sees it, listeners do not). */
   set(ring: Ring, emit = true): void {
     this.#ring = ring;

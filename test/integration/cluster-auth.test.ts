@@ -172,6 +172,30 @@ describe('cluster signatures on a node (static cluster, real HTTP)', () => {
     }
   });
 
+  test('handoff nudge and pushes: unsigned 401; a malformed body, or a push naming its ring without the sender, 400 and nothing stored; signed: 200', async () => {
+    const nudge = `${url}/_quotaring/v1/handoff/nudge`;
+    const push = `${url}/_quotaring/v1/handoff/tenants`;
+    await expect401(await request(nudge, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ ring: 'abc' }) }), 'unsigned nudge');
+    for (const body of [{}, { ring: 'not hex' }, { ring: 'a'.repeat(65) }, { ring: 'abc', extra: 1 }]) {
+      const res = await signedRequest(nudge, { body });
+      assert.equal(res.statusCode, 400, JSON.stringify(body));
+      assert.equal(res.headers['x-quotaring-error'], 'invalid_request');
+      await res.body.dump();
+    }
+    const ok = await signedRequest(nudge, { body: { ring: 'abc123' } });
+    assert.equal(ok.statusCode, 200);
+    assert.deepEqual(await ok.body.json(), { ring: nodeHandoff(app)?.ring().version });
+    // The sender's id comes from the signed x-quotaring-from header: without it a push cannot announce.
+    const state = { tenant: theirs, json: '{}', at: Date.now() };
+    const anonymous = await signedRequest(push, { body: { kind: 'handoff', states: [state], ring: 'abc123' } });
+    assert.equal(anonymous.statusCode, 400);
+    assert.match(await anonymous.body.text(), /x-quotaring-from/);
+    const bad = await signedRequest(push, { body: { kind: 'handoff', states: [state], ring: 'zz' }, headers: { 'x-quotaring-from': 'node-b' } });
+    assert.equal(bad.statusCode, 400);
+    await bad.body.dump();
+    assert.equal(nodeHandoff(app)?.peers?.replicas.take(theirs), undefined, 'a refused push stores nothing');
+  });
+
   test('percent-encoded paths that route to an internal route are refused too', async () => {
     for (const path of [`/%5Fquotaring/v1/tenants/${own}`, '/%5fquotaring/v1/levels', '/_quotaring/v1/level%73', '/_quotaring/v1/handof%66']) {
       await expect401(await request(`${url}${path}`), path);

@@ -11,6 +11,7 @@ import { ManualClock } from '../../src/clock.ts';
 import { Handoff } from '../../src/coord/handoff.ts';
 import type { ForwardedSettlement } from '../../src/coord/handoff.ts';
 import { createRing } from '../../src/coord/ring.ts';
+import { ReplicaStore } from '../../src/coord/replicas.ts';
 import { TenantStateStore, stateKey } from '../../src/coord/state-store.ts';
 import type { Member } from '../../src/coord/types.ts';
 import { Limiter } from '../../src/limiter/limiter.ts';
@@ -32,6 +33,11 @@ const ringAB = createRing([A, B]);
 const T = Array.from({ length: 100 }, (_, i) => `tenant-${i}`).find((t) => ringAB.owner(t)?.id === B.id) as string;
 
 const quiet = { info: () => {}, warn: () => {} };
+
+/** A state store whose pub/sub brings nothing: announcements published while its subscriber is away are lost. */
+class DeafStore extends TenantStateStore {
+  override async subscribe(): Promise<void> {}
+}
 
 describe('handoff through a real Redis', () => {
   let redis: Awaited<ReturnType<typeof startRedis>>;
@@ -55,17 +61,44 @@ describe('handoff through a real Redis', () => {
   async function node(
     self: Member,
     members: Member[],
-    opts: { waitMs?: number; standInIdleMs?: number; send?: (from: Member, to: Member, s: ForwardedSettlement, hops: number) => Promise<void>; ownerGone?: (owner: Member) => Promise<boolean> } = {},
+    opts: {
+      waitMs?: number;
+      standInIdleMs?: number;
+      send?: (from: Member, to: Member, s: ForwardedSettlement, hops: number) => Promise<void>;
+      ownerGone?: (owner: Member) => Promise<boolean>;
+      /** States go straight between the nodes of this map (in process: the handoff rules, not HTTP, are under test). */
+      peers?: Map<string, Handoff>;
+      /** Hears no handoff announcement on Redis pub/sub (a subscriber still reconnecting after a cut). */
+      deaf?: boolean;
+    } = {},
   ) {
     const connection = new Redis(redis.url);
     connections.push(connection);
     const limiter = new Limiter({ clock, policyFor: () => POLICY });
     const membership = new TestMembership(createRing(members));
+    const store = opts.deaf === true ? new DeafStore(connection, `t${cluster}`) : new TenantStateStore(connection, `t${cluster}`);
+    const peers = opts.peers;
     const handoff = new Handoff({
       self,
       membership,
       limiter,
-      store: new TenantStateStore(connection, `t${cluster}`),
+      store,
+      ...(peers === undefined
+        ? {}
+        : {
+            peers: {
+              replicas: new ReplicaStore(),
+              transport: {
+                push: async (from, to, _kind, states, ring) => {
+                  const h = peers.get(to.id) as Handoff;
+                  h.receive(states, () => true);
+                  if (ring !== undefined) h.handedHere(from.id, ring);
+                },
+                pull: async () => [],
+                nudge: async (_from, to) => (peers.get(to.id) as Handoff).nudged(),
+              },
+            },
+          }),
       clock,
       waitMs: opts.waitMs ?? 250,
       checkpointMs: 60_000,
@@ -77,6 +110,7 @@ describe('handoff through a real Redis', () => {
     });
     await handoff.start();
     handoff.joined();
+    peers?.set(self.id, handoff);
     return { limiter, membership, handoff };
   }
 
@@ -156,6 +190,52 @@ describe('handoff through a real Redis', () => {
     assert.equal(concurrent?.remaining, 2);
     // A second delivery changes nothing.
     assert.deepEqual(await b.handoff.finish(T, 'stream', 1_200), { settled: false, released: false });
+    a.handoff.stop();
+    b.handoff.stop();
+  });
+
+  test('join with peers: the new owner nudges the previous one, which reads the ring at once and hands over; its push is the announcement (no pub/sub)', async () => {
+    const peers = new Map<string, Handoff>();
+    const a = await node(A, [A], { peers });
+    await a.handoff.ready(T);
+    assert.equal(a.limiter.acquire(T, { id: 'r0', tokens: 1_000 }).ok, true);
+    a.limiter.settle(T, 'r0', 700);
+    a.limiter.release(T, 'r0');
+    assert.equal(a.limiter.acquire(T, { id: 'r1', tokens: 2_000 }).ok, true);
+    const before = a.limiter.peek(T);
+    // A would see B only at its next read of the member list (none comes here but the nudge's).
+    a.membership.nextRead = createRing([A, B]);
+    // B hears no pub/sub and would wait 5 s for an announcement.
+    const b = await node(B, [A, B], { peers, deaf: true, waitMs: 5_000 });
+    const started = Date.now();
+    await b.handoff.ready(T);
+    const took = Date.now() - started;
+    assert.ok(took < 2_000, `claim took ${took} ms: the wait did not end with A's push`);
+    assert.equal(a.membership.refreshes, 1);
+    assert.deepEqual([b.handoff.stats.waited, b.handoff.stats.timedOut], [1, 0]);
+    assert.equal(a.limiter.hasTenant(T), false);
+    assert.deepEqual(b.limiter.peek(T), before);
+    assert.deepEqual(
+      before.map((l) => l.remaining),
+      [10_000 - 2_700, 98, 1],
+    );
+    a.handoff.stop();
+    b.handoff.stop();
+  });
+
+  test('a previous owner with nothing to hand a joiner still announces to it by push: the joiner stops waiting at once and starts fresh', async () => {
+    const peers = new Map<string, Handoff>();
+    const a = await node(A, [A], { peers });
+    a.membership.nextRead = createRing([A, B]);
+    const b = await node(B, [A, B], { peers, deaf: true, waitMs: 5_000 });
+    const started = Date.now();
+    await b.handoff.ready(T);
+    assert.ok(Date.now() - started < 2_000);
+    assert.deepEqual([b.handoff.stats.waited, b.handoff.stats.timedOut, b.handoff.stats.loaded], [1, 0, 0]);
+    assert.deepEqual(
+      b.limiter.peek(T).map((l) => l.remaining),
+      [10_000, 100, 2],
+    );
     a.handoff.stop();
     b.handoff.stop();
   });

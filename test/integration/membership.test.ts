@@ -233,9 +233,26 @@ describe('RedisMembership (real redis-server)', () => {
       assert.equal(nodes[2]!.ring().version, two);
       assert.deepEqual(seen, [], 'the cut node never saw a change while cut');
 
+      // When node-2 sees itself in its ring again its drop is acknowledged already (the others
+      // take it back, so the interim owners it claims from can see it and hand over), and the others
+      // are told by a join note.
+      const ackCheck = redis.client();
+      const dropLeft: Promise<number>[] = [];
+      nodes[1]!.onChange((ring) => {
+        if (ring.version === three) dropLeft.push(ackCheck.hexists(`qr:{${CLUSTER}}:dropped`, 'node-2'));
+      });
+      const joins: string[] = [];
+      const listener = redis.client();
+      await listener.subscribe(membershipChannel(CLUSTER));
+      listener.on('message', (_channel: string, message: string) => joins.push(message));
       await cutClient.connect();
       await waitFor('rejoin', () => nodes.every((m) => m.ring().version === three), 2_000);
       assert.deepEqual(seen, [createRing([member(1), member(3)]).version, three]);
+      assert.deepEqual(await Promise.all(dropLeft), [0], 'node-2 saw itself in the ring before its drop was acknowledged');
+      await waitFor('join note', () => joins.length > 0, 1_000);
+      assert.deepEqual(joins.map((j) => JSON.parse(j) as unknown), [{ type: 'join', id: 'node-2' }]);
+      ackCheck.disconnect();
+      listener.disconnect();
       assert.equal(nodes[1]!.rejoins(), 1);
       assert.equal(nodes[0]!.rejoins(), 0);
     } finally {
