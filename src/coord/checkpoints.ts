@@ -77,17 +77,23 @@ export class Checkpoints {
   /**
    * Stores states another node sent (its handoff or its replicated checkpoint) among this node's
    * replicas, each expiring after the tenant's state TTL; tenants this node claims already keep
-   * their own state (what arrives later is older than what they decided since). Tenants `known`
-   * rejects (not in the config) are ignored.
-   * @returns how many were stored.
+   * their own state (what arrives later is older than what they decided since), except a claim made
+   * without the handoff of `handedBy` (the sender of a handoff), which merges it
+   * (`Claims.lateHandoff`). Tenants `known` rejects (not in the config) are ignored.
+   * @returns how many were stored or merged.
    */
-  receive(states: readonly WireState[], known: (tenant: string) => boolean): number {
+  receive(states: readonly WireState[], known: (tenant: string) => boolean, handedBy?: string): number {
     const replicas = this.#ctx.peers?.replicas;
     if (replicas === undefined) return 0;
     let stored = 0;
     const now = Date.now();
     for (const s of states) {
-      if (!known(s.tenant) || this.#claims.has(s.tenant)) continue;
+      if (!known(s.tenant)) continue;
+      if (this.#claims.has(s.tenant)) {
+        // Claimed here without this handoff (the wait for it ended first): merged, not stored.
+        if (handedBy !== undefined && this.#claims.lateHandoff(s.tenant, s.json, handedBy)) stored++;
+        continue;
+      }
       if (replicas.put({ tenant: s.tenant, json: s.json, at: s.at, expiresAtMs: now + this.#ctx.ttlMs(s.tenant) })) stored++;
     }
     return stored;

@@ -21,6 +21,8 @@
  * - When the previous owner crashed (left the ring without a handoff), the concurrency slots of its
  *   in-flight requests are freed (those requests died with it; their tokens stay charged; see
  *   `slotsDiedWithOwner`).
+ * - When the wait ended without the handoff, a handoff that comes later is merged into the state
+ *   decided from since (`src/coord/late-handoff.ts`).
  * - A state this node kept when the others dropped it from their ring (`src/coord/rejoin.ts`) is
  *   used only when nothing newer came; what it admitted as a stand-in for a tenant the ring then
  *   gave it (`carry`) is added on top.
@@ -36,6 +38,7 @@ import type { UsageDelta } from '../limiter/usage-delta.ts';
 import type { Announcements } from './announcements.ts';
 import type { HandoffContext } from './handoff-context.ts';
 import type { RingPlacement } from './placement.ts';
+import { LateHandoffs, mergeLateHandoff } from './late-handoff.ts';
 import { Rejoined } from './rejoin.ts';
 import { StandIns, slotsDiedWithOwner } from './stand-in.ts';
 import type { OversizedState, StoredState, TenantStateStore } from './state-store.ts';
@@ -141,6 +144,7 @@ export class Claims {
   /** Forgets a claimed tenant here: its stand-in role (and tally), limiter state, claim, pending checkpoint and stored-state note. */
   unclaim(tenant: string): void {
     this.standIns.forget(tenant);
+    this.#late.forget(tenant);
     this.#ctx.limiter.stopTally(tenant);
     this.#ctx.limiter.dropTenant(tenant);
     this.#claimed.delete(tenant);
@@ -184,12 +188,14 @@ export class Claims {
     // never frees them: its owner is still a member, maybe only stalled, and its streams may go on
     // (see `src/coord/stand-in.ts`: the slots stay counted until their leases expire or are settled).
     const crashed = slotsDiedWithOwner(fallback, previous?.id, self.id, previousAlive, previous !== undefined && this.#announcements.has(previous.id, ring.version));
+    let lateFrom: string | undefined;
     if (store !== undefined && how === 'owner' && previous !== undefined && previous.id !== self.id && previousAlive) {
       if (!this.#announcements.has(previous.id, ring.version)) {
         this.#nudge(previous, ring.version);
         if (await this.#announcements.waitFor(previous.id, ring.version)) stats.waited++;
         else {
           stats.timedOut++;
+          lateFrom = previous.id;
           log.warn({ tenant, from: previous.id, ring: ring.version, waitMs }, 'handoff not announced in time: starting from the last checkpoint');
         }
       }
@@ -205,11 +211,43 @@ export class Claims {
     } catch (err) {
       log.warn({ tenant, err: (err as Error).message }, 'tenant state unreadable: starting fresh');
     }
+    const adopted = this.#adopt(tenant, json, crashed, ring);
+    // Its handoff, if it comes now, is merged into what this node decides from (src/coord/late-handoff.ts).
+    if (adopted && lateFrom !== undefined) this.#late.expect(tenant, lateFrom, this.#ctx.limiter.exportTenant(tenant));
     // Without a store the ring never moves a tenant: a request handed here by a leaving owner stands in for it too.
-    if (this.#adopt(tenant, json, crashed, ring) && (fallback || (store === undefined && how === 'handed')) && !this.#placement.place(tenant).here) {
+    if (adopted && (fallback || (store === undefined && how === 'handed')) && !this.#placement.place(tenant).here) {
       const owner = this.#placement.ring.owner(tenant);
       if (owner !== undefined) await this.standIns.begin(tenant, owner);
     }
+  }
+
+  /** Claims made without their previous owner's handoff (the wait ended first). */
+  readonly #late = new LateHandoffs();
+
+  /**
+   * The handoff of claimed `tenant` from `from` came after the claim stopped waiting for it: merged
+   * into the state this node decides from (`src/coord/late-handoff.ts`). A state that does not parse
+   * changes nothing (logged).
+   * @returns false (nothing done) unless this claim was made without `from`'s handoff.
+   */
+  lateHandoff(tenant: string, json: string, from: string): boolean {
+    const { limiter, clock, log, stats } = this.#ctx;
+    if (!this.#claimed.has(tenant)) return false;
+    const late = this.#late.take(tenant, from);
+    if (late === null) return false;
+    let handed: TenantSnapshot;
+    try {
+      handed = parseTenantSnapshot(json);
+    } catch (err) {
+      log.warn({ tenant, from, err: clip((err as Error).message) }, 'late handoff does not parse: not merged');
+      return false;
+    }
+    const clamped = limiter.importTenant(tenant, mergeLateHandoff(limiter.exportTenant(tenant), late.base, handed, clock.now()));
+    if (clamped > 0) stats.clamped++;
+    this.dirty.add(tenant);
+    stats.lateMerged++;
+    log.info({ tenant, from }, 'late handoff merged');
+    return true;
   }
 
   /** `from|ring` of the previous owners nudged, so each is asked once per ring. */

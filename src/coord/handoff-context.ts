@@ -70,6 +70,8 @@ export interface HandoffStats {
   waited: number;
   /** Claims whose wait ended at `waitMs` without the announcement. */
   timedOut: number;
+  /** Handoffs that came after their claim stopped waiting, merged into the state decided from since (`src/coord/late-handoff.ts`). */
+  lateMerged: number;
   /** Tenants exported to Redis because they moved away. */
   handedOff: number;
   /** Checkpoint writes (tenants). */
@@ -108,6 +110,7 @@ export function zeroStats(): HandoffStats {
     lastPrefetchMs: 0,
     waited: 0,
     timedOut: 0,
+    lateMerged: 0,
     handedOff: 0,
     checkpointed: 0,
     forwarded: 0,

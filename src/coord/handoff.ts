@@ -259,11 +259,13 @@ export class Handoff {
   /**
    * Stores states another node sent (its handoff or its replicated checkpoint) among this node's
    * replicas, each expiring after the tenant's state TTL; tenants this node claims already keep
-   * their own state. Tenants `known` rejects (not in the config) are ignored.
-   * @returns how many were stored.
+   * their own state, unless claimed without the handoff of `handedBy` (the node that sent this
+   * handoff): then it is merged (`src/coord/late-handoff.ts`). Tenants `known` rejects (not in the
+   * config) are ignored.
+   * @returns how many were stored or merged.
    */
-  receive(states: readonly WireState[], known: (tenant: string) => boolean): number {
-    return this.#checkpoints.receive(states, known);
+  receive(states: readonly WireState[], known: (tenant: string) => boolean, handedBy?: string): number {
+    return this.#checkpoints.receive(states, known, handedBy);
   }
 
   /**

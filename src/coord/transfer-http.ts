@@ -75,7 +75,8 @@ export function transferRoutes(app: FastifyInstance, config: LoadedConfig, hando
       const why = parsed.success ? `a handoff naming its ring needs ${FROM_HEADER}` : (parsed.error.issues[0]?.message ?? 'invalid');
       return reply.code(400).header('x-quotaring-error', 'invalid_request').send(errorBody('openai', 'invalid_request', `Not a state push: ${why}.`));
     }
-    const stored = handoff.receive(parsed.data.states, known);
+    const sender = typeof from === 'string' && from !== '' ? from : undefined;
+    const stored = handoff.receive(parsed.data.states, known, parsed.data.kind === 'handoff' ? sender : undefined);
     if (announces) handoff.handedHere(from as string, parsed.data.ring as string);
     return { stored };
   });

@@ -88,6 +88,24 @@ function levelAt(b: Pick<TokenBucketSnapshot, 'level' | 'refilledAt' | 'limit' |
 }
 
 /**
+ * The units `current` took from each token bucket since `base` (undefined: fresh, a full bucket),
+ * from the two states alone: `base`'s level refilled to `current`'s refill time, less `current`'s
+ * level. Short by the refill a full bucket could not hold in between; buckets with nothing taken are
+ * left out. (A stand-in counts what it takes instead: `Limiter.bucketUsage`.)
+ */
+export function bucketUsageSince(base: TenantSnapshot | undefined, current: TenantSnapshot | undefined): BucketUsage[] {
+  const out: BucketUsage[] = [];
+  for (const limit of current?.limits ?? []) {
+    if (limit.algorithm !== 'token_bucket' || !(limit.windowMs > 0)) continue;
+    const before = base?.limits.find((l) => l.name === limit.name);
+    const from = before?.algorithm === 'token_bucket' ? levelAt(before, limit.refilledAt) : limit.limit * limit.windowMs;
+    const taken = Math.floor((from - limit.level) / limit.windowMs);
+    if (taken > 0) out.push({ name: limit.name, kind: limit.kind, limit: limit.limit, windowMs: limit.windowMs, taken });
+  }
+  return out;
+}
+
+/**
  * The sliding-window entries in `current` that are not in `base`, by request id (ids `''`, usage
  * carried over by a reload, are never counted), with their settled costs.
  * @param base the state as loaded when standing in began; undefined: fresh.

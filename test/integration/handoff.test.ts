@@ -89,9 +89,9 @@ describe('handoff through a real Redis', () => {
             peers: {
               replicas: new ReplicaStore(),
               transport: {
-                push: async (from, to, _kind, states, ring) => {
+                push: async (from, to, kind, states, ring) => {
                   const h = peers.get(to.id) as Handoff;
-                  h.receive(states, () => true);
+                  h.receive(states, () => true, kind === 'handoff' ? from.id : undefined);
                   if (ring !== undefined) h.handedHere(from.id, ring);
                 },
                 pull: async () => [],
@@ -236,6 +236,46 @@ describe('handoff through a real Redis', () => {
       b.limiter.peek(T).map((l) => l.remaining),
       [10_000, 100, 2],
     );
+    a.handoff.stop();
+    b.handoff.stop();
+  });
+
+  test('a handoff that comes after the claim stopped waiting is merged: both nodes\' admissions count, and the previous owner\'s open request settles here', async () => {
+    const peers = new Map<string, Handoff>();
+    const nodes: { b?: Awaited<ReturnType<typeof node>> } = {};
+    const a = await node(A, [A], {
+      peers,
+      send: async (from, _to, s, hops) => {
+        if (s.op === 'finish') await nodes.b?.handoff.finish(s.tenant, s.id, s.tokens, hops, from.id);
+      },
+    });
+    await a.handoff.ready(T);
+    assert.equal(a.limiter.acquire(T, { id: 'r0', tokens: 1_000 }).ok, true);
+    a.limiter.release(T, 'r0');
+    a.handoff.touched(T);
+    await a.handoff.checkpoint(); // Redis: r0
+    assert.equal(a.limiter.acquire(T, { id: 'r1', tokens: 500 }).ok, true); // after the checkpoint, still running
+
+    // B joins; A has not seen the ring yet (the nudge finds nothing new), and B stops waiting after 50 ms.
+    const b = await node(B, [A, B], { peers, deaf: true, waitMs: 50 });
+    nodes.b = b;
+    await b.handoff.ready(T);
+    assert.equal(b.handoff.stats.timedOut, 1);
+    assert.deepEqual(b.limiter.peek(T).map((l) => l.remaining), [9_000, 99, 2]);
+    assert.equal(b.limiter.acquire(T, { id: 'b1', tokens: 2_000 }).ok, true);
+    b.limiter.release(T, 'b1');
+
+    // A sees the ring and hands T over: B merges what A admitted after the checkpoint, and r1's slot.
+    a.membership.set(createRing([A, B]));
+    await a.handoff.settledDown();
+    assert.equal(b.handoff.stats.lateMerged, 1);
+    assert.deepEqual(b.limiter.peek(T).map((l) => l.remaining), [10_000 - 3_500, 97, 1]);
+    // r1 ends on A with 300 tokens used: the settlement is forwarded and applies to the merged reservation.
+    await a.handoff.finish(T, 'r1', 300);
+    assert.deepEqual(b.limiter.peek(T).map((l) => l.remaining), [10_000 - 3_300, 97, 2]);
+    // A second push of the same handoff merges nothing more.
+    b.handoff.receive([{ tenant: T, json: JSON.stringify(a.limiter.exportTenant(T) ?? {}), at: Date.now() }], () => true, A.id);
+    assert.equal(b.handoff.stats.lateMerged, 1);
     a.handoff.stop();
     b.handoff.stop();
   });
