@@ -219,7 +219,7 @@ export const TenantSchema = z.strictObject({
    * global cap and leased by each node, its concurrency limits split across them. 2..64.
    */
   spread: z.number().int().min(2).max(64).optional(),
-  /** Export this tenant's remaining per limit as `quotaring_tenant_remaining` (docs/metrics.md). @default false */
+  /** Export this tenant's remaining and size per limit (`quotaring_tenant_remaining`, `quotaring_tenant_limit`) and its settled spend (`quotaring_tenant_spend_usd_total`; docs/metrics.md). @default false */
   metrics: z.boolean().default(false),
 });
 

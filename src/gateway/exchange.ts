@@ -27,7 +27,7 @@ import type { CapLeases, CapTakeResult } from '../globalcap/cap-leases.ts';
 import { anthropicRateLimitHeaders, budgetHeaders, openAIRateLimitHeaders, retryAfterHeaders, rfc3339After } from '../providers/rate-limit-headers.ts';
 import type { SettleDetail } from '../limiter/types.ts';
 import { formatMicros, formatPicoUsdCeil } from '../pricing/usd.ts';
-import { pricesOf, reservedCost, settleDetail, staysOnOwner } from './spend.ts';
+import { budgetedKey, pricesOf, reservedCost, settleDetail, staysOnOwner } from './spend.ts';
 import { SecretScrubber } from '../security/scrub.ts';
 import { wireFormatOf } from '../providers/wire-format.ts';
 import { TranslationError } from '../providers/translate/index.ts';
@@ -569,7 +569,10 @@ async function exchange(ctx: GatewayContext, request: FastifyRequest, reply: Fas
     // Priced by the deployment that served the request (a failover may have moved it to other prices).
     const servedPrices = pricesOf(ex.model, deployment);
     const settle = (tokens: number, usage?: TokenUsage, keepCost = false): void => {
-      finish(ctx, tenantId, id, tokens, spread !== undefined, settleDetail(servedPrices, usage, ex.promptTokens, keepCost ? undefined : tokens));
+      const detail = settleDetail(servedPrices, usage, ex.promptTokens, keepCost ? undefined : tokens);
+      finish(ctx, tenantId, id, tokens, spread !== undefined, detail);
+      // What the cost limits were charged: the actual cost, else the reservation that stays charged.
+      if (ex.tenant.metrics) ctx.activity.metrics.spent(tenantId, ex.model.name, budgetedKey(ex.tenant, keyId), detail.cost ?? money);
       if (quotaHolder !== undefined && ctx.quotas !== undefined) {
         if (tokens < cost) ctx.quotas.leases.refund(quotaHolder, { tokens: cost - tokens });
         else if (tokens > cost) ctx.quotas.leases.debit(quotaHolder, { tokens: tokens - cost });

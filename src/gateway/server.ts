@@ -373,7 +373,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     tenantLevels: () =>
       config.config.tenants
         .filter((t) => t.metrics && decidesFor(t.id) && (handoff === undefined || handoff.place(t.id).here))
-        .flatMap((t) => limiter.peekAll(t.id).map((l) => ({ tenant: t.id, limit: l.name, remaining: l.remaining }))),
+        .flatMap((t) => limiter.peekAll(t.id).map((l) => ({ tenant: t.id, limit: l.name, remaining: l.remaining, capacity: l.limit }))),
     leaseRenewals: () => quotas?.leases.renewals ?? { granted: 0, partial: 0, denied: 0, failed: 0 },
     leaseGivenBack: () => quotas?.leases.givenBack ?? { sent: 0, answered: 0 },
     guardCalls: () => [

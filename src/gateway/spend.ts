@@ -52,3 +52,20 @@ export function staysOnOwner(tenant: TenantConfig): boolean {
   }
   return p;
 }
+
+const budgetedKeys = new WeakMap<TenantConfig, ReadonlySet<string>>();
+
+/**
+ * The `key` label of the tenant's spend counter: `keyId` when that key has a cost limit of its own
+ * (its spend is a budget the operator configured per key), else undefined (the tenant's series).
+ * Bounded: only configured key ids with a budget, never an API key.
+ */
+export function budgetedKey(tenant: TenantConfig, keyId: string | undefined): string | undefined {
+  if (keyId === undefined) return undefined;
+  let ids = budgetedKeys.get(tenant);
+  if (ids === undefined) {
+    ids = new Set(tenant.keys.flatMap((k) => (typeof k !== 'string' && k.id !== undefined && (k.limits ?? []).some((l) => l.usd !== undefined) ? [k.id] : [])));
+    budgetedKeys.set(tenant, ids);
+  }
+  return ids.has(keyId) ? keyId : undefined;
+}

@@ -7,6 +7,7 @@
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { PathCounter, PathHistogram } from './request-path-metrics.ts';
+import { UsdCounter } from './usd-counter.ts';
 
 /** What a node decided for a request (label `result` of `quotaring_decisions_total`). */
 export type DecisionResult =
@@ -40,8 +41,10 @@ export interface TenantLevel {
   readonly tenant: string;
   /** The limit's name, e.g. `tokens/1m` (as in error messages). */
   readonly limit: string;
-  /** Units left now (requests, tokens or concurrency slots). */
+  /** Units left now (requests, tokens, concurrency slots or, for a budget, micro-dollars). */
   readonly remaining: number;
+  /** The limit's size in the same units (a budget's: micro-dollars per period). */
+  readonly capacity: number;
 }
 
 /** What a node's gauges read at scrape time; every reader must be cheap and must not throw. */
@@ -163,6 +166,7 @@ export class NodeMetrics {
   readonly #shed: PathCounter;
   readonly #upstream: PathCounter;
   readonly #upstream429: PathCounter;
+  readonly #spend: UsdCounter;
   readonly #handoffs: Counter<'kind'>;
   readonly #handoffSeconds: Histogram<'kind'>;
   readonly #handoffTenants: Counter<'kind'>;
@@ -182,6 +186,7 @@ export class NodeMetrics {
     this.#shed = new PathCounter(r, 'quotaring_queue_shed_total', 'Requests that waited in a tenant queue and were refused: deadline (max_wait) or queue full (queue.max_depth).');
     this.#upstream = new PathCounter(r, 'quotaring_upstream_requests_total', 'Requests sent to deployments (each attempt, retries and failovers included), by deployment and HTTP status (0: no response).');
     this.#upstream429 = new PathCounter(r, 'quotaring_upstream_rate_limited_total', 'Provider 429 answers, by deployment.');
+    this.#spend = new UsdCounter(r, 'quotaring_tenant_spend_usd_total', 'Settled cost of the requests of tenants with metrics: true, USD at the serving deployment\'s prices, by tenant, model and (for a key with its own budget) key.');
     this.#handoffs = new Counter({ name: 'quotaring_handoffs_total', help: 'Ring changes handled by this node: out (tenants handed to new owners) and prefetch (tenants read from Redis).', labelNames: ['kind'], registers: [r] });
     this.#handoffSeconds = new Histogram({ name: 'quotaring_handoff_duration_seconds', help: 'Duration of a handoff (out) or a prefetch, seconds.', labelNames: ['kind'], buckets: DURATION_BUCKETS, registers: [r] });
     this.#handoffTenants = new Counter({ name: 'quotaring_handoff_tenants_total', help: 'Tenant states moved by handoffs, by kind.', labelNames: ['kind'], registers: [r] });
@@ -197,6 +202,16 @@ export class NodeMetrics {
       collect() {
         this.reset();
         for (const l of src()?.tenantLevels() ?? []) this.set({ tenant: l.tenant, limit: l.limit }, l.remaining);
+      },
+    });
+    new Gauge({
+      name: 'quotaring_tenant_limit',
+      help: 'Size of each limit of tenants with metrics: true (same units as quotaring_tenant_remaining), exported by the tenant\'s owner only.',
+      labelNames: ['tenant', 'limit'],
+      registers: [r],
+      collect() {
+        this.reset();
+        for (const l of src()?.tenantLevels() ?? []) this.set({ tenant: l.tenant, limit: l.limit }, l.capacity);
       },
     });
     new Counter({
@@ -268,6 +283,15 @@ export class NodeMetrics {
     this.#reserved.add(model, labels, reserved);
     this.#used.add(model, labels, used);
     if (reserved > 0) this.#ratio.observe(model, labels, used / reserved);
+  }
+
+  /**
+   * The settled cost of a request of an opted-in tenant (`quotaring_tenant_spend_usd_total`).
+   * @param key the key's id when the key has a budget of its own, else undefined (no `key` label).
+   * @param pico pico-dollars (≥ 0), exactly what the tenant's cost limits were charged.
+   */
+  spent(tenant: string, model: string, key: string | undefined, pico: bigint): void {
+    this.#spend.add(`${tenant}|${model}|${key ?? ''}`, () => ({ tenant, model, ...(key === undefined ? {} : { key }) }), pico);
   }
 
   /** One upstream attempt's outcome: HTTP status, or 0 when no response came (connect error, timeout). */

@@ -4,7 +4,7 @@
  * prometheus, grafana); every relative host path it mounts exists in the repo; Prometheus scrapes
  * exactly the 3 node services and the router, all on port 8080, every 5 s; every metric name in a
  * dashboard PromQL expression is documented in docs/metrics.md (histogram series via their
- * _bucket/_sum/_count suffix), and each of the 26 quotaring_ metrics documented there is on at least
+ * _bucket/_sum/_count suffix), and each of the 31 quotaring_ metrics documented there is on at least
  * one panel; panels use the datasource uid that Grafana's provisioning defines; cluster/compose.yaml
  * loads with the project's loader, binds the admin listener on 0.0.0.0, and the router's admin port
  * is the one published on the host's 127.0.0.1; the admin token is required from the operator (no
@@ -203,7 +203,7 @@ describe('Grafana provisioning and dashboard', () => {
       'quotaring_tokens_used_ratio',
     ]);
     const quotaring = [...names].filter((n) => n.startsWith('quotaring_'));
-    assert.equal(quotaring.length, 29);
+    assert.equal(quotaring.length, 31);
 
     const used = new Set<string>();
     for (const panel of queryPanels) {
@@ -223,8 +223,25 @@ describe('Grafana provisioning and dashboard', () => {
     const targets = queryPanels.flatMap((p) => (p.targets ?? []).filter((t) => metricNames(t.expr).includes('quotaring_tenant_remaining')));
     assert.deepEqual(
       targets.map((t) => t.expr),
-      ['min by (tenant, limit) (quotaring_tenant_remaining)'],
+      [
+        'min by (tenant, limit) (quotaring_tenant_remaining)',
+        '1 - min by (tenant, limit) (quotaring_tenant_remaining{limit=~"cost/.*"}) / max by (tenant, limit) (quotaring_tenant_limit{limit=~"cost/.*"})',
+        '(max by (tenant, limit) (quotaring_tenant_limit{limit=~"cost/.*"}) - min by (tenant, limit) (quotaring_tenant_remaining{limit=~"cost/.*"})) / 1000000',
+      ],
     );
+  });
+
+  test('the Spend row: spend rate from the counter (summed over the nodes that served), budgets from the owner\'s gauges (µ$ shown in USD)', () => {
+    const row = dashboard.panels.findIndex((p) => p.type === 'row' && p.title === 'Spend (opted-in tenants)');
+    const spend = dashboard.panels.slice(row + 1, row + 4) as (Panel & { fieldConfig: { defaults: { unit: string } } })[];
+    assert.deepEqual(spend.map((p) => [p.title, p.fieldConfig.defaults.unit]), [
+      ['Spend rate (USD/hour) by tenant', 'currencyUSD'],
+      ['Budget used (share of each budget)', 'percentunit'],
+      ['Budget spent vs limit (USD)', 'currencyUSD'],
+    ]);
+    const exprs = spend.flatMap((p) => (p.targets ?? []).map((t) => t.expr));
+    for (const e of exprs.filter((x) => x.includes('quotaring_tenant_spend_usd_total'))) assert.match(e, /^sum by \(tenant(, key)?\) \(rate\(quotaring_tenant_spend_usd_total(\{key!=""\})?\[\$__rate_interval\]\)\) \* 3600$/);
+    for (const e of exprs.filter((x) => x.includes('quotaring_tenant_limit'))) assert.doesNotMatch(e.replaceAll('max by (tenant, limit) (quotaring_tenant_limit{limit=~"cost/.*"})', ''), /quotaring_tenant_limit/);
   });
 });
 
