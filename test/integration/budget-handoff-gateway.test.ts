@@ -108,8 +108,8 @@ describe('a budget through a handoff between two gateway nodes (real Redis, HTTP
     }
     assert.equal(await spent(A), 3 * COST);
 
-    // One more on A, held upstream (first byte in 3 s) across the handoff.
-    const inFlight = chat(A, { 'x-sim-ttft-ms': '3000' });
+    // One more on A, held upstream (first byte in 10 s, ample for B to start and take the tenant on a loaded machine) across the handoff.
+    const inFlight = chat(A, { 'x-sim-ttft-ms': '10000' });
     const deadline = Date.now() + 20_000;
     while ((await simStats(sim.url)).inFlight === 0 && Date.now() < deadline) await sleep(20);
     assert.equal((await simStats(sim.url)).inFlight, 1);

@@ -121,8 +121,8 @@ describe('a config reload mid-period (real HTTP, admin reload)', () => {
     assert.equal((await budget()).spent, spent);
     assert.ok(spent + oldReservation <= 10_000 && spent + 2 * oldReservation > 10_000);
 
-    // That one, held upstream (its first byte in 4 s) while the config is reloaded.
-    const inFlight = chat({ 'x-sim-ttft-ms': '4000' });
+    // That one, held upstream (its first byte in 8 s) while the config is reloaded.
+    const inFlight = chat({ 'x-sim-ttft-ms': '8000' });
     const deadline = Date.now() + 20_000;
     while ((await simStats(sim.url)).inFlight === 0 && Date.now() < deadline) await sleep(20);
     assert.equal((await simStats(sim.url)).inFlight, 1);
