@@ -24,7 +24,7 @@ import { sendMisdirected } from './ownership.ts';
 import { providerRetryWaitMs } from '../providers/retry-wait.ts';
 import { bodyRetryWaitMs, openAIShapedError } from '../providers/upstream-errors.ts';
 import type { CapLeases, CapTakeResult } from '../globalcap/cap-leases.ts';
-import { anthropicRateLimitHeaders, budgetHeaders, openAIRateLimitHeaders, retryAfterHeaders, rfc3339After } from '../providers/rate-limit-headers.ts';
+import { anthropicRateLimitHeaders, budgetHeaders, budgetRenewal, openAIRateLimitHeaders, retryAfterHeaders, rfc3339After } from '../providers/rate-limit-headers.ts';
 import type { SettleDetail } from '../limiter/types.ts';
 import { formatMicros, formatPicoUsdCeil } from '../pricing/usd.ts';
 import { budgetedKey, pricesOf, reservedCost, settleDetail, staysOnOwner } from './spend.ts';
@@ -136,7 +136,7 @@ function sendBudgetRefusal(ctx: GatewayContext, reply: FastifyReply, ex: Exchang
     const message = `Request too large for budget ${result.limit} of ${whose}: ${needs} but the budget is $${formatMicros(budget)}${ex.tier.floor > 0 ? ` and priority ${ex.tier.name} may use only ${Math.round((1 - ex.tier.floor) * 100)}% of it` : ''}. Lower max_tokens or shorten the prompt.`;
     return reply.code(429).headers({ ...headers, 'x-should-retry': 'false', 'x-quotaring-error': 'request_too_large' }).send(errorBody(ex.dialect, 'request_too_large', message, { openaiType: 'insufficient_quota' }));
   }
-  const renews = rfc3339After(ctx.clock.now(), refusing?.resetMs ?? result.retryAfterMs);
+  const renews = refusing === undefined ? rfc3339After(ctx.clock.now(), result.retryAfterMs) : budgetRenewal(refusing, ctx.clock.now());
   const spent = budget - (refusing?.remaining ?? 0);
   const message = `Budget ${result.limit} of ${whose} is spent: $${formatMicros(spent)} of $${formatMicros(budget)} used (requests in flight included) and ${needs}.${queued} It renews at ${renews}.`;
   const retry = result.retryAfterMs <= BUDGET_RETRY_MAX_MS ? retryAfterHeaders(result.retryAfterMs) : { 'x-should-retry': 'false' };

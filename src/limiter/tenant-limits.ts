@@ -1,4 +1,5 @@
 import { Budget } from './budget.ts';
+import { periodAt } from './budget-period.ts';
 import type { CompiledPolicy } from './compiled-policy.ts';
 import { Semaphore } from './semaphore.ts';
 import { SlidingWindow } from './sliding-window.ts';
@@ -114,11 +115,16 @@ export function adjustBucket(c: CompiledPolicy, t: TenantLimits, i: number, delt
 
 /**
  * `LimitState` of limit `i` (synced to `nowMs`), or of a fresh limit when `t` is undefined.
- * `resetMs` is rounded up to whole ms.
+ * `resetMs` is rounded up to whole ms; a cost limit also gives its period's end (`resetAt`).
  */
 export function limitState(c: CompiledPolicy, t: TenantLimits | undefined, i: number, nowMs: number): LimitState {
   const spec = c.limits[i] as LimitSpec;
-  if (t === undefined) return { name: spec.name, kind: spec.kind, limit: spec.limit, remaining: spec.limit, resetMs: 0 };
+  if (t === undefined) {
+    if (spec.kind !== 'cost') return { name: spec.name, kind: spec.kind, limit: spec.limit, remaining: spec.limit, resetMs: 0 };
+    // A fresh budget renews at the end of the current period, like one with state.
+    const end = periodAt(spec.period, nowMs).end;
+    return { name: spec.name, kind: spec.kind, limit: spec.limit, remaining: spec.limit, resetMs: Math.ceil(end - nowMs), resetAt: end };
+  }
   const obj = t.objs[i];
   let remaining: number;
   let reset: number;
@@ -131,6 +137,7 @@ export function limitState(c: CompiledPolicy, t: TenantLimits | undefined, i: nu
     remaining = obj.remaining();
     reset = obj.resetMs(nowMs);
   }
+  if (obj instanceof Budget) return { name: spec.name, kind: spec.kind, limit: spec.limit, remaining, resetMs: Math.ceil(reset), resetAt: obj.end };
   return { name: spec.name, kind: spec.kind, limit: spec.limit, remaining, resetMs: Math.ceil(reset) };
 }
 

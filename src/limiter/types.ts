@@ -142,6 +142,11 @@ export interface LimitState {
   readonly remaining: number;
   /** Ms until the limit is back to its initial state (bucket full / window empty / no slot held); for a cost limit, until its period ends. */
   readonly resetMs: number;
+  /**
+   * A cost limit only: when its period ends (epoch ms, exact). `resetMs` counts from the decision's
+   * own clock reading, so a reply rendered later must name the renewal from this, not `now + resetMs`.
+   */
+  readonly resetAt?: number;
 }
 
 /** Result of an acquire. "Limited" is a result, not an exception. */

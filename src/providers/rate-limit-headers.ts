@@ -88,6 +88,15 @@ export function bindingBudget(limits: readonly LimitState[]): LimitState | undef
 }
 
 /**
+ * When budget `b` renews, RFC 3339 UTC: its period's end (`resetAt`) when the state carries it,
+ * else `nowMs + resetMs` rounded up to the second.
+ * @param nowMs ms since the epoch, when the reply is rendered.
+ */
+export function budgetRenewal(b: LimitState, nowMs: number): string {
+  return b.resetAt === undefined ? rfc3339After(nowMs, b.resetMs) : rfc3339After(b.resetAt, 0);
+}
+
+/**
  * quotaring's budget headers, on every reply of a tenant or key with a cost limit (the binding one:
  * least left): `x-quotaring-budget` (its name, e.g. `cost/month`, `cost/1d#ci`),
  * `x-quotaring-budget-limit-usd` and `x-quotaring-budget-remaining-usd` (decimal US dollars, six
@@ -102,7 +111,7 @@ export function budgetHeaders(limits: readonly LimitState[], nowMs: number): Hea
     'x-quotaring-budget': b.name,
     'x-quotaring-budget-limit-usd': formatMicros(b.limit),
     'x-quotaring-budget-remaining-usd': formatMicros(b.remaining),
-    'x-quotaring-budget-reset': rfc3339After(nowMs, b.resetMs),
+    'x-quotaring-budget-reset': budgetRenewal(b, nowMs),
   };
 }
 

@@ -110,7 +110,7 @@ describe('cost limits in the limiter', () => {
     const { clock, limiter } = budgetLimiter(daily);
     const a = limiter.acquire('t', { id: 'a', tokens: 0, cost: $(0.6) });
     assert.equal(a.ok, true);
-    assert.deepEqual(a.limits, [{ name: 'cost/1d', kind: 'cost', limit: 1_000_000, remaining: 400_000, resetMs: 12 * 3_600_000 }]);
+    assert.deepEqual(a.limits, [{ name: 'cost/1d', kind: 'cost', limit: 1_000_000, remaining: 400_000, resetMs: 12 * 3_600_000, resetAt: T0 + 12 * 3_600_000 }]);
     assert.equal(limiter.acquire('t', { id: 'b', tokens: 0, cost: $(0.4) + 1n }).ok, false);
     const c = limiter.acquire('t', { id: 'c', tokens: 0, cost: $(0.4) });
     assert.equal(c.ok, true);
