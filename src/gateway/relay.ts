@@ -1,0 +1,239 @@
+/**
+ * Stage 3 of a request, relay: the upstream's reply passed to the client — which upstream headers
+ * pass (never the upstream's own limits or hop-by-hop headers; retry hints only with an error), the
+ * tenant's rate-limit headers, the provider credentials an upstream may echo scrubbed, a JSON reply
+ * whole (translated when the deployment speaks the other format) and an SSE reply event by event
+ * with backpressure, renewing the concurrency slot while it flows. It records what the reply used
+ * for settlement (`Usage`); it never settles.
+ */
+import type { EventEmitter } from 'node:events';
+import type { FastifyReply } from 'fastify';
+import { GatewayError, errorBody } from '../errors.ts';
+import type { ErrorDialect } from '../errors.ts';
+import type { LimitState } from '../limiter/types.ts';
+import { jsonField } from '../providers/json-field.ts';
+import { anthropicRateLimitHeaders, budgetHeaders, openAIRateLimitHeaders } from '../providers/rate-limit-headers.ts';
+import { SseSplitter } from '../providers/sse.ts';
+import type { SseEvent } from '../providers/sse.ts';
+import type { TokenUsage } from '../providers/types.ts';
+import { openAIShapedError } from '../providers/upstream-errors.ts';
+import { SecretScrubber } from '../security/scrub.ts';
+import type { Admission } from './admission.ts';
+import type { GatewayContext } from './context.ts';
+import type { DeploymentCall, Exchange } from './exchange.ts';
+import { renewSlot } from './settlement.ts';
+import type { Usage } from './settlement.ts';
+import type { Served, UpstreamResponse } from './upstream-attempt.ts';
+
+/**
+ * Upstream response headers never passed to the client: hop-by-hop, length, and the upstream's own
+ * limits (Azure's `x-ms-retry-after-ms` too: a relayed 429 carries `retry-after` and `retry-after-ms`,
+ * which are replaced when the tenant must wait longer).
+ */
+const DROPPED_UPSTREAM_HEADER = /^(connection|keep-alive|transfer-encoding|content-length|content-encoding|set-cookie|x-ratelimit-.*|anthropic-ratelimit-.*|openai-organization|openai-project|x-ms-retry-after-ms)$/;
+/** Upstream retry hints, passed only with an upstream error (a success carries the tenant's view alone). */
+const RETRY_HEADER = /^(retry-after|retry-after-ms|x-should-retry)$/;
+
+/** The tenant's rate-limit and budget headers in the client's dialect (OpenAI's `x-ratelimit-*`, plus Anthropic's for an Anthropic client). */
+export function limitHeaders(ctx: GatewayContext, dialect: ErrorDialect, limits: readonly LimitState[]): Record<string, string> {
+  const headers = openAIRateLimitHeaders(limits);
+  const now = ctx.clock.now();
+  Object.assign(headers, budgetHeaders(limits, now));
+  return dialect === 'anthropic' ? { ...headers, ...anthropicRateLimitHeaders(limits, now) } : headers;
+}
+
+/** One scrubber per deployment set (deployments never change on a reload; a new set gets a new one). */
+const scrubbers = new WeakMap<object, SecretScrubber>();
+
+/**
+ * The scrubber of everything relayed from upstreams: it knows every deployment's provider key (a
+ * failover or a shared proxy may echo another deployment's key than the one it was sent).
+ */
+export function scrubberOf(ctx: GatewayContext): SecretScrubber {
+  const deployments = ctx.config.deployments;
+  let scrubber = scrubbers.get(deployments);
+  if (scrubber === undefined) {
+    scrubber = new SecretScrubber([...deployments.values()].flatMap((d) => [d.apiKey, d.aws?.credentials.secretAccessKey, d.aws?.credentials.sessionToken]));
+    scrubbers.set(deployments, scrubber);
+  }
+  return scrubber;
+}
+
+/** Copies the upstream's headers the client may see into `into`, scrubbed of credentials (see `SecretScrubber.headers`). */
+export function passHeaders(scrubber: SecretScrubber, upstream: Record<string, string | string[] | undefined>, into: Record<string, string>, isError: boolean): void {
+  const passed: Record<string, string> = {};
+  for (const [name, value] of Object.entries(upstream)) {
+    if (value === undefined || DROPPED_UPSTREAM_HEADER.test(name) || (!isError && RETRY_HEADER.test(name))) continue;
+    passed[name] = Array.isArray(value) ? value.join(', ') : value;
+  }
+  scrubber.headers(passed);
+  Object.assign(into, passed);
+}
+
+/** The provider's error message from an error body (OpenAI's, Anthropic's, or AWS's `{"message"}`), for a reply in the client's format. */
+export function upstreamMessage(text: string, deployment: string): string {
+  try {
+    const body = JSON.parse(text) as { error?: { message?: unknown }; message?: unknown };
+    if (typeof body.error?.message === 'string') return `Deployment ${deployment}: ${body.error.message}`;
+    if (typeof body.message === 'string') return `Deployment ${deployment}: ${body.message}`;
+  } catch {
+    // not JSON: fall through
+  }
+  return `Deployment ${deployment} refused the request.`;
+}
+
+/** Maps an undici failure before any response to a client error. */
+export function upstreamError(err: unknown): GatewayError {
+  const code = (err as { code?: string }).code ?? '';
+  if (code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_CONNECT_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT') {
+    return new GatewayError('upstream_timeout');
+  }
+  return new GatewayError('upstream_unavailable', `The upstream provider could not be reached (${code || 'connection failed'}).`);
+}
+
+/**
+ * Relays a deployment's response to the client: a JSON reply (or any error, or a non-SSE reply)
+ * whole, an SSE reply event by event (see {@link pipeStream}). Records in `used` the tokens to
+ * settle, the usage the provider reported and whether the reply succeeded (for `Exchange.onReply`).
+ */
+export async function relayReply(
+  ctx: GatewayContext,
+  reply: FastifyReply,
+  ex: Exchange,
+  admission: Admission,
+  served: Served,
+  attempt: UpstreamResponse,
+  client: { readonly gone: boolean },
+  used: Usage,
+): Promise<FastifyReply> {
+  const { id, cost, headers } = admission;
+  const { deployment, call } = served;
+  const res = attempt.res;
+  const scrubber = scrubberOf(ctx);
+  passHeaders(scrubber, res.headers, headers, res.statusCode >= 400);
+  Object.assign(headers, attempt.relayedHeaders);
+  // Which deployment served, when it is not the model's first (a headroom choice or a failover).
+  if (deployment.name !== ex.model.deployments[0]) headers['x-quotaring-deployment'] = deployment.name;
+  const isEventStream = String(res.headers['content-type'] ?? '').startsWith(call.framing?.contentType ?? 'text/event-stream');
+  if (res.statusCode >= 300 || !ex.stream || !isEventStream) {
+    let text: string;
+    try {
+      // Gemini's and vLLM's error bodies are rewritten in OpenAI's shape (read already: a 429's).
+      text = attempt.text ?? (res.statusCode >= 400 ? openAIShapedError(deployment.provider, res.statusCode, await res.body.text()) : await res.body.text());
+    } catch (err) {
+      if (client.gone) {
+        used.tokens = ex.promptTokens;
+        return reply.hijack();
+      }
+      const error = upstreamError(err);
+      return reply.code(error.statusCode).headers({ ...headers, 'x-quotaring-error': error.code }).send(errorBody(ex.dialect, error.code, error.message));
+    }
+    if (res.statusCode < 300) {
+      const usage = call.usageFromJson(jsonField(text, 'usage'));
+      // No usage reported: keep the reservation (the conservative charge).
+      used.tokens = usage === undefined ? cost : usage.input + usage.output;
+      used.reported = usage;
+      used.unreported = usage === undefined;
+      used.succeeded = { text, reported: usage !== undefined };
+    }
+    if (call.translate !== undefined) {
+      delete headers['content-length'];
+      headers['content-type'] = 'application/json';
+      if (res.statusCode < 300) {
+        let translated: string;
+        try {
+          translated = call.translate.json(text);
+        } catch (err) {
+          const error = new GatewayError('upstream_unavailable', `Deployment ${deployment.name} sent a reply that could not be translated (${scrubber.text((err as Error).message)}).`);
+          return reply.code(error.statusCode).headers({ ...headers, 'x-quotaring-error': error.code }).send(errorBody(ex.dialect, error.code, error.message));
+        }
+        return reply.code(res.statusCode).headers(headers).send(translated);
+      }
+      return reply.code(res.statusCode).headers(headers).send(errorBody(ex.dialect, res.statusCode === 429 ? 'rate_limit_exceeded' : 'invalid_request', upstreamMessage(scrubber.body(text), deployment.name)));
+    }
+    // An upstream error body may echo what it was sent (the provider key): scrubbed. Replies are not (model output).
+    return reply.code(res.statusCode).headers(headers).send(res.statusCode < 300 ? text : scrubber.body(text));
+  }
+  if (call.translate !== undefined) headers['content-type'] = 'text/event-stream';
+  const streamed = await pipeStream(ctx, reply, ex, call, res, headers, client, id);
+  used.tokens = streamed.tokens;
+  used.reported = streamed.usage;
+  if (res.statusCode < 300) used.succeeded = { text: undefined, reported: false };
+  return reply;
+}
+
+/** The SSE events of a body, one batch per chunk (the splitter keeps an unterminated tail). */
+async function* sseBatches(body: AsyncIterable<Buffer>, splitter: SseSplitter): AsyncGenerator<readonly SseEvent[]> {
+  for await (const chunk of body) yield splitter.push(chunk);
+}
+
+/**
+ * Passes an SSE reply through event by event, with backpressure, renewing the concurrency lease while
+ * it flows. @returns tokens to settle: reported usage, or prompt + delivered output when the stream
+ * ended early (client abort or upstream drop); and the usage when the stream reported it.
+ */
+async function pipeStream(
+  ctx: GatewayContext,
+  reply: FastifyReply,
+  ex: Exchange,
+  call: DeploymentCall,
+  res: { statusCode: number; body: AsyncIterable<Buffer> & { destroy(err?: Error): unknown } },
+  headers: Record<string, string>,
+  client: { readonly gone: boolean },
+  id: string,
+): Promise<{ readonly tokens: number; readonly usage: TokenUsage | undefined }> {
+  const raw = reply.raw;
+  reply.hijack();
+  raw.writeHead(res.statusCode, headers);
+  const splitter = new SseSplitter();
+  const observer = call.observer();
+  const translator = call.translate?.stream();
+  const scrubber = scrubberOf(ctx);
+  const renewEvery = 5_000;
+  let lastRenew = ctx.clock.now();
+  const batches = call.framing === undefined ? sseBatches(res.body, splitter) : call.framing.events(res.body);
+  try {
+    for await (const batch of batches) {
+      let out = '';
+      for (const upstreamEvent of batch) {
+        // An error event may echo what the upstream was sent (the provider key): scrubbed; other events are passed exactly.
+        const event = scrubber.event(upstreamEvent);
+        const pass = observer.onEvent(event);
+        if (translator !== undefined) out += translator.push(event);
+        else if (pass) out += event.raw;
+      }
+      const now = ctx.clock.now();
+      if (now - lastRenew >= renewEvery) {
+        renewSlot(ctx, ex.tenant.id, id);
+        lastRenew = now;
+      }
+      if (out.length > 0 && !raw.write(out)) await drained(raw);
+    }
+    raw.end(translator === undefined ? scrubber.text(splitter.rest()) : translator.end());
+  } catch {
+    res.body.destroy();
+    // Client gone, or the upstream dropped the stream: mirror the drop so the client sees it.
+    if (!raw.destroyed) raw.destroy();
+  }
+  const usage = observer.usage();
+  if (usage !== undefined) return { tokens: usage.input + usage.output, usage };
+  return { tokens: ex.promptTokens + observer.deliveredOutput, usage: undefined };
+}
+
+/** Resolves when `stream` drains; rejects when it closes first (the client left). */
+function drained(stream: NodeJS.WritableStream & EventEmitter): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const done = (): void => {
+      stream.off('drain', done);
+      stream.off('close', gone);
+      resolve();
+    };
+    const gone = (): void => {
+      stream.off('drain', done);
+      stream.off('close', gone);
+      reject(new Error('client closed the stream'));
+    };
+    stream.on('drain', done);
+    stream.on('close', gone);
+  });
+}

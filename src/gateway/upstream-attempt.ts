@@ -1,0 +1,307 @@
+/**
+ * Stage 2 of a request, the upstream attempt and failover: calling the deployment (its 429s retried
+ * after the provider's wait within `max_retry_wait`, a provider 429 draining the deployment's
+ * cluster-wide quota), what its answer means (a response to relay, the client gone, or a failure),
+ * and on a hard failure the next deployment of the model (its wire format able to carry the request,
+ * its quota taken) — until a response comes or none is left, when the failure is rendered. Also the
+ * choice of each deployment's call (the request translated into its wire format).
+ */
+import type { EventEmitter } from 'node:events';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { Dispatcher } from 'undici';
+import type { ResolvedDeployment } from '../config/load.ts';
+import { errorBody } from '../errors.ts';
+import type { RequestTrail } from '../ops/node-activity.ts';
+import { retryAfterHeaders } from '../providers/rate-limit-headers.ts';
+import { providerRetryWaitMs } from '../providers/retry-wait.ts';
+import { TranslationError } from '../providers/translate/index.ts';
+import { bodyRetryWaitMs, openAIShapedError } from '../providers/upstream-errors.ts';
+import { wireFormatOf } from '../providers/wire-format.ts';
+import type { Admission } from './admission.ts';
+import type { GatewayContext } from './context.ts';
+import type { Answered, DeploymentCall, Exchange } from './exchange.ts';
+import { takeLeased } from './refusals.ts';
+import { passHeaders, scrubberOf, upstreamError, upstreamMessage } from './relay.ts';
+import type { Usage } from './settlement.ts';
+
+/** First wait before retrying a Bedrock ThrottlingException (it carries no retry-after), ms; `retry_backoff` overrides. */
+const DEFAULT_BEDROCK_BACKOFF_MS = 1_000;
+
+/** The deployment serving the request, its call, and the deployment whose quota the request holds: failover moves all three. */
+export interface Served {
+  deployment: ResolvedDeployment;
+  call: DeploymentCall;
+  held: string | undefined;
+}
+
+/**
+ * Calls the deployments of the request until one answers: `served` (the primary's, from admission)
+ * moves to the next deployment on each hard failure (no connection, a 5xx, a 429 after its
+ * retries). @returns the response to relay (any status but a hard failure's), or the request
+ * answered: the failure rendered when no deployment is left (a provider 429's wait replaced by the
+ * tenant's own when that is later), nothing when the client left (`used` then names what to settle).
+ */
+export async function attemptUpstream(
+  ctx: GatewayContext,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  ex: Exchange,
+  admission: Admission,
+  served: Served,
+  cancel: EventEmitter,
+  client: { readonly gone: boolean },
+  used: Usage,
+  trail: RequestTrail,
+): Promise<UpstreamResponse | Answered> {
+  const { id, cost, asked, closed, headers, spread } = admission;
+  const tenantId = ex.tenant.id;
+  let nextCandidate = 0;
+  if (admission.first === null) {
+    // The primary cannot take it translated, a failover deployment can (checked before admission).
+    const next = await nextDeployment(ctx, ex, served.held, cost, closed, () => nextCandidate++);
+    if (next === undefined) return { kind: 'answered', reply: reply.code(400).headers(headers).send(errorBody(ex.dialect, 'invalid_request', `This request cannot be sent to deployment ${ex.deployment.name} (${ex.deployment.provider} API), and no other deployment of model ${ex.model.name} is available.`)) };
+    served.held = next.held;
+    served.deployment = next.deployment;
+    served.call = next.call;
+  }
+  for (;;) {
+    const { deployment, call } = served;
+    trail.deployment = deployment.name;
+    const attempt = await callDeployment(ctx, request, ex, deployment, call, cancel, client);
+    if (attempt.kind === 'gone') {
+      if (attempt.delivered) used.tokens = ex.promptTokens;
+      return { kind: 'answered', reply: reply.hijack() };
+    }
+    // A hard failure (no connection, a 5xx, a 429 after its retries) moves the request to the next deployment at once.
+    if (attempt.kind === 'failed' && attempt.hard) {
+      ctx.health.failed(deployment);
+      const next = await nextDeployment(ctx, ex, served.held, cost, closed, () => nextCandidate++);
+      if (next !== undefined) {
+        request.log.warn({ tenant: tenantId, from: deployment.name, to: next.deployment.name, status: attempt.status, err: attempt.reason }, 'deployment failed: failing over');
+        served.held = next.held;
+        served.deployment = next.deployment;
+        served.call = next.call;
+        continue;
+      }
+    }
+    if (attempt.kind === 'failed') {
+      // A provider 429 and the tenant's own limits may both ask for a wait: the client is told the later.
+      let later: Record<string, string> | undefined;
+      if (attempt.status === 429 && ctx.central === undefined && spread === undefined && (ctx.handoff === undefined || ctx.handoff.holds(tenantId))) {
+        ctx.limiter.settle(tenantId, id, 0);
+        ctx.limiter.release(tenantId, id);
+        const own = ctx.limiter.waitMs(tenantId, { tokens: cost, ...asked, ...(ex.tier.floor > 0 ? { floor: ex.tier.floor } : {}) });
+        if (own > (attempt.waitMs ?? 0) && own < Infinity) later = retryAfterHeaders(own);
+      }
+      return { kind: 'answered', reply: attempt.send(reply, headers, later) };
+    }
+    return attempt;
+  }
+}
+
+/** One deployment's answer: a response to relay, the client gone, or a failure to render or fail over from. */
+type CallOutcome =
+  | {
+      readonly kind: 'response';
+      readonly res: Dispatcher.ResponseData;
+      /** The body, when it was read already (a relayed 429). */
+      readonly text: string | undefined;
+      readonly relayedHeaders: Record<string, string>;
+    }
+  | { readonly kind: 'gone'; /** Output may have been produced: settle on the prompt. */ readonly delivered: boolean }
+  | {
+      readonly kind: 'failed';
+      /** A failure another deployment may not share: no connection, a 5xx, a 429 after its retries. */
+      readonly hard: boolean;
+      readonly status: number;
+      readonly reason: string;
+      /** A 429's wait as the provider gave it, ms. */
+      readonly waitMs?: number;
+      /** Renders the failure; `later` (retry headers) replaces the provider's when the tenant must wait longer. */
+      readonly send: (reply: FastifyReply, headers: Record<string, string>, later?: Record<string, string>) => FastifyReply;
+    };
+
+
+/** A deployment's response to relay to the client. */
+export type UpstreamResponse = Extract<CallOutcome, { kind: 'response' }>;
+
+/**
+ * Calls one deployment, retrying its 429s after the provider's wait while the request's waits fit
+ * in the deployment's `max_retry_wait`. A 5xx is read whole and returned as a hard failure (the
+ * caller fails over, or relays it).
+ */
+async function callDeployment(
+  ctx: GatewayContext,
+  request: FastifyRequest,
+  ex: Exchange,
+  deployment: ResolvedDeployment,
+  call: DeploymentCall,
+  cancel: EventEmitter,
+  client: { readonly gone: boolean },
+): Promise<CallOutcome> {
+  const forwarded: Record<string, string> = { ...call.headers };
+  for (const name of deployment.forward_headers) {
+    const value = request.headers[name];
+    if (typeof value === 'string') forwarded[name] = value;
+  }
+  const quotas = ctx.quotas !== undefined && ex.deploymentQuota !== false && ctx.quotas.limited.has(deployment.name) ? ctx.quotas.leases : undefined;
+  let budget = deployment.max_retry_wait;
+  // A 429 that names no wait (Bedrock's ThrottlingException) waits this, doubled at each retry.
+  let backoff = deployment.retry_backoff ?? (deployment.provider === 'bedrock' ? DEFAULT_BEDROCK_BACKOFF_MS : undefined);
+  for (;;) {
+    let res: Dispatcher.ResponseData;
+    const sentAt = ctx.clock.now();
+    try {
+      res = await ctx.upstreams.request(deployment, { path: call.path, body: call.body, headers: forwarded, signal: cancel });
+      ctx.health.record(deployment, ctx.clock.now() - sentAt);
+      ctx.activity.upstream(deployment.name, res.statusCode);
+    } catch (err) {
+      // The client left before the upstream answered: nothing more to send.
+      if (client.gone) return { kind: 'gone', delivered: true };
+      ctx.activity.upstream(deployment.name, 0);
+      const error = upstreamError(err);
+      request.log.warn({ deployment: deployment.name, err: scrubberOf(ctx).text((err as Error).message) }, 'upstream request failed');
+      return { kind: 'failed', hard: true, status: 0, reason: error.message, send: (reply, headers) => reply.code(error.statusCode).headers({ ...headers, 'x-quotaring-error': error.code }).send(errorBody(ex.dialect, error.code, error.message)) };
+    }
+    if (res.statusCode !== 429 && res.statusCode < 500) return { kind: 'response', res, text: undefined, relayedHeaders: {} };
+    let raw: string;
+    try {
+      raw = await res.body.text();
+    } catch (err) {
+      if (client.gone) return { kind: 'gone', delivered: false };
+      const error = upstreamError(err);
+      return { kind: 'failed', hard: true, status: res.statusCode, reason: error.message, send: (reply, headers) => reply.code(error.statusCode).headers({ ...headers, 'x-quotaring-error': error.code }).send(errorBody(ex.dialect, error.code, error.message)) };
+    }
+    const text = openAIShapedError(deployment.provider, res.statusCode, raw);
+    if (res.statusCode >= 500) {
+      const status = res.statusCode;
+      const upstreamHeaders = res.headers;
+      const body = text;
+      return {
+        kind: 'failed',
+        hard: true,
+        status,
+        reason: `HTTP ${status}`,
+        send: (reply, headers) => {
+          const scrubber = scrubberOf(ctx);
+          passHeaders(scrubber, upstreamHeaders, headers, true);
+          if (call.translate === undefined) return reply.code(status).headers(headers).send(scrubber.body(body));
+          headers['content-type'] = 'application/json';
+          return reply.code(status).headers(headers).send(errorBody(ex.dialect, 'upstream_unavailable', upstreamMessage(scrubber.body(body), deployment.name)));
+        },
+      };
+    }
+    // A 429 about billing (insufficient_quota) is not fixed by waiting: no retry, no cooldown, no failover.
+    const billing = text.includes('insufficient_quota');
+    // Gemini gives its wait only in the body (RetryInfo).
+    const hinted = billing ? undefined : (providerRetryWaitMs(res.headers, Date.now()) ?? bodyRetryWaitMs(deployment.provider, raw));
+    const wait = billing ? undefined : (hinted ?? backoff);
+    if (hinted === undefined && backoff !== undefined) backoff *= 2;
+    // A provider 429 drains the deployment's bucket for the whole cluster by its wait × rate.
+    if (!billing && quotas !== undefined) void quotas.providerLimited(deployment.name, { retryAfterMs: wait ?? 1_000 });
+    if (wait === undefined || wait > budget || String(res.headers['x-should-retry']) === 'false') {
+      let relayedHeaders: Record<string, string> = {};
+      if (billing) relayedHeaders = { 'x-should-retry': 'false' };
+      else if (wait !== undefined && res.headers['retry-after'] === undefined) relayedHeaders = retryAfterHeaders(wait);
+      const relayed: CallOutcome = { kind: 'response', res, text, relayedHeaders };
+      if (billing) return relayed;
+      const response = res;
+      return {
+        kind: 'failed',
+        hard: true,
+        status: 429,
+        reason: 'rate limited after its retries',
+        ...(wait === undefined ? {} : { waitMs: wait }),
+        send: (reply, headers, later) => {
+          const scrubber = scrubberOf(ctx);
+          passHeaders(scrubber, response.headers, headers, true);
+          Object.assign(headers, relayedHeaders, later);
+          if (call.translate === undefined) return reply.code(429).headers(headers).send(scrubber.body(text));
+          headers['content-type'] = 'application/json';
+          return reply.code(429).headers(headers).send(errorBody(ex.dialect, 'rate_limit_exceeded', upstreamMessage(scrubber.body(text), deployment.name)));
+        },
+      };
+    }
+    budget -= wait;
+    request.log.info({ deployment: deployment.name, waitMs: wait }, 'provider 429: retrying after its wait');
+    if (!(await pause(wait, cancel)) || client.gone) return { kind: 'gone', delivered: false };
+  }
+}
+
+/**
+ * The next deployment to fail over to, with its call and its quota taken (the quota held for the
+ * previous one given back); undefined when none is left. A candidate whose quota refuses, or whose
+ * wire format cannot carry this request, is skipped.
+ * @returns `held`: the deployment whose quota the request now holds (undefined: none).
+ */
+async function nextDeployment(
+  ctx: GatewayContext,
+  ex: Exchange,
+  held: string | undefined,
+  cost: number,
+  closed: boolean,
+  next: () => number,
+): Promise<{ deployment: ResolvedDeployment; call: DeploymentCall; held: string | undefined } | undefined> {
+  for (let i = next(); i < ex.failover.length; i = next()) {
+    const candidate = ex.failover[i] as ResolvedDeployment;
+    const call = translatedCall(ex, candidate);
+    if (call === undefined) continue; // this request cannot be said in the candidate's format
+    const quotas = ex.deploymentQuota === false ? undefined : ctx.quotas;
+    if (quotas !== undefined && quotas.limited.has(candidate.name)) {
+      const taken = await takeLeased(quotas.leases, candidate.name, cost, closed);
+      if (taken === 'unavailable' || !taken.ok) continue;
+      if (held !== undefined) quotas.leases.refund(held, { requests: 1, tokens: cost });
+      return { deployment: candidate, call, held: candidate.name };
+    }
+    if (held !== undefined) quotas?.leases.refund(held, { requests: 1, tokens: cost });
+    return { deployment: candidate, call, held: undefined };
+  }
+  return undefined;
+}
+
+/**
+ * The call of the primary deployment when it speaks another format than the client (its
+ * translation); undefined when it speaks the client's (the call is `ex`); null when its translation
+ * refuses the request but a failover deployment can take it; the primary's refusal when no
+ * deployment of the model can.
+ */
+export function firstCall(ex: Exchange): DeploymentCall | null | undefined | TranslationError {
+  if (wireFormatOf(ex.deployment.provider) === ex.dialect) return undefined;
+  const primary = translation(ex, ex.deployment);
+  if (!(primary instanceof Error)) return primary;
+  for (const d of ex.failover) if (!(translation(ex, d) instanceof Error)) return null;
+  return primary instanceof TranslationError ? primary : new TranslationError('the request could not be translated');
+}
+
+/** `ex.callFor(deployment)`, or the error that says why the request cannot be said in its format (any error: a translation that throws is a refusal). */
+function translation(ex: Exchange, deployment: ResolvedDeployment): DeploymentCall | Error {
+  try {
+    return ex.callFor(deployment);
+  } catch (err) {
+    return err instanceof Error ? err : new Error(String(err));
+  }
+}
+
+/** `ex.callFor(deployment)`, or undefined when the request cannot be said in its format. */
+function translatedCall(ex: Exchange, deployment: ResolvedDeployment): DeploymentCall | undefined {
+  try {
+    return ex.callFor(deployment);
+  } catch {
+    return undefined;
+  }
+}
+
+/** Resolves true after `ms`, or false as soon as `cancel` emits `abort` (the client left). */
+function pause(ms: number, cancel: EventEmitter): Promise<boolean> {
+  return new Promise((resolve) => {
+    const onAbort = (): void => {
+      clearTimeout(timer);
+      resolve(false);
+    };
+    const timer = setTimeout(() => {
+      cancel.off('abort', onAbort);
+      resolve(true);
+    }, ms);
+    cancel.once('abort', onAbort);
+  });
+}
