@@ -3,8 +3,10 @@
  * key's budgets read back with exact micro-dollar figures and their periods; a top-up
  * (`POST /admin/v1/tenants/:tenant/spend`) that lets through the very request refused before it,
  * logged with the admin's address; bad inputs refused with exact statuses and nothing changed; the
- * change kept through a restart (it is limiter state); and the same through a router, which forwards
- * the change to the tenant's owner over a signed internal route (an unsigned call is refused).
+ * change kept through a restart (it is limiter state) and in the owner's checkpoint, from which a
+ * node that takes over after a crash starts (real redis-server); and the same through a router,
+ * which forwards the change to the tenant's owner over a signed internal route (an unsigned call is
+ * refused).
  *
  * Prices: input 1 µ$/token, output 4 µ$/token. Each request reserves prompt + 50 × 4 µ$ and settles
  * on prompt + 7 × 4 µ$ (the simulator answers exactly 7 output tokens).
@@ -15,16 +17,26 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
+import { Redis } from 'ioredis';
 import { request } from 'undici';
 import { ManualClock } from '../../src/clock.ts';
 import { buildConfig } from '../../src/config/load.ts';
+import { Handoff } from '../../src/coord/handoff.ts';
+import { createRing } from '../../src/coord/ring.ts';
 import { StaticMembership } from '../../src/coord/static-membership.ts';
+import { TenantStateStore } from '../../src/coord/state-store.ts';
+import type { Member } from '../../src/coord/types.ts';
+import { changeTenantSpend } from '../../src/gateway/routes/tenant-spend.ts';
+import { stateTtlMs } from '../../src/gateway/state-file.ts';
+import { Limiter } from '../../src/limiter/limiter.ts';
 import { buildGateway, nodeLocalState, registerNodeAdmin } from '../../src/gateway/server.ts';
 import { buildAdminServer } from '../../src/ops/admin-server.ts';
 import { startRouter } from '../../src/router/server.ts';
 import { startSimulator } from '../../src/simulator/server.ts';
 import { TEST_SECRET, TEST_SECRET_ENV } from '../helpers/cluster-secret.ts';
+import { TestMembership } from '../helpers/membership.ts';
+import { startRedis } from '../helpers/redis.ts';
 
 const KEY = 'key-acme-00000';
 const CI_KEY = 'key-acme-ci-000';
@@ -329,5 +341,52 @@ describe('a router: a spend change forwarded to the tenant\'s owner', () => {
     const routerLine = routerLog.lines.find((l) => l.msg === 'budget spend changed on the owner');
     assert.ok(routerLine !== undefined);
     assert.deepEqual([routerLine.tenant, routerLine.limit, routerLine.spentAfter, routerLine.admin, routerLine.askedNode], ['acme', 'cost/1d#ci', '0.000000', '127.0.0.1', 'node-1']);
+  });
+});
+
+describe('a spend change in the owner\'s checkpoint (real Redis)', () => {
+  test('the node taking over after the owner crashed starts from the changed spend', async () => {
+    const redis = await startRedis();
+    const connections: Redis[] = [];
+    const clock = new ManualClock(T0);
+    const config = buildConfig(rawConfig('http://127.0.0.1:1'), 'spend.yaml', { SIM_KEY: 'sim-key' });
+    const quiet = { info: () => {}, warn: () => {} };
+    const node = async (self: Member) => {
+      const connection = new Redis(redis.url);
+      connections.push(connection);
+      const limiter = new Limiter({ clock, policyFor: (t) => config.policies.get(t) });
+      const handoff = new Handoff({ self, membership: new TestMembership(createRing([self])), limiter, store: new TenantStateStore(connection, 'spend'), clock, waitMs: 250, checkpointMs: 60_000, stateTtlMs: (t) => stateTtlMs(config.policies.get(t)), log: quiet });
+      await handoff.start();
+      handoff.joined();
+      return { limiter, handoff };
+    };
+    const changes: Record<string, unknown>[] = [];
+    const log = { info: (fields: Record<string, unknown>, msg: string) => changes.push({ ...fields, msg }) } as unknown as FastifyBaseLogger;
+    try {
+      const a = await node({ id: 'node-a', url: 'http://127.0.0.1:1' });
+      await a.handoff.ready('acme');
+      assert.equal(a.limiter.acquire('acme', { id: 'r', tokens: 0, key: 'ci', cost: 800_000_000n }).ok, true); // 800 µ$
+      a.handoff.touched('acme');
+      await a.handoff.checkpoint();
+      const deps = { config, limiter: a.limiter, handoff: a.handoff, node: () => 'node-a', clock, log };
+      const answer = await changeTenantSpend(deps, 'acme', { key: 'ci', credit_usd: '0.0003' }, { remote: '10.0.0.9' });
+      assert.equal(answer.status, 200);
+      assert.deepEqual(changes.map((l) => [l.msg, l.limit, l.spentBefore, l.spentAfter, l.admin]), [['budget spend changed', 'cost/1d#ci', '0.000800', '0.000500', '10.0.0.9']]);
+      await a.handoff.checkpoint();
+      a.handoff.stop(); // a crash: no handoff
+      const b = await node({ id: 'node-b', url: 'http://127.0.0.1:2' });
+      await b.handoff.ready('acme');
+      assert.deepEqual(
+        b.limiter.budgets('acme').map((v) => [v.name, v.spentPico]),
+        [
+          ['cost/month', 800_000_000n],
+          ['cost/1d#ci', 500_000_000n],
+        ],
+      );
+      b.handoff.stop();
+    } finally {
+      for (const c of connections) c.disconnect();
+      await redis.stop();
+    }
   });
 });
