@@ -355,7 +355,7 @@ describe('a spend change in the owner\'s checkpoint (real Redis)', () => {
       const connection = new Redis(redis.url);
       connections.push(connection);
       const limiter = new Limiter({ clock, policyFor: (t) => config.policies.get(t) });
-      const handoff = new Handoff({ self, membership: new TestMembership(createRing([self])), limiter, store: new TenantStateStore(connection, 'spend'), clock, waitMs: 250, checkpointMs: 60_000, stateTtlMs: (t) => stateTtlMs(config.policies.get(t)), log: quiet });
+      const handoff = new Handoff({ self, membership: new TestMembership(createRing([self])), limiter, store: new TenantStateStore(connection, 'spend'), clock, waitMs: 250, checkpointMs: 60_000, stateTtlMs: (t) => stateTtlMs(config.policies.get(t)), send: async () => {}, log: quiet });
       await handoff.start();
       handoff.joined();
       return { limiter, handoff };
