@@ -53,7 +53,10 @@ import { NodeActivity } from '../ops/node-activity.ts';
 import { nodeOpsRoutes } from '../ops/node-routes.ts';
 import { levelEnabled, loggerOptions } from '../ops/logging.ts';
 import { nodeAdminRoutes, withUsage } from '../ops/admin-routes.ts';
-import type { NodeAdminSources, TenantUsage } from '../ops/admin-routes.ts';
+import type { LimitUsage, NodeAdminSources, TenantUsage } from '../ops/admin-routes.ts';
+import { budgetUsage } from '../ops/spend-admin.ts';
+import { changeTenantSpend, tenantSpendRoutes } from './routes/tenant-spend.ts';
+import type { SpendDeps } from './routes/tenant-spend.ts';
 import { ReloadableConfig } from '../config/reloadable.ts';
 import type { ClusterSecret } from '../security/cluster-secret.ts';
 import { missingSecret } from '../security/cluster-secret.ts';
@@ -452,19 +455,22 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
   }
   if (opts.stateDir !== undefined) localStates.set(app, nodeStateFile({ dir: opts.stateDir, nodeId, config, limiter, handoff, log: app.log }));
   /** A tenant's limits where this node decides for it, else its owner (admin API and `/_quotaring/v1/tenants/:id`). */
+  const limitsOf = (tenant: string): LimitUsage[] => withUsage(limiter.peekAll(tenant), limiter.budgets(tenant).map((b) => budgetUsage(b, clock.now())));
   const tenantUsage = async (tenant: string): Promise<TenantUsage | undefined> => {
     if (!config.policies.has(tenant)) return undefined;
     const placed = handoff?.place(tenant) ?? { here: true as const };
     const self = nodeId();
     if (!placed.here) {
       const owner = placed.owner?.id ?? null;
-      if (handoff?.isStandIn(tenant) === true) return { tenant, node: self, here: false, owner, standIn: true, limits: withUsage(limiter.peekAll(tenant)), queued: queues.depth(tenant) };
+      if (handoff?.isStandIn(tenant) === true) return { tenant, node: self, here: false, owner, standIn: true, limits: limitsOf(tenant), queued: queues.depth(tenant) };
       return { tenant, node: self, here: false, owner, limits: [], queued: queues.depth(tenant) };
     }
     await handoff?.ready(tenant);
-    return { tenant, node: self, here: true, owner: self, limits: withUsage(limiter.peekAll(tenant)), queued: queues.depth(tenant) };
+    return { tenant, node: self, here: true, owner: self, limits: limitsOf(tenant), queued: queues.depth(tenant) };
   };
   tenantStateRoutes(app, nodeId, handoff, tenantUsage);
+  const spendDeps: SpendDeps = { config, limiter, handoff, node: nodeId, clock, log: app.log };
+  tenantSpendRoutes(app, spendDeps);
   adminSources.set(app, {
     get self() {
       return nodeId();
@@ -473,6 +479,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     ring: () => handoff?.ring(),
     ...(hotSet === undefined ? {} : { hot: hotSet }),
     tenant: tenantUsage,
+    changeSpend: (tenant, body, who) => changeTenantSpend(spendDeps, tenant, body, who),
     // A drained node is out of the ring: orchestrators see it not ready.
     drained: () => {
       ready = false;

@@ -27,6 +27,7 @@ export {
 } from './snapshot.ts';
 export { boundSnapshot, conservativeSnapshot, MAX_CLOCK_SKEW_MS } from './snapshot-bounds.ts';
 export { windowUsageSince, budgetUsageSince, withUsage, withOpenRequests, isEmptyUsage, type UsageDelta, type WindowUsage, type BucketUsage, type BudgetUsage } from './usage-delta.ts';
+export { budgetView, changeSpend, type BudgetView, type SpendChange } from './budget-view.ts';
 export type {
   Algorithm,
   RateLimitSpec,

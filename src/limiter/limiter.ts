@@ -2,6 +2,8 @@ import type { Clock } from '../clock.ts';
 import { applicableLimits, compilePolicy, type CompiledPolicy } from './compiled-policy.ts';
 import { IdTable } from './id-table.ts';
 import { Reservation } from './reservation.ts';
+import type { Budget } from './budget.ts';
+import { asBudget, budgetView, changeSpend, type BudgetView, type SpendChange } from './budget-view.ts';
 import {
   adjustBucket,
   budgetKeep,
@@ -354,6 +356,49 @@ export class Limiter {
    */
   peekAll(tenant: string): readonly LimitState[] {
     return this.#peekLimits(tenant, (c) => c.limits.map((_, i) => i));
+  }
+
+  /**
+   * Every budget (`cost` limit) of `tenant`'s policy now, exactly (see `BudgetView`), taking nothing;
+   * for operators. A budget without state reads as fresh. `[]` when the tenant has no policy.
+   */
+  budgets(tenant: string): BudgetView[] {
+    const policy = this.#policyFor(tenant);
+    if (policy === undefined) return [];
+    const now = this.#clock.now();
+    const st = this.#tenants.get(tenant);
+    if (st !== undefined && st.policy !== policy) this.#rebuild(st, policy, now);
+    const c = st === undefined ? this.#compile(policy) : st.compiled;
+    const out: BudgetView[] = [];
+    c.limits.forEach((spec, i) => {
+      if (spec.kind === 'cost') out.push(budgetView(spec, asBudget(st?.objs[i]), now));
+    });
+    return out;
+  }
+
+  /**
+   * Changes the spend of `tenant`'s budget `name` in its current period (an operator's top-up, see
+   * `changeSpend`), creating the tenant's state if it has none. Waiters are woken when the spend went down.
+   * @returns the spend before (pico-dollars) and the budget after.
+   * @throws RangeError when the tenant's policy has no `cost` limit named `name`, or `change.pico` < 0.
+   */
+  changeSpend(tenant: string, name: string, change: SpendChange): { readonly beforePico: bigint; readonly after: BudgetView } {
+    const policy = this.#policyFor(tenant);
+    const now = this.#clock.now();
+    let st = this.#tenants.get(tenant);
+    if (policy !== undefined && st !== undefined && st.policy !== policy) this.#rebuild(st, policy, now);
+    const c = policy === undefined ? undefined : (st?.compiled ?? this.#compile(policy));
+    const i = c?.indexByName.get(name) ?? -1;
+    const spec = c?.limits[i];
+    if (policy === undefined || c === undefined || spec === undefined || spec.kind !== 'cost') throw new RangeError(`tenant ${tenant} has no cost limit ${name}`);
+    if (st === undefined) {
+      st = new TenantState(policy, c, createTenantLimits(c, now));
+      this.#tenants.set(tenant, st);
+    }
+    const budget = asBudget(st.objs[i]) as Budget;
+    const beforePico = changeSpend(budget, change, now);
+    if (budget.spent < beforePico) this.#onFreed?.(tenant);
+    return { beforePico, after: budgetView(spec, budget, now) };
   }
 
   /** The state now of the limits `pick` chooses of `tenant`'s compiled policy, taking nothing. */

@@ -4,6 +4,7 @@
  * | route | node | router |
  * |---|---|---|
  * | `GET /admin/v1/tenants/:tenant` | usage and remaining per limit here | asks the tenant's owner (`askedNode`) |
+ * | `POST /admin/v1/tenants/:tenant/spend` | changes a budget's spend (the owner only) | forwards to the tenant's owner (`askedNode`) |
  * | `GET /admin/v1/ring[?tenant=]` | members, version, a tenant's owner | same, the router's view |
  * | `GET /admin/v1/hot` | spread tenants (config and found hot) | same |
  * | `POST /admin/v1/drain` | leaves the ring, hands its tenants over, keeps running | — |
@@ -19,14 +20,21 @@ import type { LimitState } from '../limiter/types.ts';
 import { adminError } from './admin-server.ts';
 import type { RequestSigner } from '../security/request-signature.ts';
 import { formatMicros } from '../pricing/usd.ts';
+import type { BudgetUsage, ForwardedSpend, SpendAnswer, SpendChanged, SpendRequester, UsdAmounts } from './spend-admin.ts';
 
 /**
  * One limit of a tenant for operators: `used` = limit − remaining (requests, tokens, slots, or
- * micro-dollars); a cost limit also in US dollars (`usd`: decimal strings, six places).
+ * micro-dollars); a cost limit also in US dollars (`usd`: decimal strings, six places; `spent` is
+ * the period's exact spend rounded up, which may pass the limit), with its key (or null), model (or
+ * null), and its current period (see `BudgetUsage`).
  */
 export interface LimitUsage extends LimitState {
   readonly used: number;
-  readonly usd?: { readonly limit: string; readonly spent: string; readonly remaining: string };
+  readonly usd?: UsdAmounts;
+  readonly key?: string | null;
+  readonly model?: string | null;
+  readonly periodStart?: string;
+  readonly resetsAt?: string;
 }
 
 /** `GET /admin/v1/tenants/:tenant`. `limits` is empty where this node does not decide for the tenant (`here: false`; `owner` names who does). */
@@ -41,11 +49,19 @@ export interface TenantUsage {
   readonly queued: number;
 }
 
-/** A limit state with its usage. */
-export function withUsage(limits: readonly LimitState[]): LimitUsage[] {
+/**
+ * Limit states with their usage; a cost limit with its budget from `budgets` (by name). A cost limit
+ * without one keeps the `usd` it carries (a node's answer read by a router), else gets one from its
+ * limit and remaining.
+ */
+export function withUsage(limits: readonly (LimitState | LimitUsage)[], budgets: readonly BudgetUsage[] = []): LimitUsage[] {
   return limits.map((l) => {
     const used = Math.max(0, l.limit - l.remaining);
-    return l.kind === 'cost' ? { ...l, used, usd: { limit: formatMicros(l.limit), spent: formatMicros(used), remaining: formatMicros(l.remaining) } } : { ...l, used };
+    if (l.kind !== 'cost') return { ...l, used };
+    const b = budgets.find((x) => x.name === l.name);
+    if (b !== undefined) return { ...l, used, key: b.key, model: b.model, usd: b.usd, periodStart: b.periodStart, resetsAt: b.resetsAt, resetMs: b.resetMs };
+    if ('usd' in l && l.usd !== undefined) return { ...l, used };
+    return { ...l, used, usd: { limit: formatMicros(l.limit), spent: formatMicros(used), remaining: formatMicros(l.remaining) } };
   });
 }
 
@@ -119,6 +135,8 @@ export interface NodeAdminSources extends CommonSources {
    * former tenants. @returns tenants handed over. @throws Error when the node cannot leave (static members).
    */
   drain(): Promise<{ readonly handedOff: number; readonly ring: string }>;
+  /** Applies a spend change (`POST /admin/v1/tenants/:tenant/spend`, body unchecked) when this node owns the tenant. */
+  changeSpend(tenant: string, body: unknown, who: SpendRequester): Promise<SpendAnswer>;
 }
 
 /** Registers the node's admin routes. */
@@ -127,6 +145,10 @@ export function nodeAdminRoutes(admin: FastifyInstance, s: NodeAdminSources): vo
   admin.get<{ Params: { tenant: string } }>('/admin/v1/tenants/:tenant', async (request, reply) => {
     const usage = await s.tenant(request.params.tenant);
     return usage ?? reply.code(404).send(adminError(`No tenant ${request.params.tenant} in the config.`, 'not_found'));
+  });
+  admin.post<{ Params: { tenant: string } }>('/admin/v1/tenants/:tenant/spend', async (request, reply) => {
+    const answer = await s.changeSpend(request.params.tenant, request.body, { remote: request.ip });
+    return reply.code(answer.status).send(answer.body);
   });
   let draining: Promise<{ readonly handedOff: number; readonly ring: string }> | undefined;
   admin.post('/admin/v1/drain', async (request, reply) => {
@@ -149,21 +171,57 @@ export interface RouterAdminSources extends CommonSources {
   readonly signer: RequestSigner;
 }
 
-/** Registers the router's admin routes; a tenant's usage is read from its owner (`GET /_quotaring/v1/tenants/:tenant`, signed). */
+/** A node's answer to a router's call, with its status. */
+interface OwnerAnswer {
+  readonly status: number;
+  readonly body: Record<string, unknown>;
+  readonly owner: string;
+}
+
+/**
+ * Calls `path` (an internal route) on `tenant`'s owner under the router's ring, signed with the
+ * cluster secret; `body` is sent as JSON (a POST), else a GET.
+ * @returns the owner's answer, or an admin error to send: 404 for a tenant not in the config, 503
+ *   for an empty ring, 502 when the owner does not answer within 2 s.
+ */
+async function askOwner(s: RouterAdminSources, tenant: string, path: string, body?: unknown): Promise<OwnerAnswer | { readonly status: number; readonly error: ReturnType<typeof adminError> }> {
+  if (!s.config.policies.has(tenant)) return { status: 404, error: adminError(`No tenant ${tenant} in the config.`, 'not_found') };
+  const owner = s.ring()?.owner(tenant);
+  if (owner === undefined) return { status: 503, error: adminError('The ring is empty: no node decides for this tenant now.', 'no_healthy_node') };
+  try {
+    const url = new URL(`${owner.url.replace(/\/+$/, '')}${path}`);
+    const text = body === undefined ? undefined : JSON.stringify(body);
+    const headers: Record<string, string> = text === undefined ? {} : { 'content-type': 'application/json' };
+    const method = text === undefined ? 'GET' : 'POST';
+    const res = await httpRequest(url, { method, headers: { ...headers, ...s.signer.signInternal(method, url, headers, text ?? '') }, ...(text === undefined ? {} : { body: text }), headersTimeout: 2_000, bodyTimeout: 2_000 });
+    return { status: res.statusCode, body: (await res.body.json()) as Record<string, unknown>, owner: owner.id };
+  } catch (err) {
+    return { status: 502, error: adminError(`The tenant's owner ${owner.id} did not answer: ${(err as Error).message}`, 'upstream_unavailable') };
+  }
+}
+
+/**
+ * Registers the router's admin routes; a tenant's usage is read from its owner (`GET /_quotaring/v1/tenants/:tenant`,
+ * signed), and a spend change is applied there (`POST /_quotaring/v1/tenants/:tenant/spend`, signed; logged here too).
+ */
 export function routerAdminRoutes(admin: FastifyInstance, s: RouterAdminSources): void {
   commonRoutes(admin, s);
   admin.get<{ Params: { tenant: string } }>('/admin/v1/tenants/:tenant', async (request, reply) => {
     const tenant = request.params.tenant;
-    if (!s.config.policies.has(tenant)) return reply.code(404).send(adminError(`No tenant ${tenant} in the config.`, 'not_found'));
-    const owner = s.ring()?.owner(tenant);
-    if (owner === undefined) return reply.code(503).send(adminError('The ring is empty: no node decides for this tenant now.', 'no_healthy_node'));
-    try {
-      const url = new URL(`${owner.url.replace(/\/+$/, '')}/_quotaring/v1/tenants/${encodeURIComponent(tenant)}`);
-      const res = await httpRequest(url, { headers: s.signer.signInternal('GET', url, {}), headersTimeout: 2_000, bodyTimeout: 2_000 });
-      const body = (await res.body.json()) as { limits?: LimitState[] } & Record<string, unknown>;
-      return reply.code(res.statusCode).send({ ...body, askedNode: owner.id, limits: withUsage(body.limits ?? []) });
-    } catch (err) {
-      return reply.code(502).send(adminError(`The tenant's owner ${owner.id} did not answer: ${(err as Error).message}`, 'upstream_unavailable'));
+    const answer = await askOwner(s, tenant, `/_quotaring/v1/tenants/${encodeURIComponent(tenant)}`);
+    if ('error' in answer) return reply.code(answer.status).send(answer.error);
+    const limits = (answer.body.limits ?? []) as LimitState[];
+    return reply.code(answer.status).send({ ...answer.body, askedNode: answer.owner, limits: withUsage(limits) });
+  });
+  admin.post<{ Params: { tenant: string } }>('/admin/v1/tenants/:tenant/spend', async (request, reply) => {
+    const tenant = request.params.tenant;
+    const forwarded: ForwardedSpend = { change: request.body, admin: { remote: request.ip, via: s.self } };
+    const answer = await askOwner(s, tenant, `/_quotaring/v1/tenants/${encodeURIComponent(tenant)}/spend`, forwarded);
+    if ('error' in answer) return reply.code(answer.status).send(answer.error);
+    if (answer.status === 200) {
+      const b = answer.body as Partial<SpendChanged>;
+      request.log.info({ tenant, key: b.key ?? null, limit: b.limit, op: b.op, amountUsd: b.amountUsd, spentBefore: b.spentBefore, spentAfter: b.spentAfter, admin: request.ip, askedNode: answer.owner }, 'budget spend changed on the owner');
     }
+    return reply.code(answer.status).send({ ...answer.body, askedNode: answer.owner });
   });
 }
