@@ -1,22 +1,25 @@
 /**
  * End to end through router → node (real processes: the simulator, two static nodes, a router),
- * driven by the official `openai` SDK: a tenant with a $0.01 budget and known prices is admitted
+ * driven by the official `openai` and `@anthropic-ai/sdk` SDKs: a tenant with a $0.01 budget and known prices is admitted
  * while its settled spend plus the next request's reservation stays within $0.01, and the first
  * request that would pass it is refused with 429 `budget_exceeded` in OpenAI's error shape (the SDK
- * raises a RateLimitError carrying the code), never reaching the provider. The expected count is
+ * raises a RateLimitError carrying the code; Anthropic's `rate_limit_error` with
+ * `x-quotaring-error: budget_exceeded`), never reaching the provider. The expected count is
  * computed from the prices and the simulator's token counts, and asserted exactly.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
+import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import type { Member } from '../../src/coord/types.ts';
-import { countOpenAIChat, exactCounter } from '../../src/tokens/index.ts';
+import { countAnthropicMessages, countOpenAIChat, exactCounter } from '../../src/tokens/index.ts';
 import { startStaticNodesAndRouter } from '../helpers/cluster.ts';
 import { freePort, runCli, simStats, writeConfig } from '../helpers/processes.ts';
 import type { Running } from '../helpers/processes.ts';
 
 const env = { SIM_KEY: 'sim-key-budget-e2e' };
 const KEY = 'key-penny-00000';
+const KEY_A = 'key-penny-anthropic';
 const messages = [{ role: 'user' as const, content: 'How many of these fit in a cent?' }];
 /** The prompt as the node counts it (exact, o200k) and as the simulator reports it. */
 const PROMPT = countOpenAIChat({ messages }, exactCounter('o200k_base'));
@@ -43,9 +46,18 @@ describe('a $0.01 budget through router → node with the openai SDK', () => {
       server: { log_level: 'warn' },
       cluster: { members },
       // A fixed window of 366 days (aligned to the Unix epoch): it does not renew during the test.
-      tenants: [{ id: 'penny', keys: [KEY], limits: [{ usd: '0.01', window: '366d' }] }],
-      models: [{ name: 'gpt-4o-mini', encoding: 'o200k_base', estimator: 'exact', deployments: ['sim'], prices: PRICES }],
-      deployments: [{ name: 'sim', provider: 'openai', base_url: simUrl, api_key_env: 'SIM_KEY', forward_headers: ['x-sim-output-tokens'] }],
+      tenants: [
+        { id: 'penny', keys: [KEY], limits: [{ usd: '0.01', window: '366d' }] },
+        { id: 'penny-a', keys: [KEY_A], limits: [{ usd: '0.01', window: '366d' }] },
+      ],
+      models: [
+        { name: 'gpt-4o-mini', encoding: 'o200k_base', estimator: 'exact', deployments: ['sim'], prices: PRICES },
+        { name: 'claude-test', encoding: 'cl100k_base', estimator: 'exact', deployments: ['sim-anthropic'], prices: PRICES },
+      ],
+      deployments: [
+        { name: 'sim', provider: 'openai', base_url: simUrl, api_key_env: 'SIM_KEY', forward_headers: ['x-sim-output-tokens'] },
+        { name: 'sim-anthropic', provider: 'anthropic', base_url: simUrl, api_key_env: 'SIM_KEY', forward_headers: ['x-sim-output-tokens'] },
+      ],
     });
     procs.push(await runCli(['simulate', '--port', String(simPort)], `${simUrl}/sim/stats`, env));
     routerUrl = (await startStaticNodesAndRouter(config, env, members, procs)).routerUrl;
@@ -119,5 +131,48 @@ describe('a $0.01 budget through router → node with the openai SDK', () => {
     const fits = await client.chat.completions.create({ ...body, max_tokens: small }, { headers: { 'x-sim-output-tokens': '1' } }).withResponse();
     assert.equal(fits.response.headers.get('x-quotaring-budget-remaining-usd'), micros(left - PROMPT - small * 4));
     await assert.rejects(client.chat.completions.create({ ...body, max_tokens: small }, opts), (err: unknown) => err instanceof OpenAI.RateLimitError && err.code === 'budget_exceeded');
+  });
+
+  test('the same line with the Anthropic SDK on /v1/messages: 429 rate_limit_error with x-quotaring-error budget_exceeded, not retried', async () => {
+    const client = new Anthropic({ baseURL: routerUrl, apiKey: KEY_A });
+    const prompt = countAnthropicMessages({ messages }, exactCounter('cl100k_base'));
+    const body = { model: 'claude-test', max_tokens: MAX, messages };
+    const opts = { headers: { 'x-sim-output-tokens': String(OUT) } };
+    const reservation = prompt * 1 + MAX * 4;
+    const cost = prompt * 1 + OUT * 4;
+    const expected = Math.floor((BUDGET - reservation) / cost) + 1;
+    let spent = 0;
+    for (let i = 0; i < expected; i++) {
+      let input: number | undefined;
+      let output: number | undefined;
+      let headers: Headers;
+      if (i % 2 === 0) {
+        const res = await client.messages.create(body, opts).withResponse();
+        input = res.data.usage.input_tokens;
+        output = res.data.usage.output_tokens;
+        headers = res.response.headers;
+      } else {
+        const res = await client.messages.create({ ...body, stream: true }, opts).withResponse();
+        for await (const event of res.data) {
+          if (event.type === 'message_start') input = event.message.usage.input_tokens;
+          if (event.type === 'message_delta') output = event.usage.output_tokens;
+        }
+        headers = res.response.headers;
+      }
+      assert.deepEqual([input, output], [prompt, OUT], `request ${i}`);
+      assert.equal(headers.get('x-quotaring-budget-remaining-usd'), micros(BUDGET - spent - reservation), `request ${i}`);
+      spent += cost;
+    }
+    const before = await simStats(simUrl);
+    await assert.rejects(client.messages.create(body, opts), (err: unknown) => {
+      assert.ok(err instanceof Anthropic.RateLimitError, String(err));
+      assert.equal(err.status, 429);
+      assert.equal((err.error as { error?: { type?: string } }).error?.type, 'rate_limit_error');
+      assert.equal(err.headers?.get('x-quotaring-error'), 'budget_exceeded');
+      assert.equal(err.headers?.get('x-should-retry'), 'false');
+      assert.equal(err.headers?.get('x-quotaring-budget-remaining-usd'), micros(BUDGET - spent));
+      return true;
+    });
+    assert.equal((await simStats(simUrl)).requests, before.requests, 'a refused request never reaches the provider');
   });
 });
