@@ -93,7 +93,7 @@ async function targets(tag: string, simArgs: readonly string[], bareMode: 'buffe
   return out;
 }
 
-const profiled = (): Record<string, string> => (PROFILE === undefined ? {} : { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${PROFILE}` });
+const profiled = (): Record<string, string> => (PROFILE === undefined ? {} : { NODE_OPTIONS: `--import=${fileURLToPath(new URL('cpu-profile.mjs', import.meta.url))}`, QUOTARING_CPU_PROFILE_DIR: PROFILE });
 
 const cpuOf = (t: Target): Record<string, number> => Object.fromEntries(Object.entries(t.procs).map(([role, c]) => [role, processCpuSeconds(c.proc.pid)]));
 
