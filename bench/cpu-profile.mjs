@@ -2,6 +2,7 @@
 // inspector and writes <QUOTARING_CPU_PROFILE_DIR>/<pid>.cpuprofile when it exits (bench/router.ts, BENCH_PROFILE).
 import { writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector';
+import process from 'node:process';
 
 const dir = process.env.QUOTARING_CPU_PROFILE_DIR ?? '.';
 const session = new Session();
