@@ -76,9 +76,9 @@ async function targets(tag: string, simArgs: readonly string[], bareMode: 'buffe
   const simUrl = `http://127.0.0.1:${simPort}`;
   await group.cli(`simulator-${tag}`, ['simulate', '--port', String(simPort), '--ttft-ms', '0', ...simArgs], `${simUrl}/sim/stats`);
   const barePort = await freePort();
-  const bare = await group.start(`bare-${tag}`, process.execPath, ['--import', 'tsx', fileURLToPath(new URL('bare-proxy.ts', import.meta.url)), String(barePort), simUrl, bareMode], `http://127.0.0.1:${barePort}/healthz`);
+  const bare = await group.start(`bare-${tag}`, process.execPath, ['--import', 'tsx', fileURLToPath(new URL('bare-proxy.ts', import.meta.url)), String(barePort), simUrl, bareMode], `http://127.0.0.1:${barePort}/healthz`, profiled());
   const cluster: BenchCluster = await startBenchCluster(group, { tag, nodes: 1, mode: 'sharded', config: clusterConfig(simUrl), env: { BENCH_SIM_KEY: 'bench-sim-key', ...profiled() } });
-  log(`${tag}: router pid ${cluster.router.proc.pid ?? '?'}, node pid ${cluster.nodeChildren[0]?.proc.pid ?? '?'}`);
+  log(`${tag}: bare proxy pid ${bare.proc.pid ?? "?"}, router pid ${cluster.router.proc.pid ?? '?'}, node pid ${cluster.nodeChildren[0]?.proc.pid ?? '?'}`);
   const node = cluster.nodeChildren[0] as Child;
   const out: Target[] = [
     { name: bareMode === 'buffer' ? 'bare proxy' : 'bare stream pass-through', url: `http://127.0.0.1:${barePort}`, procs: { proxy: bare } },
