@@ -4,7 +4,6 @@
  * response byte or answered 503 `node_starting` (replayable bodies only), or on the named owner when
  * the node answered 421.
  */
-import { EventEmitter } from 'node:events';
 import type { Readable } from 'node:stream';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Dispatcher } from 'undici';
@@ -12,7 +11,8 @@ import type { Member, Membership, Ring } from '../coord/types.ts';
 import { errorBody, ERRORS } from '../errors.ts';
 import type { ErrorCode, ErrorDialect } from '../errors.ts';
 import { chooseMember, chooseSpreadMember, fallbackFor } from './choose-member.ts';
-import { endToEndHeaders } from './hop-by-hop.ts';
+import { endToEndHeaderList } from './hop-by-hop.ts';
+import { Relay, rawHeader } from './relay.ts';
 import type { MemberPools } from './member-pools.ts';
 import { drainUnsent, exceededLimit, isReplayable, requestBodyOf } from './request-body.ts';
 import type { RequestBody } from './request-body.ts';
@@ -51,7 +51,6 @@ export interface ForwardContext {
  * router sets its own `x-quotaring-*` (it signs what it sends: a client's value must never be signed).
  */
 const DROP_REQUEST = new Set(['host', 'expect', 'content-length', RING_HEADER, TENANT_HEADER, FALLBACK_HEADER, REDIRECTED_HEADER, FROM_HEADER, HOPS_HEADER, SIGNATURE_HEADER, CONTENT_DIGEST_HEADER]);
-const DROP_RESPONSE = new Set<string>();
 
 /** Errors that mean the member never started answering: the connection was refused, reset or closed before headers. */
 const CONNECT_FAILURES = new Set([
@@ -99,13 +98,10 @@ export function sendError(request: FastifyRequest, reply: FastifyReply, code: Er
   return reply.code(ERRORS[code].status).header('x-quotaring-error', code).send(errorBody(dialectOf(request.url), code, message));
 }
 
-/** One attempt's outcome: the node's response, or the failure that prevented one. */
-type Attempt = { readonly ok: true; readonly res: Dispatcher.ResponseData } | { readonly ok: false; readonly err: unknown };
-
 /**
  * Proxies `request` for `tenant` (a spread tenant, `spread` = k: to one of `ring.range(tenant, k)` in
- * turn) and sends the node's answer (status, end-to-end headers, body
- * streamed chunk by chunk) on `reply`. Errors the router answers itself:
+ * turn) and relays the node's answer (status, end-to-end headers, body chunk by chunk as it comes,
+ * see `relay.ts`) on `reply`. Errors the router answers itself:
  * 503 `no_healthy_node` (empty ring, or every member suspect and the owner unreachable; an owner
  * suspect only for slow health checks still gets its tenants' requests), 502 `upstream_unavailable` (the
  * chosen member failed and no retry was possible or the retry failed too).
@@ -128,27 +124,21 @@ export async function forward(ctx: ForwardContext, request: FastifyRequest, repl
   } catch {
     return clientGone(reply);
   }
-  const abort = new EventEmitter();
-  reply.raw.once('close', () => {
-    if (!reply.raw.writableFinished) abort.emit('abort');
-  });
-  const headers = endToEndHeaders(request.headers, DROP_REQUEST);
-  headers[TENANT_HEADER] = tenant;
+  const headers = endToEndHeaderList(request.headers, DROP_REQUEST);
+  const base: Outgoing = { method: request.method, url: request.url, tenant, headers, body };
   /**
    * Sends to `member`, routed by `routedBy`. `standIn`: true names the suspect owner it stands in
    * for, if any ({@link FALLBACK_HEADER}); a string is the member a retry after a 421 stands in for
-   * ({@link REDIRECTED_HEADER}).
+   * ({@link REDIRECTED_HEADER}). `hold`: a 421 or 503 answer waits for a decision (a retry is possible).
    */
-  const send = (member: Member, routedBy: Ring, standIn: true | string): Promise<Attempt> => {
-    if (standIn !== true) {
-      return attempt(ctx, member, request, standIn === member.id ? headers : { ...headers, [REDIRECTED_HEADER]: standIn }, routedBy.version, body, abort);
-    }
+  const send = (member: Member, routedBy: Ring, standIn: true | string, hold: boolean): Promise<Attempt> => {
+    if (standIn !== true) return attempt(ctx, member, base, reply, routedBy.version, hold, standIn === member.id ? undefined : [REDIRECTED_HEADER, standIn]);
     const owner = fallbackFor(routedBy, tenant, member, isSuspect);
-    return attempt(ctx, member, request, owner === undefined ? headers : { ...headers, [FALLBACK_HEADER]: owner }, routedBy.version, body, abort);
+    return attempt(ctx, member, base, reply, routedBy.version, hold, owner === undefined ? undefined : [FALLBACK_HEADER, owner]);
   };
 
   let target = first;
-  let result = await send(first, ring, true);
+  let result = await send(first, ring, true, isReplayable(body));
   if (!result.ok) {
     if (!blamesMember(body, result.err)) return failed(request, reply, body, first, result.err);
     ctx.suspects.markFor(first.id, ctx.suspectMs);
@@ -158,20 +148,20 @@ export async function forward(ctx: ForwardContext, request: FastifyRequest, repl
     request.log.warn({ member: first.id, retry: next.id, err: result.err }, 'member unreachable; retrying once on the next member');
     ctx.onRetry?.('unreachable');
     target = next;
-    result = await send(next, ring, true);
-  } else if (isNodeStarting(result.res) && isReplayable(body)) {
+    result = await send(next, ring, true, false);
+  } else if (!result.relayed && isNodeStarting(result)) {
     // The member has not joined its cluster yet (started while Redis was down) and decides for no
     // tenant: route around it like an unreachable member; the next one stands in (from its replica).
     ctx.suspects.markFor(first.id, ctx.suspectMs);
     const next = choose(ring, first.id);
     if (next !== undefined) {
-      await result.res.body.dump().catch(() => undefined);
+      result.relay.discard();
       request.log.warn({ member: first.id, retry: next.id }, 'member not in the cluster yet; retrying once on the next member');
       ctx.onRetry?.('unreachable');
       target = next;
-      result = await send(next, ring, true);
+      result = await send(next, ring, true, false);
     }
-  } else if (result.res.statusCode === 421 && isReplayable(body)) {
+  } else if (!result.relayed && result.statusCode === 421) {
     // Rings in transition: the node and this router disagree on the owner.
     // - The named owner is a live member here: retry there, naming the node that redirected (whose
     //   ring the owner may not have caught up with).
@@ -180,8 +170,8 @@ export async function forward(ctx: ForwardContext, request: FastifyRequest, repl
     // - It is unknown here but the node gave its URL: this router's ring is the stale one (a member
     //   that just joined). Retry at that URL, naming the node that redirected.
     // - Otherwise, when the re-read ring routes elsewhere, retry there; else the 421 is relayed.
-    const named = header(result.res.headers[OWNER_HEADER]);
-    const namedUrl = header(result.res.headers[OWNER_URL_HEADER]);
+    const named = rawHeader(result.rawHeaders, OWNER_HEADER);
+    const namedUrl = rawHeader(result.rawHeaders, OWNER_URL_HEADER);
     const live = (r: Ring): Member | undefined => r.members.find((m) => m.id === named && m.id !== first.id && !isSuspect(m.id));
     let owner = live(ring);
     let standsInFor: true | string = first.id;
@@ -203,67 +193,83 @@ export async function forward(ctx: ForwardContext, request: FastifyRequest, repl
       }
     }
     if (owner !== undefined) {
-      await result.res.body.dump().catch(() => undefined);
+      result.relay.discard();
       request.log.info({ member: first.id, named, retry: owner.id }, 'misdirected; retrying once on the owner');
       ctx.onRetry?.('421');
       target = owner;
-      result = await send(owner, ring, standsInFor);
+      result = await send(owner, ring, standsInFor, false);
     }
   }
   if (!result.ok) {
     if (blamesMember(body, result.err)) ctx.suspects.markFor(target.id, ctx.suspectMs);
     return failed(request, reply, body, target, result.err);
   }
-  const { res } = result;
-  if (body.kind === 'stream' && !body.source.readableEnded) {
-    // The node answered before the whole body came (an early refusal such as 415): the rest is
-    // discarded while the answer goes out, and the connection closes after it (its framing is lost).
-    drainUnsent(body);
-    reply.header('connection', 'close');
-  }
-  return reply.code(res.statusCode).headers(endToEndHeaders(res.headers, DROP_RESPONSE)).send(res.body);
+  // A held answer no retry was made for goes out as the node sent it.
+  if (!result.relayed) result.relay.relayHeld();
+  return reply;
 }
 
-async function attempt(
-  ctx: ForwardContext,
-  member: Member,
-  request: FastifyRequest,
-  headers: Record<string, string | string[]>,
-  ringVersion: string,
-  body: RequestBody,
-  abort: EventEmitter,
-): Promise<Attempt> {
+/** What every attempt of one client request sends: the client's end-to-end headers (a flat name/value list) and body. */
+interface Outgoing {
+  readonly method: string;
+  readonly url: string;
+  readonly tenant: string;
+  readonly headers: readonly string[];
+  readonly body: RequestBody;
+}
+
+/** One attempt's outcome: the node's headers (relayed, or held for a decision), or the failure that prevented them. */
+type Attempt =
+  | { readonly ok: true; readonly statusCode: number; readonly rawHeaders: readonly Buffer[]; readonly relayed: boolean; readonly relay: Relay }
+  | { readonly ok: false; readonly err: unknown };
+
+/**
+ * Sends one attempt to `member` and resolves at the node's headers: relayed to the client from
+ * there on, or (`hold`, a 421 or 503) held for the caller. `standIn`: a stand-in header to add
+ * ({@link FALLBACK_HEADER} or {@link REDIRECTED_HEADER} and its value).
+ */
+async function attempt(ctx: ForwardContext, member: Member, out: Outgoing, reply: FastifyReply, ringVersion: string, hold: boolean, standIn: readonly [string, string] | undefined): Promise<Attempt> {
   const { pool, prefix } = ctx.pools.get(member);
-  const path = prefix + request.url;
-  const h: Record<string, string | string[]> = { ...headers, [RING_HEADER]: ringVersion };
+  const path = prefix + out.url;
+  const { body } = out;
+  const h = out.headers.slice();
+  h.push(TENANT_HEADER, out.tenant);
+  if (standIn !== undefined) h.push(standIn[0], standIn[1]);
+  h.push(RING_HEADER, ringVersion);
   // A stand-in header lets the node decide for a tenant it does not own: such a request carries a
   // nonce, and the node accepts its signature once (a captured one cannot be replayed with another body).
-  const standIn = h[FALLBACK_HEADER] !== undefined || h[REDIRECTED_HEADER] !== undefined;
-  h[SIGNATURE_HEADER] = ctx.signer.signature({ method: request.method, path, headers: h }, standIn ? randomId() : '');
+  const signed: Record<string, string> = { [TENANT_HEADER]: out.tenant, [RING_HEADER]: ringVersion };
+  if (standIn !== undefined) signed[standIn[0]] = standIn[1];
+  h.push(SIGNATURE_HEADER, ctx.signer.signature({ method: out.method, path, headers: signed }, standIn !== undefined ? randomId() : ''));
   let payload: Buffer | Readable | null = null;
   if (body.kind === 'buffer') {
     payload = body.bytes;
-    h['content-length'] = String(body.bytes.length);
+    h.push('content-length', String(body.bytes.length));
   } else if (body.kind === 'stream') {
     payload = body.stream;
-    if (body.length !== undefined) h['content-length'] = String(body.length);
+    if (body.length !== undefined) h.push('content-length', String(body.length));
   }
-  try {
-    const res = await pool.request({ method: request.method as Dispatcher.HttpMethod, path, headers: h, body: payload, signal: abort });
-    ctx.onAnswer?.(member.id);
-    return { ok: true, res };
-  } catch (err) {
-    return { ok: false, err };
-  }
+  const relay = new Relay(reply, { hold, beforeHead: body.kind === 'stream' ? (headers) => closeAfterEarlyAnswer(body, headers) : undefined });
+  pool.dispatch({ method: out.method as Dispatcher.HttpMethod, path, headers: h, body: payload }, relay);
+  const head = await relay.head;
+  if (!head.ok) return head;
+  ctx.onAnswer?.(member.id);
+  return { ...head, relay };
 }
 
-/** A node's 503 `node_starting`: it has not joined its cluster yet (see `src/gateway/ownership.ts`). */
-function isNodeStarting(res: Dispatcher.ResponseData): boolean {
-  return res.statusCode === 503 && header(res.headers['x-quotaring-error']) === 'node_starting';
+/**
+ * The node answered before the whole body came (an early refusal such as 415): the rest is
+ * discarded while the answer goes out, and the connection closes after it (its framing is lost).
+ */
+function closeAfterEarlyAnswer(body: RequestBody & { kind: 'stream' }, headers: string[]): void {
+  if (body.source.readableEnded) return;
+  drainUnsent(body);
+  headers.push('connection', 'close');
 }
 
-function header(value: string | string[] | undefined): string | undefined {
-  return Array.isArray(value) ? value[0] : value;
+/** A held 503 `node_starting`: the node has not joined its cluster yet (see `src/gateway/ownership.ts`). */
+function isNodeStarting(head: { readonly statusCode: number; readonly rawHeaders: readonly Buffer[] }): boolean {
+  return head.statusCode === 503 && rawHeader(head.rawHeaders, 'x-quotaring-error') === 'node_starting';
 }
 
 function failed(request: FastifyRequest, reply: FastifyReply, body: RequestBody, member: Member, err: unknown): FastifyReply {

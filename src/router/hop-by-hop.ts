@@ -41,3 +41,43 @@ export function endToEndHeaders(headers: HeaderBag | IncomingHttpHeaders, drop: 
   }
   return out;
 }
+
+/**
+ * The end-to-end headers of undici's raw response headers (`[name, value, ...]` as Buffers) as a
+ * flat `[name, value, ...]` array for `ServerResponse.writeHead`: names lower case, values as sent
+ * (latin1), repeated fields kept in order; hop-by-hop headers and those named in `Connection` left out.
+ */
+export function endToEndRawHeaders(raw: readonly Buffer[]): string[] {
+  const out: string[] = [];
+  let named: Set<string> | undefined;
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = (raw[i] as Buffer).toString('latin1').toLowerCase();
+    const value = (raw[i + 1] as Buffer).toString('latin1');
+    if (!HOP_BY_HOP.has(name)) {
+      out.push(name, value);
+    } else if (name === 'connection' && value !== 'keep-alive' && value !== 'close') {
+      named ??= new Set();
+      for (const t of value.split(',')) if (t.trim() !== '') named.add(t.trim().toLowerCase());
+    }
+  }
+  if (named === undefined) return out;
+  const kept: string[] = [];
+  for (let i = 0; i < out.length; i += 2) if (!named.has(out[i] as string)) kept.push(out[i] as string, out[i + 1] as string);
+  return kept;
+}
+
+/**
+ * The end-to-end headers of a request as a flat `[name, value, ...]` array for undici (names lower
+ * case as node parsed them): {@link endToEndHeaders}'s rule without building an object.
+ */
+export function endToEndHeaderList(headers: IncomingHttpHeaders, drop: ReadonlySet<string>): string[] {
+  const named = connectionTokens(headers);
+  const out: string[] = [];
+  for (const name in headers) {
+    const value = headers[name];
+    if (value === undefined || HOP_BY_HOP.has(name) || drop.has(name) || (named !== undefined && named.has(name))) continue;
+    if (typeof value === 'string') out.push(name, value);
+    else for (const v of value) out.push(name, v);
+  }
+  return out;
+}
