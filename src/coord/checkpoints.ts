@@ -38,7 +38,7 @@ export class Checkpoints {
     for (const tenant of claims.dirty) {
       // A stand-in's state is not the owner's: Redis keeps the owner's checkpoint.
       if (!claims.has(tenant) || claims.standIns.has(tenant)) continue;
-      const state = claims.state(tenant);
+      const state = claims.state(tenant, 'checkpoint');
       if (state !== undefined) states.push(state);
     }
     claims.dirty.clear();

@@ -20,7 +20,9 @@
  *   (docs/security.md, "Values read from Redis").
  * - When the previous owner crashed (left the ring without a handoff), the concurrency slots of its
  *   in-flight requests are freed (those requests died with it; their tokens stay charged; see
- *   `slotsDiedWithOwner`).
+ *   `slotsDiedWithOwner`). So are those of a checkpoint whose writer (stored states name it) is gone
+ *   from the ring without a handoff, whoever the previous owner is (a join moved the tenant again
+ *   before the member that took it over from the dead owner claimed it).
  * - When the wait ended without the handoff, a handoff that comes later is merged into the state
  *   decided from since (`src/coord/late-handoff.ts`).
  * - A state this node kept when the others dropped it from their ring (`src/coord/rejoin.ts`) is
@@ -135,10 +137,13 @@ export class Claims {
     return [...this.#loading.values()];
   }
 
-  /** The state of a tenant to store (snapshot JSON and TTL), or undefined when the limiter holds none. */
-  state(tenant: string): StoredState | undefined {
+  /**
+   * The state of a tenant to store (snapshot JSON naming this node and `how`, and TTL), or undefined
+   * when the limiter holds none.
+   */
+  state(tenant: string, how: 'checkpoint' | 'handoff'): StoredState | undefined {
     const snapshot = this.#ctx.limiter.exportTenant(tenant);
-    return snapshot === undefined ? undefined : { tenant, json: JSON.stringify(snapshot), ttlMs: this.#ctx.ttlMs(tenant) };
+    return snapshot === undefined ? undefined : { tenant, json: JSON.stringify({ ...snapshot, by: this.#ctx.self.id, how }), ttlMs: this.#ctx.ttlMs(tenant) };
   }
 
   /** Forgets a claimed tenant here: its stand-in role (and tally), limiter state, claim, pending checkpoint and stored-state note. */
@@ -211,7 +216,7 @@ export class Claims {
     } catch (err) {
       log.warn({ tenant, err: (err as Error).message }, 'tenant state unreadable: starting fresh');
     }
-    const adopted = this.#adopt(tenant, json, crashed, ring);
+    const adopted = this.#adopt(tenant, json, crashed, ring, !fallback);
     // Its handoff, if it comes now, is merged into what this node decides from (src/coord/late-handoff.ts).
     if (adopted && lateFrom !== undefined) this.#late.expect(tenant, lateFrom, this.#ctx.limiter.exportTenant(tenant));
     // Without a store the ring never moves a tenant: a request handed here by a leaving owner stands in for it too.
@@ -272,14 +277,14 @@ export class Claims {
    * Makes `json` (a stored state, or null for fresh) the tenant's state here and claims it, unless
    * the ring changed while it was read and this node no longer owns the tenant (then nothing).
    */
-  #adopt(tenant: string, loaded: string | OversizedState | null, crashed: boolean, readUnder: Ring): boolean {
+  #adopt(tenant: string, loaded: string | OversizedState | null, crashed: boolean, readUnder: Ring, asOwner = false): boolean {
     const { limiter, log, clock } = this.#ctx;
     if (this.#placement.ring !== readUnder && !this.#placement.place(tenant).here) return false;
     // Held here when the others dropped this node: used only when nothing newer came.
     const json = this.#rejoined.newer(tenant, loaded);
     try {
       if (json === null) limiter.dropTenant(tenant);
-      else this.#load(tenant, json, crashed);
+      else this.#load(tenant, json, crashed, asOwner ? readUnder : undefined);
     } catch (err) {
       // The tenant's policy is invalid (its acquires fail the same way): nothing to restore onto.
       limiter.dropTenant(tenant);
@@ -306,7 +311,7 @@ export class Claims {
    * (`OversizedState`: never read, see `TenantStateStore.read`).
    * @throws RangeError when the tenant's policy is invalid (see `compilePolicy`).
    */
-  #load(tenant: string, json: string | OversizedState, crashed: boolean): void {
+  #load(tenant: string, json: string | OversizedState, crashed: boolean, ownerUnder?: Ring): void {
     const { limiter, log, stats } = this.#ctx;
     let snapshot: TenantSnapshot;
     try {
@@ -326,9 +331,21 @@ export class Claims {
       stats.clamped++;
       log.warn({ tenant, values: clamped }, 'tenant state in Redis out of range: values clamped to the limits');
     }
-    if (crashed) {
+    if (crashed || (ownerUnder !== undefined && this.#writerGone(snapshot, ownerUnder))) {
       for (const r of snapshot.reservations) if (!r.released && limiter.release(tenant, r.id)) stats.slotsFreed++;
     }
+  }
+
+  /**
+   * Whether `snapshot` is a checkpoint of a node gone from `ring` without announcing a handoff for
+   * it: the node was deciding for the tenant when it wrote it and died since, so the requests open in
+   * it died with it. Catches a dead owner's checkpoint that reaches a claim through another previous
+   * owner (a join moved the tenant again before the member that took it over claimed it).
+   */
+  #writerGone(snapshot: TenantSnapshot, ring: Ring): boolean {
+    const by = snapshot.by;
+    if (snapshot.how !== 'checkpoint' || by === undefined || by === this.#ctx.self.id) return false;
+    return !ring.members.some((m) => m.id === by) && !this.#announcements.has(by, ring.version);
   }
 
   /**

@@ -73,7 +73,7 @@ export class HandOver {
       const standIn = claims.standIns.get(tenant);
       // Still standing in for the same owner: given back to it with its usage, not handed over.
       if (!leaving && standIn !== undefined && standIn.owner === owner) continue;
-      const state = claims.state(tenant);
+      const state = claims.state(tenant, 'handoff');
       if (state !== undefined) {
         states.push(state);
         if (owner !== undefined) (byOwner[owner] ??= []).push(tenant);

@@ -88,6 +88,13 @@ export interface TenantSnapshot {
   readonly v: 1;
   /** Clock ms when taken. */
   readonly at: number;
+  /**
+   * A stored state only: the id of the node that wrote it and why (`checkpoint`: it was deciding
+   * for the tenant then; `handoff`: it gave the tenant up). A claim that loads a checkpoint of a node
+   * gone from the ring frees its open requests' slots (`src/coord/claims.ts`).
+   */
+  readonly by?: string;
+  readonly how?: 'checkpoint' | 'handoff';
   /** State per limit, by limit name (the spec's `name`). */
   readonly limits: readonly LimitSnapshot[];
   /** Open reservations (admitted, not yet both settled and released, not expired). */
@@ -106,6 +113,8 @@ const bucketSpec = { limit: z.number().int().positive(), windowMs: z.number().po
 const tenantSnapshotSchema = z.strictObject({
   v: z.literal(1),
   at: time,
+  by: z.string().min(1).max(256).optional(),
+  how: z.enum(['checkpoint', 'handoff']).optional(),
   limits: z.array(
     z.discriminatedUnion('algorithm', [
       z.strictObject({

@@ -364,8 +364,7 @@ describe('handoff through a real Redis', () => {
   });
 
   test(
-    'crash, then a join before the successor claimed the tenant: the joiner frees the dead owner\'s slots',
-    { todo: 'issue 13: the joiner sees a live previous owner (the successor, which never claimed the tenant) and keeps the slots of the dead owner\'s checkpoint until their leases expire; stored states must name their writer and whether they are a checkpoint or a handoff' },
+    'crash, then a join before the successor claimed the tenant: the joiner frees the dead owner\'s slots (the checkpoint names its writer, gone from the ring)',
     async () => {
       const C: Member = { id: 'node-c', url: 'http://127.0.0.1:3' };
       const U = Array.from({ length: 2_000 }, (_, i) => `j-${i}`).find((t) => createRing([A, B]).owner(t)?.id === A.id && createRing([B, C]).owner(t)?.id === C.id) as string;
