@@ -363,12 +363,9 @@ export class Limiter {
    * for operators. A budget without state reads as fresh. `[]` when the tenant has no policy.
    */
   budgets(tenant: string): BudgetView[] {
-    const policy = this.#policyFor(tenant);
-    if (policy === undefined) return [];
-    const now = this.#clock.now();
-    const st = this.#tenants.get(tenant);
-    if (st !== undefined && st.policy !== policy) this.#rebuild(st, policy, now);
-    const c = st === undefined ? this.#compile(policy) : st.compiled;
+    const current = this.#current(tenant);
+    if (current === undefined) return [];
+    const { st, c, now } = current;
     const out: BudgetView[] = [];
     c.limits.forEach((spec, i) => {
       if (spec.kind === 'cost') out.push(budgetView(spec, asBudget(st?.objs[i]), now));
@@ -383,14 +380,12 @@ export class Limiter {
    * @throws RangeError when the tenant's policy has no `cost` limit named `name`, or `change.pico` < 0.
    */
   changeSpend(tenant: string, name: string, change: SpendChange): { readonly beforePico: bigint; readonly after: BudgetView } {
-    const policy = this.#policyFor(tenant);
-    const now = this.#clock.now();
-    let st = this.#tenants.get(tenant);
-    if (policy !== undefined && st !== undefined && st.policy !== policy) this.#rebuild(st, policy, now);
-    const c = policy === undefined ? undefined : (st?.compiled ?? this.#compile(policy));
-    const i = c?.indexByName.get(name) ?? -1;
-    const spec = c?.limits[i];
-    if (policy === undefined || c === undefined || spec === undefined || spec.kind !== 'cost') throw new RangeError(`tenant ${tenant} has no cost limit ${name}`);
+    const current = this.#current(tenant);
+    const i = current?.c.indexByName.get(name) ?? -1;
+    const spec = current?.c.limits[i];
+    if (current === undefined || spec === undefined || spec.kind !== 'cost') throw new RangeError(`tenant ${tenant} has no cost limit ${name}`);
+    const { policy, c, now } = current;
+    let st = current.st;
     if (st === undefined) {
       st = new TenantState(policy, c, createTenantLimits(c, now));
       this.#tenants.set(tenant, st);
@@ -401,14 +396,24 @@ export class Limiter {
     return { beforePico, after: budgetView(spec, budget, now) };
   }
 
-  /** The state now of the limits `pick` chooses of `tenant`'s compiled policy, taking nothing. */
-  #peekLimits(tenant: string, pick: (c: CompiledPolicy) => readonly number[]): readonly LimitState[] {
+  /**
+   * `tenant`'s policy, its state (rebuilt when the policy changed; undefined when it has none), the
+   * compiled policy and the clock now; undefined when the tenant has no policy. Takes nothing.
+   */
+  #current(tenant: string): { policy: Policy; st: TenantState | undefined; c: CompiledPolicy; now: number } | undefined {
     const policy = this.#policyFor(tenant);
-    if (policy === undefined) return [];
+    if (policy === undefined) return undefined;
     const now = this.#clock.now();
     const st = this.#tenants.get(tenant);
     if (st !== undefined && st.policy !== policy) this.#rebuild(st, policy, now);
-    const c = st === undefined ? this.#compile(policy) : st.compiled;
+    return { policy, st, c: st === undefined ? this.#compile(policy) : st.compiled, now };
+  }
+
+  /** The state now of the limits `pick` chooses of `tenant`'s compiled policy, taking nothing. */
+  #peekLimits(tenant: string, pick: (c: CompiledPolicy) => readonly number[]): readonly LimitState[] {
+    const current = this.#current(tenant);
+    if (current === undefined) return [];
+    const { st, c, now } = current;
     const picked = pick(c);
     if (st === undefined) return picked.map((i) => limitState(c, undefined, i, now));
     for (const i of picked) syncLimit(c, st, i, now);
