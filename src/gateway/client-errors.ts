@@ -10,6 +10,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { ConnectionError, FastifyBaseLogger, FastifyReply, FastifyRequest } from 'fastify';
 import { ERRORS, errorBody } from '../errors.ts';
+import { lingerOnRefusal } from '../lingering-drain.ts';
 import type { ErrorCode, ErrorDialect } from '../errors.ts';
 
 /** Error dialect of a URL: Anthropic's shape on `/v1/messages`, OpenAI's elsewhere. */
@@ -82,6 +83,8 @@ export function answerClientFault(err: unknown, request: FastifyRequest, reply: 
   }
   const client = clientErrorOf(err);
   if (client === undefined) return undefined;
+  // fastify refused the body before reading all of it: drain the rest so the client reads this answer.
+  if (reply.getHeader('connection') === 'close') lingerOnRefusal(request, reply, 2 * request.routeOptions.bodyLimit);
   return sendCatalogueError(request, reply, client.code, client.message);
 }
 

@@ -10,6 +10,7 @@ import type { Dispatcher } from 'undici';
 import type { Member, Membership, Ring } from '../coord/types.ts';
 import { errorBody, ERRORS } from '../errors.ts';
 import type { ErrorCode, ErrorDialect } from '../errors.ts';
+import { lingerOnRefusal } from '../lingering-drain.ts';
 import { chooseMember, chooseSpreadMember, fallbackFor } from './choose-member.ts';
 import { endToEndHeaderList } from './hop-by-hop.ts';
 import { Relay, rawHeader } from './relay.ts';
@@ -282,13 +283,15 @@ function failed(request: FastifyRequest, reply: FastifyReply, body: RequestBody,
 
 /**
  * 413 `body_too_large` for a body over the nodes' limit (declared, or found while streaming it):
- * the connection is closed after the answer rather than read to the end of a body of any size.
- * @param limit bytes, for the message.
+ * the rest of the body is drained after the answer within twice the limit and a time bound (see
+ * `src/lingering-drain.ts`), so the client reads the 413 rather than a reset; past them the
+ * connection is cut.
+ * @param limit bytes (`server.body_limit`).
  */
-export function bodyTooLarge(request: FastifyRequest, reply: FastifyReply, limit: number | undefined): FastifyReply {
+export function bodyTooLarge(request: FastifyRequest, reply: FastifyReply, limit: number): FastifyReply {
   request.log.debug({ limit }, 'request body over the limit');
-  reply.header('connection', 'close');
-  return sendError(request, reply, 'body_too_large', limit === undefined ? undefined : `The request body is larger than ${limit} bytes (server.body_limit).`);
+  lingerOnRefusal(request, reply, 2 * limit);
+  return sendError(request, reply, 'body_too_large', `The request body is larger than ${limit} bytes (server.body_limit).`);
 }
 
 /** The client left: nothing to answer. */

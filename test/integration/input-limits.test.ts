@@ -12,7 +12,7 @@ import { Readable, Writable } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { FastifyInstance } from 'fastify';
-import { request } from 'undici';
+import { Client, request } from 'undici';
 import { buildConfig } from '../../src/config/load.ts';
 import type { LoadedConfig } from '../../src/config/load.ts';
 import { StaticMembership } from '../../src/coord/static-membership.ts';
@@ -244,6 +244,36 @@ describe('input limits: router and two nodes', () => {
       assertError(await send(routerUrl, { tenant: bad[1], body: Readable.from([Buffer.from(chatOfSize(BODY_LIMIT + 1))]) }), 413, 'body_too_large');
     });
     assert.deepEqual(routerControl(router).suspects(), []);
+  });
+
+  test('a body just over the limit, sent 40 times to the router and to its owner: every client reads its 413 (the rest is drained, not reset), and the connection serves the next request', async () => {
+    const over = chatOfSize(BODY_LIMIT + 1);
+    // The size a client may send that is drained rather than cut: twice the limit.
+    const largest = chatOfSize(2 * BODY_LIMIT);
+    await refused(async () => {
+      for (let i = 0; i < 40; i++) {
+        const url = i % 2 === 0 ? routerUrl : ownerUrl(bad[0]);
+        assertError(await send(url, { tenant: bad[0], body: i % 4 === 1 ? largest : over }), 413, 'body_too_large');
+      }
+    });
+    // One connection: a 413 and then a request served on it.
+    for (const url of [routerUrl, ownerUrl(good[0]!)]) {
+      const client = new Client(url);
+      let connections = 0;
+      client.on('connect', () => connections++);
+      try {
+        const headers = { 'content-type': 'application/json', authorization: `Bearer ${keyOf(good[0]!)}` };
+        const refusedRes = await client.request({ path: '/v1/chat/completions', method: 'POST', headers, body: over });
+        assert.equal(refusedRes.statusCode, 413);
+        await refusedRes.body.dump();
+        const served = await client.request({ path: '/v1/chat/completions', method: 'POST', headers, body: chat() });
+        assert.equal(served.statusCode, 200);
+        await served.body.dump();
+        assert.equal(connections, 1, `${url}: the 413's connection was kept and served the next request`);
+      } finally {
+        await client.close();
+      }
+    }
   });
 
   test('finding 6: content types "", "json", "application/json, text/plain" get 415 from the router and the nodes', async () => {
