@@ -89,7 +89,8 @@ export interface RedisGuardOptions {
   readonly onChange?: (state: BreakerState, reason: BreakerChangeReason) => void;
   /**
    * Start warming up: until {@link RedisGuard.warmedUp} is called, timeouts and errors are returned
-   * to the caller as usual but do not count towards opening the breaker (see `warmedUp`).
+   * to the caller as usual but do not count towards opening the breaker (see `warmedUp`), nor do
+   * the failures of calls started before it, whenever they end.
    * @default false
    */
   readonly warmUp?: boolean;
@@ -215,18 +216,20 @@ export class RedisGuard {
       this.#transition('half_open', 'open_elapsed');
     }
     const generation = this.#generation;
+    // A call started during the warm-up is not evidence about Redis, even when it fails after it.
+    const warming = this.#warming;
     const outcome = await this.#attempt(call);
-    const current = generation === this.#generation;
+    const current = generation === this.#generation && !warming;
     switch (outcome.kind) {
       case 'ok':
         this.#stats.ok++;
-        if (current) this.#answered();
+        if (generation === this.#generation) this.#answered();
         return { ok: true, value: outcome.value };
       case 'error':
         this.#stats.errors++;
         if (outcome.noscript) {
           this.#stats.noscript++;
-          if (current) this.#answered();
+          if (generation === this.#generation) this.#answered();
         } else if (current) {
           this.#failed('error');
         }
@@ -290,9 +293,8 @@ export class RedisGuard {
     }
   }
 
-  /** A timeout or an error (not NOSCRIPT). */
+  /** A timeout or an error (not NOSCRIPT) of a call started after the warm-up. */
   #failed(reason: 'timeout' | 'error'): void {
-    if (this.#warming) return;
     if (this.#state === 'half_open') {
       this.#open(reason);
       return;

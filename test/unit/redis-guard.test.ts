@@ -414,6 +414,20 @@ describe('RedisGuard probe and warm-up', () => {
     for (let i = 0; i < 3; i++) await guard.run(fail);
     assert.equal(guard.state, 'open');
   });
+  test('calls started during the warm-up do not open the breaker when they fail after it ended (a cold start\'s first burst)', async (t) => {
+    const { guard, changes, tick } = setup(t, { warmUp: true });
+    const burst = Array.from({ length: 5 }, () => guard.run(() => new Promise<never>(() => undefined)));
+    guard.warmedUp();
+    tick(15);
+    await flush();
+    for (const r of await Promise.all(burst)) assert.equal(r.ok, false);
+    assert.equal(guard.stats.timeouts, 5);
+    assert.equal(guard.state, 'closed');
+    assert.deepEqual(changes, []);
+    // Calls started after the warm-up count as before.
+    for (let i = 0; i < 3; i++) await guard.run(fail);
+    assert.equal(guard.state, 'open');
+  });
 });
 
 describe('RedisGuard options', () => {
