@@ -216,6 +216,15 @@ export class Handoff {
     return this.#claims.holds(tenant);
   }
 
+  /**
+   * True when a settlement, release or renewal of `tenant`'s requests applies here at once: this
+   * node holds it and no stand-in give-back of it is under way (then use {@link finish} / {@link renew},
+   * which wait for the give-back and apply here or at the owner).
+   */
+  settlesHere(tenant: string): boolean {
+    return this.#claims.holds(tenant) && !this.#standIns.returning(tenant);
+  }
+
   /** Marks a tenant's state as changed, for the next checkpoint. */
   touched(tenant: string): void {
     this.#claims.touched(tenant);

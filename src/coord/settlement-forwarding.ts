@@ -73,6 +73,8 @@ export class SettlementForwarding {
    */
   async finish(tenant: string, id: string, tokens: number, hops = 0, from?: string, detail: SettleDetail = {}): Promise<{ settled: boolean; released: boolean }> {
     const wire = { ...(detail.cost === undefined ? {} : { cost: detail.cost.toString() }), ...(detail.kinds === undefined ? {} : { kinds: detail.kinds }) };
+    // A stand-in giving the tenant back: the request may be travelling to the owner with it.
+    await this.#claims.standIns.returned(tenant);
     if (await this.#holdsOrForwards(tenant, { op: 'finish', tenant, id, tokens, ...wire }, hops, from)) {
       const settled = this.#ctx.limiter.settle(tenant, id, tokens, detail).settled;
       const released = this.#ctx.limiter.release(tenant, id);
@@ -84,6 +86,7 @@ export class SettlementForwarding {
 
   /** Renews reservation `id` (a long stream) here or at the tenant's owner; `hops` and `from` as for {@link finish}. */
   async renew(tenant: string, id: string, hops = 0, from?: string): Promise<boolean> {
+    await this.#claims.standIns.returned(tenant);
     if (await this.#holdsOrForwards(tenant, { op: 'renew', tenant, id }, hops, from)) {
       const renewed = this.#ctx.limiter.renew(tenant, id);
       this.#claims.touched(tenant);

@@ -14,17 +14,18 @@
  *   the stand-in claims the tenant and every checkpoint period while the slots stay held; with
  *   static members the ring never drops a dead member, so this is how a SIGKILL frees them there).
  * - The stand-in decides from that state plus what it admits itself, like an owner.
- * - When no request stood in for the owner for `standInIdleMs` and every request admitted here has
- *   ended, the stand-in gives the tenant back: the usage it admitted (window entries, bucket units)
- *   is sent to the owner (`absorb`), which adds it to its own state.
+ * - When no request stood in for the owner for `standInIdleMs`, the stand-in gives the tenant back:
+ *   the usage it admitted (window entries, bucket units, spend) and the requests it admitted that
+ *   still run (their reservations and slots) are sent to the owner (`absorb`), which adds them to
+ *   its own state; the settlements of those requests then go to the owner (forwarded).
  *
  * Bound (beyond each limit, across both nodes, while the owner stays a member):
  * - Concurrency: 0 while the owner is silent: the owner's slots in the checkpoint stay held.
  *   Missing are only the owner's admissions after its last checkpoint reached the replica (at most
  *   one checkpoint period of the tenant's traffic plus one push), and, once the owner answers
- *   again, the stand-in's requests still running then (the owner learns of them when they end and
- *   the stand-in gives back) and any of the owner's own streams whose lease expired during the
- *   stall (an expired lease frees its slot on the owner too).
+ *   again, the stand-in's requests running until the give-back (≤ `standInIdleMs` + one checkpoint
+ *   period after routers stop routing around the owner), and any of the owner's own streams whose
+ *   lease expired during the stall (an expired lease frees its slot on the owner too).
  * - Requests and tokens: the owner's admissions after its last replicated checkpoint (≤ one
  *   checkpoint period of the tenant's traffic), plus, after the owner answers again, the stand-in's
  *   admissions not yet absorbed (≤ `standInIdleMs` + one checkpoint period of the tenant's traffic
@@ -33,13 +34,15 @@
 
 import { connect } from 'node:net';
 import type { TenantSnapshot } from '../limiter/snapshot.ts';
-import { budgetUsageSince, isEmptyUsage, windowUsageSince } from '../limiter/usage-delta.ts';
+import { budgetUsageSince, isEmptyUsage, openRequestsSince, windowUsageSince } from '../limiter/usage-delta.ts';
 import type { UsageDelta } from '../limiter/usage-delta.ts';
 import type { Claims } from './claims.ts';
 import type { HandoffContext } from './handoff-context.ts';
 import type { RingPlacement } from './placement.ts';
 import type { WireState } from './replicas.ts';
 import type { Member } from './types.ts';
+
+const DONE: Promise<void> = Promise.resolve();
 
 /**
  * Whether the requests the previous owner had in flight died with it, so that their concurrency
@@ -95,6 +98,8 @@ export interface StandIn {
   lastMs: number;
   /** A return is being sent. */
   returning: boolean;
+  /** While a return is sent: resolves when it ended (sent or failed). */
+  returned?: Promise<void> | undefined;
   /** The owner's requests in flight in `base` hold slots here until the owner is known gone. */
   ownerSlots: boolean;
 }
@@ -102,9 +107,10 @@ export interface StandIn {
 /**
  * The claims a node holds in place of a suspect owner, and the rule above applied to them: a
  * stand-in claim is not checkpointed (Redis keeps the owner's state), and is given back once no
- * request stood in for the owner for `standInIdleMs` and every request admitted here has ended: the
- * usage admitted here since the claim (`windowUsageSince`, `Limiter.bucketUsage`) is sent to the
- * owner, which adds it to its own state ({@link absorb}), and the claim is dropped. Without this the
+ * request stood in for the owner for `standInIdleMs`: the usage admitted here since the claim
+ * (`windowUsageSince`, `Limiter.bucketUsage`) and the requests still running here
+ * (`openRequestsSince`) are sent to the owner, which adds them to its own state ({@link absorb}),
+ * and the claim is dropped. Without this the
  * owner, healthy again, would decide on a state that lacks the stand-in's admissions, and the
  * stand-in, routed to again later, on one that lacks the owner's. If the owner leaves the ring
  * instead, the ring change hands the stand-in's state on like any claimed tenant's; if it gives the
@@ -166,9 +172,9 @@ export class StandIns {
   }
 
   /**
-   * Gives back the stand-in claims no request stood in for during `standInIdleMs` and whose
-   * requests admitted here have all ended: sends each owner the usage admitted here since the claim
-   * (one `absorb` per tenant, skipped when there is none), then drops the claim. A claim that a
+   * Gives back the stand-in claims no request stood in for during `standInIdleMs`: sends each owner
+   * the usage admitted here since the claim and the requests still running here (one `absorb` per
+   * tenant, skipped when there is none), then drops the claim. A claim that a
    * request stood in for while its usage travelled is kept, with what was sent as its new base. An
    * owner that cannot be reached, or no longer owns the tenant under its ring, is tried again at the
    * next period. First frees the slots of the requests in flight of owners known gone. Never rejects.
@@ -182,15 +188,15 @@ export class StandIns {
     }
     const due: [string, StandIn][] = [];
     for (const [tenant, standIn] of this.#standIns) if (!standIn.returning && now - standIn.lastMs >= this.#ctx.standInIdleMs) due.push([tenant, standIn]);
-    await Promise.all(due.map(([tenant, standIn]) => this.#giveBack(tenant, standIn, false)));
+    await Promise.all(due.map(([tenant, standIn]) => this.#giveBack(tenant, standIn)));
   }
 
   /**
    * Gives every stand-in claim back to its owner now, requests admitted here and still running
-   * included (counted as reserved): a graceful leave. Claims whose owner cannot be reached stay. Never rejects.
+   * included (their reservations and slots): a graceful leave. Claims whose owner cannot be reached stay. Never rejects.
    */
   async giveBackAll(): Promise<void> {
-    await Promise.all([...this.#standIns].map(([tenant, standIn]) => this.#giveBack(tenant, standIn, true)));
+    await Promise.all([...this.#standIns].map(([tenant, standIn]) => this.#giveBack(tenant, standIn)));
   }
 
   /**
@@ -216,21 +222,40 @@ export class StandIns {
     log.info({ owner: owner.id, tenants: standIns.length }, 'owner gone (connection refused): the slots of its requests in flight are freed');
   }
 
-  /** Gives one stand-in claim back (see {@link returnDue}); `force`: also while requests admitted here run. */
-  async #giveBack(tenant: string, standIn: StandIn, force: boolean): Promise<void> {
+  /**
+   * Resolves when no give-back of `tenant` is under way (at once when none is): a settlement of a
+   * request admitted here waits for it, then applies here if the claim stayed, else at the owner,
+   * which received the request with the give-back.
+   */
+  returned(tenant: string): Promise<void> {
+    return this.#standIns.get(tenant)?.returned ?? DONE;
+  }
+
+  /** True while a give-back of `tenant` is under way: its settlements must wait (see {@link returned}). */
+  returning(tenant: string): boolean {
+    return this.#standIns.get(tenant)?.returning === true;
+  }
+
+  /**
+   * Gives one stand-in claim back (see {@link returnDue}): the usage admitted here since the base,
+   * and the requests admitted here still running, carried to the owner with their reservations and
+   * slots (`openRequestsSince`); their settlements then go to the owner. While the usage travels,
+   * settlements here wait ({@link returned}).
+   */
+  async #giveBack(tenant: string, standIn: StandIn): Promise<void> {
     const { limiter, clock, send, self, log, stats, onMoved } = this.#ctx;
     const owner = this.#placement.ring.owner(tenant);
     // The ring moved the tenant since (the ring change handed it on, or made it ours): not a stand-in any more.
     if (owner === undefined || owner.id !== standIn.owner) return;
     const current = limiter.exportTenant(tenant);
-    const baseIds = new Set(standIn.base?.reservations.map((r) => r.id));
-    // A request admitted here still runs: its settlement is applied here, so the claim stays until it ends.
-    if (!force && current?.reservations.some((r) => !baseIds.has(r.id)) === true) return;
-    const usage = this.usageSince(tenant, standIn.base, current);
+    const open = openRequestsSince(current, new Set(standIn.base?.reservations.map((r) => r.id)));
+    const usage: UsageDelta = { ...this.usageSince(tenant, standIn.base, current), ...(open === undefined ? {} : { open }) };
     const lastMs = standIn.lastMs;
     const started = clock.now();
     if (!isEmptyUsage(usage)) {
+      let done = (): void => undefined;
       standIn.returning = true;
+      standIn.returned = new Promise((resolve) => (done = resolve));
       try {
         await send(self, owner, { op: 'absorb', tenant, usage }, 1);
       } catch (err) {
@@ -238,18 +263,23 @@ export class StandIns {
         return;
       } finally {
         standIn.returning = false;
+        standIn.returned = undefined;
+        // Settlements waiting run after the claim below is dropped or kept.
+        queueMicrotask(done);
       }
     }
     if (this.#standIns.get(tenant) !== standIn) return;
     if (standIn.lastMs !== lastMs) {
       // A request stood in for the owner meanwhile: keep standing in; what was sent is counted there.
+      // (The requests carried settle here then; the owner holds their copies until their leases
+      // expire: it refuses more, never admits more.)
       standIn.base = current;
       limiter.untally(tenant, usage.buckets);
       return;
     }
     this.#claims.unclaim(tenant);
     stats.returned++;
-    log.info({ tenant, owner: owner.id, windows: usage.windows.length, buckets: usage.buckets.length }, 'stand-in tenant given back to its owner');
+    log.info({ tenant, owner: owner.id, windows: usage.windows.length, buckets: usage.buckets.length, running: open?.reservations.length ?? 0 }, 'stand-in tenant given back to its owner');
     onMoved?.('return', clock.now() - started, 1);
   }
 

@@ -81,7 +81,7 @@ function finish(ctx: GatewayContext, tenant: string, id: string, actual: number,
   } else if (spread) {
     // A spread tenant's slot is always this node's; its tokens were settled on the leases.
     ctx.limiter.release(tenant, id);
-  } else if (handoff === undefined || handoff.holds(tenant)) {
+  } else if (handoff === undefined || handoff.settlesHere(tenant)) {
     ctx.limiter.settle(tenant, id, actual, detail);
     ctx.limiter.release(tenant, id);
     handoff?.touched(tenant);
@@ -96,7 +96,7 @@ function finish(ctx: GatewayContext, tenant: string, id: string, actual: number,
  */
 function releaseSlot(ctx: GatewayContext, tenant: string, id: string, spread: boolean): boolean {
   const handoff = ctx.handoff;
-  if (!spread && handoff !== undefined && !handoff.holds(tenant)) return false;
+  if (!spread && handoff !== undefined && !handoff.settlesHere(tenant)) return false;
   ctx.limiter.release(tenant, id);
   if (!spread) handoff?.touched(tenant);
   return true;
@@ -113,7 +113,7 @@ export function renewSlot(ctx: GatewayContext, tenant: string, id: string): void
     void central.guard.run(() => central.limiter.renew(tenant, id));
   } else if (ctx.spread?.isSpread(tenant) === true) {
     ctx.limiter.renew(tenant, id);
-  } else if (ctx.handoff === undefined || ctx.handoff.holds(tenant)) {
+  } else if (ctx.handoff === undefined || ctx.handoff.settlesHere(tenant)) {
     ctx.limiter.renew(tenant, id);
     ctx.handoff?.touched(tenant);
   } else {

@@ -87,7 +87,7 @@ export async function attemptUpstream(
     if (attempt.kind === 'failed') {
       // A provider 429 and the tenant's own limits may both ask for a wait: the client is told the later.
       let later: Record<string, string> | undefined;
-      if (attempt.status === 429 && ctx.central === undefined && spread === undefined && (ctx.handoff === undefined || ctx.handoff.holds(tenantId))) {
+      if (attempt.status === 429 && ctx.central === undefined && spread === undefined && (ctx.handoff === undefined || ctx.handoff.settlesHere(tenantId))) {
         ctx.limiter.settle(tenantId, id, 0);
         ctx.limiter.release(tenantId, id);
         const own = ctx.limiter.waitMs(tenantId, { tokens: cost, ...asked, ...(ex.tier.floor > 0 ? { floor: ex.tier.floor } : {}) });

@@ -26,7 +26,7 @@ export {
   type ReservationSnapshot,
 } from './snapshot.ts';
 export { boundSnapshot, conservativeSnapshot, MAX_CLOCK_SKEW_MS } from './snapshot-bounds.ts';
-export { windowUsageSince, budgetUsageSince, withUsage, withOpenRequests, isEmptyUsage, type UsageDelta, type WindowUsage, type BucketUsage, type BudgetUsage } from './usage-delta.ts';
+export { windowUsageSince, budgetUsageSince, withUsage, withOpenRequests, withCarriedRequests, openRequestsSince, isEmptyUsage, type UsageDelta, type OpenRequests, type WindowUsage, type BucketUsage, type BudgetUsage } from './usage-delta.ts';
 export { budgetView, changeSpend, type BudgetView, type SpendChange } from './budget-view.ts';
 export type {
   Algorithm,

@@ -21,7 +21,7 @@ import {
 import { boundSnapshot, conservativeSnapshot } from './snapshot-bounds.ts';
 import { restoreLimits, snapshotLimits } from './snapshot-limits.ts';
 import type { ReservationSnapshot, TenantSnapshot } from './snapshot.ts';
-import { withUsage } from './usage-delta.ts';
+import { withCarriedRequests, withUsage } from './usage-delta.ts';
 import type { BucketUsage, UsageDelta } from './usage-delta.ts';
 import { checkAcquireRequest } from './types.ts';
 import type { AcquireRequest, AcquireResult, LimitSpec, LimitState, Policy, RateLimitSpec, SettleDetail, SettleResult, TokenKinds } from './types.ts';
@@ -552,13 +552,14 @@ export class Limiter {
 
   /**
    * Adds usage another node admitted for `tenant` (a stand-in's, see `usage-delta.ts`) to its state
-   * here: window entries at their own times, bucket units taken now. Open reservations, leases and
-   * the rest of the state are kept. No-op when the tenant has no policy.
+   * here: window entries at their own times, bucket units taken now, and the requests it still runs
+   * (their reservations and slots; their settlements are forwarded here). Open reservations, leases
+   * and the rest of the state are kept. No-op when the tenant has no policy.
    * @throws RangeError when the tenant's policy is invalid (see `compilePolicy`).
    */
   absorbUsage(tenant: string, usage: UsageDelta): void {
     if (this.#policyFor(tenant) === undefined) return;
-    this.importTenant(tenant, withUsage(this.exportTenant(tenant), usage, this.#clock.now()));
+    this.importTenant(tenant, withCarriedRequests(withUsage(this.exportTenant(tenant), usage, this.#clock.now()), usage.open));
   }
 
   /**

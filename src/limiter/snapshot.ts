@@ -110,6 +110,18 @@ const picoText = z.string().regex(/^(0|[1-9]\d{0,29})$/, 'a whole number of pico
 /** A token bucket's spec: capacity (units) and window (ms). */
 const bucketSpec = { limit: z.number().int().positive(), windowMs: z.number().positive() };
 
+const reservationSchema = z.strictObject({
+  id: z.string(),
+  tokens: units,
+  requests: units,
+  expiresAt: time,
+  settled: z.boolean(),
+  released: z.boolean(),
+  limits: z.array(z.string()),
+  cost: picoText.optional(),
+  admittedAt: time.optional(),
+});
+
 const tenantSnapshotSchema = z.strictObject({
   v: z.literal(1),
   at: time,
@@ -144,29 +156,24 @@ const tenantSnapshotSchema = z.strictObject({
       }),
     ]),
   ),
-  reservations: z.array(
-    z.strictObject({
-      id: z.string(),
-      tokens: units,
-      requests: units,
-      expiresAt: time,
-      settled: z.boolean(),
-      released: z.boolean(),
-      limits: z.array(z.string()),
-      cost: picoText.optional(),
-      admittedAt: time.optional(),
-    }),
-  ),
+  reservations: z.array(reservationSchema),
 });
 
 /**
  * Zod schema of a stand-in's usage (`UsageDelta`, see `usage-delta.ts`) on the node-to-node wire:
- * finite times, costs and units taken ≥ 0, a bucket's `limit` a positive integer and `windowMs` > 0.
+ * finite times, costs and units taken ≥ 0, a bucket's `limit` a positive integer and `windowMs` > 0;
+ * carried open requests shaped like a snapshot's (the import clamps their expiries as it does a snapshot's).
  */
 export const usageDeltaSchema = z.strictObject({
   windows: z.array(z.strictObject({ name: z.string(), kind: rateKind.optional(), entries: z.array(z.tuple([time, units, z.string()])) })),
   buckets: z.array(z.strictObject({ name: z.string(), kind: rateKind, ...bucketSpec, taken: units })),
   budgets: z.array(z.strictObject({ name: z.string(), start: time, spent: picoText })).optional(),
+  open: z
+    .strictObject({
+      reservations: z.array(reservationSchema),
+      leases: z.array(z.strictObject({ name: z.string(), leases: z.array(z.tuple([z.string(), time])) })),
+    })
+    .optional(),
 });
 
 /** `limits[0].entries[2][1]` from a zod issue path. */

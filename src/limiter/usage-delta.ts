@@ -12,10 +12,11 @@
  * - Budgets (cost limits): the spend the stand-in added in the current period (its spend now less
  *   the spend it loaded, in pico-dollars; {@link budgetUsageSince}), added to the owner's budget
  *   when it absorbs them, if the owner is in the same period; exact.
- * - Concurrency leases and open reservations are never carried: a stand-in gives a tenant back only
- *   once every request it admitted has ended.
+ * - Requests still running on the stand-in ({@link openRequestsSince}): their reservations and
+ *   concurrency leases, so the owner holds their slots from the give-back on and applies their
+ *   settlements, which the stand-in forwards to it; exact.
  */
-import type { TenantSnapshot, TokenBucketSnapshot } from './snapshot.ts';
+import type { ReservationSnapshot, TenantSnapshot, TokenBucketSnapshot } from './snapshot.ts';
 
 /** Window entries a stand-in admitted for one sliding-window limit. */
 export interface WindowUsage {
@@ -49,17 +50,57 @@ export interface BudgetUsage {
   readonly spent: string;
 }
 
+/**
+ * Requests a stand-in admitted that still ran when it gave the tenant back: their reservations and
+ * concurrency leases (their usage is in the delta's windows, buckets and budgets, at what they
+ * reserved, under the same request ids).
+ */
+export interface OpenRequests {
+  readonly reservations: readonly ReservationSnapshot[];
+  /** Concurrency leases of those requests, by limit name: `[request id, lease expiry ms]`. */
+  readonly leases: readonly { readonly name: string; readonly leases: readonly (readonly [id: string, expiresAt: number])[] }[];
+}
+
 /** What a stand-in admitted for a tenant since it loaded the owner's state. */
 export interface UsageDelta {
   readonly windows: readonly WindowUsage[];
   readonly buckets: readonly BucketUsage[];
   /** Absent from a node that predates budgets. */
   readonly budgets?: readonly BudgetUsage[];
+  /** Absent when none ran (and from a node that predates carrying them). */
+  readonly open?: OpenRequests;
 }
 
 /** True when a delta carries no usage. */
 export function isEmptyUsage(delta: UsageDelta): boolean {
-  return delta.windows.length === 0 && delta.buckets.length === 0 && (delta.budgets ?? []).length === 0;
+  return delta.windows.length === 0 && delta.buckets.length === 0 && (delta.budgets ?? []).length === 0 && (delta.open?.reservations.length ?? 0) === 0;
+}
+
+/**
+ * The requests of `current` still open whose ids `except` lacks (`except`: the ids of the state
+ * the stand-in loaded, the owner's own requests), with their concurrency leases; undefined when none.
+ */
+export function openRequestsSince(current: TenantSnapshot | undefined, except: ReadonlySet<string>): OpenRequests | undefined {
+  const reservations = (current?.reservations ?? []).filter((r) => !except.has(r.id));
+  if (reservations.length === 0) return undefined;
+  const ids = new Set(reservations.map((r) => r.id));
+  const leases: OpenRequests['leases'][number][] = [];
+  for (const l of current?.limits ?? []) {
+    if (l.algorithm !== 'semaphore') continue;
+    const held = l.leases.filter(([id]) => ids.has(id));
+    if (held.length > 0) leases.push({ name: l.name, leases: held });
+  }
+  return { reservations, leases };
+}
+
+/**
+ * `snap` (the result of {@link withUsage}) with the open requests a delta carries added (see
+ * {@link withOpenRequests}).
+ */
+export function withCarriedRequests(snap: TenantSnapshot, open: OpenRequests | undefined): TenantSnapshot {
+  if (open === undefined || open.reservations.length === 0) return snap;
+  const from: TenantSnapshot = { v: 1, at: snap.at, limits: open.leases.map((l) => ({ name: l.name, algorithm: 'semaphore' as const, leases: l.leases })), reservations: open.reservations };
+  return withOpenRequests(snap, from, new Set());
 }
 
 /**

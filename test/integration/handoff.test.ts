@@ -421,6 +421,7 @@ describe('handoff through a real Redis', () => {
         sent.push(`${from.id}->${to.id}:${s.op}`);
         if (!deliver) throw new Error('connect ECONNREFUSED');
         if (s.op === 'absorb' && !(await nodes.a?.handoff.absorb(s.tenant, s.usage))) throw new Error('409 not_owner');
+        if (s.op === 'finish') await nodes.a?.handoff.finish(s.tenant, s.id, s.tokens, 1, from.id);
       },
     });
     const a = await node(A, [A, B]);
@@ -450,12 +451,7 @@ describe('handoff through a real Redis', () => {
     await b.handoff.returnStandIns();
     assert.deepEqual(sent, []);
     clock.advance(1_000);
-    // Idle, but s2 still runs on B: the claim stays.
-    await b.handoff.returnStandIns();
-    assert.deepEqual(sent, []);
-    b.limiter.settle(U, 's2', 600);
-    b.limiter.release(U, 's2');
-    // A cannot be reached: tried again later, B keeps holding U.
+    // Idle (s2 still runs on B), but A cannot be reached: tried again later, B keeps holding U.
     deliver = false;
     await b.handoff.returnStandIns();
     assert.deepEqual(sent, ['node-b->node-a:absorb']);
@@ -466,6 +462,16 @@ describe('handoff through a real Redis', () => {
     assert.equal(b.handoff.claimed().has(U), false);
     assert.equal(b.limiter.hasTenant(U), false);
     assert.deepEqual([b.handoff.stats.stoodIn, b.handoff.stats.returned, a.handoff.stats.absorbed], [1, 1, 1]);
+    // s2, still running on B, went with the give-back: A holds its slot (with o2's, both) and its 1,000 tokens.
+    assert.deepEqual(
+      a.limiter.peek(U).map((l) => l.remaining),
+      [10_000 - 3_000 - 500 - 200 - 1_500 - 1_000, 100 - 5 + 1, 0],
+    );
+    assert.equal(a.limiter.acquire(U, { id: 'o4', tokens: 1 }).ok, false, 'A refuses a third concurrent request');
+    // s2 ends on B: its settlement goes to A, which refunds 400 tokens and frees the slot.
+    assert.equal(b.handoff.settlesHere(U), false);
+    await b.handoff.finish(U, 's2', 600);
+    assert.deepEqual(sent.at(-1), 'node-b->node-a:finish');
     // A: its own 3,000 + 500 (open) + 200 and B's 1,500 + 600; 5 requests; o2's slot still held.
     assert.deepEqual(
       a.limiter.peek(U).map((l) => l.remaining),
@@ -477,6 +483,53 @@ describe('handoff through a real Redis', () => {
     // A router routing around A again: B starts over from A's checkpoint, standing in afresh.
     await b.handoff.ready(U, 'fallback');
     assert.deepEqual([b.handoff.stats.stoodIn, b.handoff.standIns().has(U)], [2, true]);
+    a.handoff.stop();
+    b.handoff.stop();
+  });
+
+  test('a request that ends on the stand-in while its give-back travels: the settlement waits for it, then goes to the owner, which holds the request (exact tokens, slot freed)', async () => {
+    const nodes: { a?: Awaited<ReturnType<typeof node>> } = {};
+    const sent: string[] = [];
+    let arrived = (): void => undefined;
+    const absorbArrived = new Promise<void>((resolve) => (arrived = resolve));
+    let letThrough = (): void => undefined;
+    const gate = new Promise<void>((resolve) => (letThrough = resolve));
+    const b = await node(B, [A, B], {
+      standInIdleMs: 1_000,
+      send: async (from, to, s) => {
+        sent.push(`${from.id}->${to.id}:${s.op}`);
+        if (s.op === 'absorb') {
+          arrived();
+          await gate;
+          if (!(await nodes.a?.handoff.absorb(s.tenant, s.usage))) throw new Error('409 not_owner');
+        }
+        if (s.op === 'finish') await nodes.a?.handoff.finish(s.tenant, s.id, s.tokens, 1, from.id);
+      },
+    });
+    const a = await node(A, [A, B]);
+    nodes.a = a;
+    const U = Array.from({ length: 100 }, (_, i) => `w-${i}`).find((t) => ringAB.owner(t)?.id === A.id) as string;
+    await a.handoff.ready(U);
+    await b.handoff.ready(U, 'fallback');
+    assert.equal(b.limiter.acquire(U, { id: 's1', tokens: 2_000 }).ok, true);
+    clock.advance(1_000);
+    const giving = b.handoff.returnStandIns();
+    await absorbArrived;
+    // s1 ends now, on B, while its give-back is on the way.
+    assert.equal(b.handoff.settlesHere(U), false);
+    const settling = b.handoff.finish(U, 's1', 700);
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.deepEqual(sent, ['node-b->node-a:absorb'], 'the settlement waits for the give-back');
+    letThrough();
+    await giving;
+    await settling;
+    assert.deepEqual(sent, ['node-b->node-a:absorb', 'node-b->node-a:finish']);
+    assert.equal(b.handoff.claimed().has(U), false);
+    // A: 700 tokens, one request, no slot held.
+    assert.deepEqual(
+      a.limiter.peek(U).map((l) => l.remaining),
+      [10_000 - 700, 100 - 1, 2],
+    );
     a.handoff.stop();
     b.handoff.stop();
   });

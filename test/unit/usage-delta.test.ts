@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import fc from 'fast-check';
 import { ManualClock } from '../../src/clock.ts';
-import { Limiter, parseTenantSnapshot, windowUsageSince, withOpenRequests, withUsage } from '../../src/limiter/index.ts';
+import { Limiter, openRequestsSince, parseTenantSnapshot, windowUsageSince, withOpenRequests, withUsage } from '../../src/limiter/index.ts';
 import type { Policy, TenantSnapshot, UsageDelta } from '../../src/limiter/index.ts';
 
 const T0 = 1_700_000_000_000;
@@ -189,7 +189,7 @@ describe('stand-in usage', () => {
     { weight: 2, arbitrary: fc.record({ t: fc.constant('advance' as const), ms: fc.integer({ min: 0, max: 3_000 }) }) },
   );
 
-  test('property: owner + absorbed stand-in usage = one limiter that saw both (windows exactly; a bucket never has more room)', () => {
+  test('property: owner + absorbed stand-in usage and running requests, then their settlements at the owner = one limiter that saw both (windows and slots exactly; a bucket never has more room)', () => {
     fc.assert(
       fc.property(fc.array(opArb, { maxLength: 10 }), fc.array(opArb, { maxLength: 40 }), (before, during) => {
         const clock = new ManualClock(T0);
@@ -223,14 +223,19 @@ describe('stand-in usage', () => {
         const base = standIn.exportTenant('t');
         standIn.startTally('t');
         for (const op of during) run(op, (at) => [at === 'owner' ? owner : standIn]);
-        // The stand-in gives back once its own requests ended.
-        for (const id of open.standIn.splice(0)) {
-          for (const l of [reference, standIn]) {
-            l.settle('t', id, 10);
-            l.release('t', id);
+        // The stand-in gives back while its own requests still run: they go with their reservations
+        // and slots (through JSON, as on the wire), and end at the owner afterwards.
+        const delta = usageOf(standIn, base);
+        const carried = openRequestsSince(standIn.exportTenant('t'), new Set(base?.reservations.map((r) => r.id)));
+        assert.deepEqual((carried?.reservations.map((r) => r.id) ?? []).sort(), [...open.standIn].sort());
+        owner.absorbUsage('t', JSON.parse(JSON.stringify({ ...delta, ...(carried === undefined ? {} : { open: carried }) })) as UsageDelta);
+        assert.equal(remaining(owner).concurrent, remaining(reference).concurrent, 'the owner holds the stand-in\'s running requests\' slots');
+        for (const [k, id] of open.standIn.splice(0).entries()) {
+          for (const l of [reference, owner]) {
+            assert.equal(l.settle('t', id, 10 + k).settled, true);
+            assert.equal(l.release('t', id), true);
           }
         }
-        owner.absorbUsage('t', usageOf(standIn, base));
         const got = remaining(owner);
         const want = remaining(reference);
         assert.equal(got['tokens/10s'], want['tokens/10s']);
@@ -243,6 +248,7 @@ describe('stand-in usage', () => {
             .flatMap((x) => (x.algorithm === 'sliding_window' ? x.entries.map((e) => [x.name, ...e]) : []))
             .sort((a, b) => (JSON.stringify(a) < JSON.stringify(b) ? -1 : 1));
         assert.deepEqual(windows(owner), windows(reference));
+        assert.equal(got.concurrent, want.concurrent);
       }),
       { numRuns: 300 },
     );
