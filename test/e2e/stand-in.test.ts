@@ -7,7 +7,9 @@
  * node, which stands in from the owner's replicated checkpoint. The owner's two slots stay counted
  * there (its leases have not expired): every request is refused 429, so the tenant never runs more
  * than 2 streams across both nodes (before the fix the stand-in freed them and admitted 2 more).
- * After SIGCONT the owner's streams finish in full and the tenant is served again. An owner
+ * After SIGCONT the owner's streams finish in full and the tenant is served again. Streams the
+ * stand-in admitted go to the owner with the give-back once the owner answers again, so the owner
+ * refuses while they run. An owner
  * SIGKILLed mid-stream is gone (its port refuses connections): the stand-in frees its slots.
  */
 import assert from 'node:assert/strict';
@@ -120,6 +122,57 @@ describe('a stand-in for a live (SIGSTOPped) owner keeps its slots counted', () 
     const standIn = nodes.get(stand.id) as Running;
     while (!standIn.output().includes('stand-in tenant given back to its owner')) {
       assert.ok(Date.now() < until, `the stand-in never gave the tenant back:\n${standIn.output().slice(-2_000)}`);
+      await sleep(200);
+    }
+  });
+
+  test('the stand-in admits 2 streams while the owner is stopped; after SIGCONT it gives the tenant back with both still running: the owner refuses a third until they end', async () => {
+    const stand = nodes.get(members.find((m) => m.id !== owner)?.id ?? '') as Running;
+    const proc = nodes.get(owner) as Running;
+    const givenBack = (): number => stand.output().split('stand-in tenant given back to its owner').length - 1;
+    const before = givenBack();
+    while ((await suspects()) > 0) await sleep(100);
+    // The owner's checkpoint without the last test's slots reaches its replica (every 300 ms).
+    await sleep(1_000);
+    proc.proc.kill('SIGSTOP');
+    const deadline = Date.now() + 15_000;
+    while ((await suspects()) < 1) {
+      assert.ok(Date.now() < deadline, 'the router never marked the stopped owner suspect');
+      await sleep(100);
+    }
+    // The stand-in admits two long streams (the owner's checkpoint holds no slot) and refuses a third.
+    const streams = [await send(LONG), await send(LONG)];
+    const refusedEarly = await Promise.all(streams.filter((r) => r.statusCode !== 200).map(async (r) => `${r.statusCode} ${JSON.stringify(r.headers)} ${await r.body.text()}`));
+    assert.deepEqual(streams.map((r) => r.statusCode), [200, 200], `${refusedEarly.join('\n')}\n${stand.output().slice(-3_000)}`);
+    const third = await send(SHORT);
+    assert.equal(third.statusCode, 429);
+    await third.body.dump();
+    proc.proc.kill('SIGCONT');
+    // Routed to the owner again, the stand-in is idle: it gives the tenant back, its 2 streams with it
+    // (within standInIdleMs + one checkpoint period, 600 ms here, of the router seeing the owner).
+    const until = Date.now() + 8_000;
+    while (givenBack() === before || (await suspects()) > 0) {
+      assert.ok(Date.now() < until, `no give-back while the streams run:\n${stand.output().slice(-2_000)}`);
+      await sleep(50);
+    }
+    assert.match(stand.output().split('\n').findLast((l) => l.includes('stand-in tenant given back to its owner')) ?? '', /"running":2/);
+    // The owner holds both streams' slots: a third request is refused while they run (before, it
+    // knew of them only once they ended, and admitted 2 more).
+    const refused = await send(SHORT);
+    const text = await refused.body.text();
+    assert.equal(refused.statusCode, 429, text);
+    assert.match(text, /concurren/i, text);
+    for (const r of streams) {
+      const body = await r.body.text();
+      assert.match(body, /"completion_tokens":200/);
+    }
+    // Their settlements reach the owner: the tenant is served again.
+    const served = Date.now() + 10_000;
+    for (;;) {
+      const res = await send(SHORT);
+      await res.body.dump();
+      if (res.statusCode === 200) break;
+      assert.ok(Date.now() < served, `still ${res.statusCode} after the stand-in's streams ended`);
       await sleep(200);
     }
   });
