@@ -155,7 +155,7 @@ describe('a stand-in for a live (SIGSTOPped) owner keeps its slots counted', () 
       assert.ok(Date.now() < until, `no give-back while the streams run:\n${stand.output().slice(-2_000)}`);
       await sleep(50);
     }
-    assert.match(stand.output().split('\n').findLast((l) => l.includes('stand-in tenant given back to its owner')) ?? '', /"running":2/);
+    assert.match(stand.output().split('\n').filter((l) => l.includes('stand-in tenant given back to its owner')).at(-1) ?? '', /"running":2/);
     // The owner holds both streams' slots: a third request is refused while they run (before, it
     // knew of them only once they ended, and admitted 2 more).
     const refused = await send(SHORT);
