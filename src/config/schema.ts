@@ -20,7 +20,7 @@ const duration = z.union([z.number().nonnegative(), z.string()]).transform((valu
     return z.NEVER;
   }
   return ms;
-});
+}).meta({ format: 'duration' });
 
 const positiveInt = z.number().int().positive();
 
@@ -34,7 +34,7 @@ const byteSize = z.union([z.number().int().positive(), z.string()]).transform((v
   }
   const unit = (m[2] ?? 'b').toLowerCase();
   return Number(m[1]) * (unit === 'mb' ? 1_048_576 : unit === 'kb' ? 1_024 : 1);
-});
+}).meta({ format: 'bytes' });
 
 /**
  * A US-dollar amount: a number (`2.5`) or a decimal string (`"0.075"`, `"$50"`), at most 6 decimal
