@@ -145,9 +145,12 @@ export async function launch(specs: readonly ChildSpec[], opts: { handleSignals?
     };
     process.on('SIGINT', onSignal);
     process.on('SIGTERM', onSignal);
+    // The terminal closed (its hangup reaches the whole foreground group): stop like Ctrl-C.
+    process.on('SIGHUP', onSignal);
     void done.then(() => {
       process.removeListener('SIGINT', onSignal);
       process.removeListener('SIGTERM', onSignal);
+      process.removeListener('SIGHUP', onSignal);
     });
   }
 

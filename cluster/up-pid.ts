@@ -1,7 +1,7 @@
 /**
  * How `quotaring reload` finds a running `quotaring up`: up writes its pid to a file named after its
  * first router port (unique on a machine: up listens on it), in `$XDG_RUNTIME_DIR` or the temp
- * directory; reload sends that pid SIGHUP. The file is trusted only when this user owns it, it is
+ * directory; reload sends that pid SIGUSR2. The file is trusted only when this user owns it, it is
  * not writable by others, and the pid's command line is a `quotaring up` (Linux `/proc`).
  */
 import { existsSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';

@@ -2,8 +2,9 @@
  * `quotaring up`: a local cluster as child processes — the provider simulator, N gateway nodes and
  * M routers — with prefixed logs, stopped together on Ctrl-C. Without `--redis` the nodes form a
  * static member list; with it they heartbeat into Redis and the routers follow the live set. The
- * simulator and the nodes start together, the routers once the nodes answer. SIGHUP (what
+ * simulator and the nodes start together, the routers once the nodes answer. SIGUSR2 (what
  * `quotaring reload` sends) re-reads the config file given and reloads every child from it.
+ * SIGHUP (the terminal closed) stops everything, like Ctrl-C.
  */
 import { mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -24,6 +25,12 @@ import { redactUrl } from '../src/config/redis-url.ts';
 import { wireFormatOf } from '../src/providers/wire-format.ts';
 import type { LogLevel } from './up-options.ts';
 export type { LogLevel } from './up-options.ts';
+
+/**
+ * The signal that makes a running `up` reload its config (`quotaring reload` sends it). Not SIGHUP:
+ * a terminal that closes sends its foreground processes SIGHUP, and that must stop `up`, not reload it.
+ */
+export const RELOAD_SIGNAL = 'SIGUSR2';
 
 /** Options of {@link startCluster} and {@link runUp}. */
 export interface UpOptions {
@@ -296,15 +303,15 @@ export async function runUp(opts: UpOptions = {}, out: (text: string) => void = 
   }
   const loaded = buildConfig(raw, source, env);
   const launchOpts: UpOptions = { adminPort: 9200, logLevel: 'warn', ...(process.env[loaded.config.admin.token_env] ? { adminToken: process.env[loaded.config.admin.token_env] as string } : {}), ...opts, handleSignals: true };
-  // SIGHUP before the cluster is up would end this process (the default action): reload once it is.
+  // SIGUSR2 before the cluster is up would end this process (the default action): reload once it is.
   const hangup: { reload?: () => void } = {};
   const onHangup = (): void => (hangup.reload === undefined ? out('reload: still starting, send it again once the banner is shown\n') : hangup.reload());
-  process.on('SIGHUP', onHangup);
+  process.on(RELOAD_SIGNAL, onHangup);
   let started: StartedCluster;
   try {
     started = await startCluster(launchOpts);
   } catch (err) {
-    process.removeListener('SIGHUP', onHangup);
+    process.removeListener(RELOAD_SIGNAL, onHangup);
     if (err instanceof LaunchInterrupted) {
       out('stopped during start-up; every process started was stopped\n');
       return 0;
@@ -341,7 +348,7 @@ export async function runUp(opts: UpOptions = {}, out: (text: string) => void = 
   );
   if (opts.redis !== undefined) void reportRedisWait(started.routers[0] ?? '', opts.redis, started.group.done, out);
   const code = await started.group.done;
-  process.removeListener('SIGHUP', onHangup);
+  process.removeListener(RELOAD_SIGNAL, onHangup);
   removeUpPidFile(routerPort, process.pid);
   return code;
 }

@@ -294,12 +294,12 @@ withClusterFlags(program.command('demo').description('`quotaring up --nodes 1`: 
 
 program
   .command('reload')
-  .description('reload a running `quotaring up` from the config file it was started with (sends it SIGHUP): every router and node')
+  .description('reload a running `quotaring up` from the config file it was started with (sends it SIGUSR2): every router and node')
   .option('-p, --port <port>', 'the first router port of that up', int, 8080)
   .action((opts: { port: number }) => {
     try {
       const pid = findUp(opts.port);
-      process.kill(pid, 'SIGHUP');
+      process.kill(pid, 'SIGUSR2');
       process.stdout.write(`reload sent to quotaring up (pid ${pid}); its output shows each process's answer\n`);
     } catch (err) {
       fail(err);

@@ -326,7 +326,7 @@ describe('quotaring up', () => {
       assert.equal(await ask(), '7');
 
       writeFileSync(file, demo.replace('{ requests: 60, window: 1m }', '{ requests: -1, window: 1m }'));
-      up.proc.kill('SIGHUP');
+      up.proc.kill('SIGUSR2');
       for (let i = 0; i < 100 && !up.out().includes('nothing was reloaded'); i++) await new Promise((r) => setTimeout(r, 50));
       assert.match(up.out(), /reload: invalid config:[^]*requests[^]*\n {2}nothing was reloaded; the running config stays\n/);
       assert.equal(await ask(), '7');
@@ -364,6 +364,24 @@ describe('quotaring up', () => {
       npm.kill('SIGTERM');
       await exited;
       assert.deepEqual(await closedWithin([simPort, nodePort, nodePort + 1, nodePort + 2, routerPort], 10_000), [], out);
+    });
+
+    test('the terminal closes (SIGHUP to up\'s whole process group) after the banner: up stops every child and exits 0', { timeout: 30_000 }, async () => {
+      const { routerPort, simPort, nodePort, adminPort, args } = await upPorts(2);
+      // Its own process group, as a shell job is: the hangup reaches up and its children at once.
+      const proc = spawn(process.execPath, [CLI, 'up', ...args], { stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+      let out = '';
+      proc.stderr.on('data', (d: Buffer) => (out += d.toString()));
+      const exited = once(proc, 'exit') as Promise<[number | null, NodeJS.Signals | null]>;
+      await new Promise<void>((resolve) => proc.stdout.on('data', (d: Buffer) => ((out += d.toString()), out.includes('Press Ctrl-C') && resolve())));
+      const pids = ['node-1', 'node-2', 'router-1', 'simulator'].map((n) => pidOf(out, n));
+      process.kill(-(proc.pid as number), 'SIGHUP');
+      const [code, signal] = await exited;
+      assert.deepEqual([code, signal], [0, null], out);
+      assert.doesNotMatch(out, /reload:/);
+      assert.deepEqual(await closedWithin([simPort, nodePort, nodePort + 1, routerPort, adminPort], 5_000), [], out);
+      for (let i = 0; i < 50 && pids.some((pid) => existsSync(`/proc/${pid}`)); i++) await new Promise((r) => setTimeout(r, 100));
+      assert.deepEqual(pids.filter((pid) => existsSync(`/proc/${pid}`)), []);
     });
 
     test('up SIGKILLed after its banner: every child notices its pipe closing and stops', { timeout: 30_000 }, async () => {
