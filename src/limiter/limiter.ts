@@ -1,6 +1,5 @@
 import type { Clock } from '../clock.ts';
 import { applicableLimits, compilePolicy, type CompiledPolicy } from './compiled-policy.ts';
-import { IdTable } from './id-table.ts';
 import { Reservation } from './reservation.ts';
 import type { Budget } from './budget.ts';
 import { asBudget, budgetView, changeSpend, type BudgetView, type SpendChange } from './budget-view.ts';
@@ -15,12 +14,12 @@ import {
   rebuildTenantLimits,
   syncLimit,
   takeLimit,
-  type LimitObject,
-  type TenantLimits,
 } from './tenant-limits.ts';
 import { boundSnapshot, conservativeSnapshot } from './snapshot-bounds.ts';
-import { restoreLimits, snapshotLimits } from './snapshot-limits.ts';
-import type { ReservationSnapshot, TenantSnapshot } from './snapshot.ts';
+import type { TenantSnapshot } from './snapshot.ts';
+import { BucketTallies, tallyAdd } from './bucket-tally.ts';
+import { purgeReservations, TenantState } from './tenant-state.ts';
+import { restoredState, snapshotOf } from './tenant-snapshot-io.ts';
 import { withCarriedRequests, withUsage } from './usage-delta.ts';
 import type { BucketUsage, UsageDelta } from './usage-delta.ts';
 import { checkAcquireRequest } from './types.ts';
@@ -45,28 +44,6 @@ export interface LimiterOptions {
   onFreed?: (tenant: string) => void;
 }
 
-/**
- * Everything the limiter keeps for one tenant, in as few objects as possible (a decision on a
- * cold tenant costs a cache miss per object): its open reservations by request id (inherited
- * table: the first one inline), its policy, its limits' numbers in one array (slot 0: a lower
- * bound of the earliest reservation expiry, ms), and its limit objects.
- */
-class TenantState extends IdTable<Reservation> implements TenantLimits {
-  policy: Policy;
-  compiled: CompiledPolicy;
-  num: number[];
-  objs: (LimitObject | null)[];
-
-  constructor(policy: Policy, compiled: CompiledPolicy, limits: TenantLimits) {
-    super();
-    this.policy = policy;
-    this.compiled = compiled;
-    this.num = limits.num;
-    this.objs = limits.objs;
-    this.num[0] = Infinity;
-  }
-}
-
 const UNLIMITED: AcquireResult = Object.freeze({ ok: true, limits: Object.freeze([]) as readonly LimitState[] });
 const NOT_SETTLED: SettleResult = Object.freeze({ settled: false, deltaTokens: 0 });
 
@@ -85,8 +62,8 @@ export class Limiter {
   readonly #onFreed: ((tenant: string) => void) | undefined;
   readonly #tenants = new Map<string, TenantState>();
   readonly #compiled = new WeakMap<Policy, CompiledPolicy>();
-  /** Units taken from each token bucket (by limit name, net of settlements) of the tenants being tallied. */
-  readonly #tallies = new Map<string, Map<string, number>>();
+  /** Units taken from each token bucket of the tenants being tallied (stand-ins). */
+  readonly #tallies = new BucketTallies();
 
   /** @throws RangeError when `concurrencyRetryHintMs` is negative. */
   constructor(opts: LimiterOptions) {
@@ -137,7 +114,7 @@ export class Limiter {
     const id = req.id;
 
     if (st !== undefined) {
-      if (now >= (st.num[0] as number)) this.#purgeReservations(st, now);
+      if (now >= (st.num[0] as number)) purgeReservations(st, now);
       if (st.has(id)) return this.#refusal('duplicate', specs[applied[0] as number] as LimitSpec, 0, st, c, applied, now);
     }
     for (let k = 0; k < applied.length; k++) {
@@ -164,7 +141,7 @@ export class Limiter {
     }
 
     let seqs: number[] | null = null;
-    const tally = this.#tallies.size === 0 ? undefined : this.#tallies.get(tenant);
+    const tally = this.#tallies.of(tenant);
     for (let k = 0; k < applied.length; k++) {
       const i = applied[k] as number;
       const cost = costOf(specs[i] as LimitSpec, tokens, requests);
@@ -235,14 +212,14 @@ export class Limiter {
           if (obj.algorithm === 'sliding_window' && seqs !== null) obj.adjust(seqs[k] as number, id, d);
         } else if (compiled === cur) {
           adjustBucket(cur, st, i, d, now);
-          if (this.#tallies.size !== 0) tallyAdd(this.#tallies.get(tenant), spec.name, d);
+          tallyAdd(this.#tallies.of(tenant), spec.name, d);
         } else {
           // Reloaded since admission: settle on the bucket that kept this limit's name, if any.
           const j = cur.indexByName.get(spec.name);
           const kept = cur.limits[j ?? -1];
           if (j !== undefined && kept !== undefined && kept.kind === 'tokens' && st.objs[j] === null) {
             adjustBucket(cur, st, j, d, now);
-            if (this.#tallies.size !== 0) tallyAdd(this.#tallies.get(tenant), spec.name, d);
+            tallyAdd(this.#tallies.of(tenant), spec.name, d);
           }
         }
       }
@@ -451,32 +428,8 @@ export class Limiter {
     const now = this.#clock.now();
     const policy = this.#policyFor(tenant);
     if (policy !== undefined && st.policy !== policy) this.#rebuild(st, policy, now);
-    this.#purgeReservations(st, now);
-    const c = st.compiled;
-    const reservations: ReservationSnapshot[] = [];
-    st.forEach((res, id) => {
-      // Only the limits on which settle/release still act: since a reload, the limit of the same
-      // name and kind that kept this reservation's window/semaphore object, or is still a bucket.
-      const limits: string[] = [];
-      for (const i of res.applied) {
-        const spec = res.compiled.limits[i] as LimitSpec;
-        const j = res.compiled === c ? i : c.indexByName.get(spec.name);
-        if (j === undefined || (c.limits[j] as LimitSpec).kind !== spec.kind) continue;
-        if ((st.objs[j] ?? null) === (res.objs[i] ?? null)) limits.push(spec.name);
-      }
-      reservations.push({
-        id,
-        tokens: res.tokens,
-        requests: res.requests,
-        expiresAt: res.expiresAt,
-        settled: res.settled,
-        released: res.released,
-        limits,
-        // Only a reservation of money needs its admission time (which budget period it counts in).
-        ...(res.cost === 0n ? {} : { cost: res.cost.toString(), admittedAt: res.admittedAt }),
-      });
-    });
-    return { v: 1, at: now, limits: snapshotLimits(c, st, now), reservations };
+    purgeReservations(st, now);
+    return snapshotOf(st, now);
   }
 
   /**
@@ -521,33 +474,7 @@ export class Limiter {
   }
 
   #restore(tenant: string, policy: Policy, c: CompiledPolicy, snap: TenantSnapshot, now: number): void {
-    const restored = restoreLimits(c, snap.limits, now);
-    const st = new TenantState(policy, c, restored);
-    let next = Infinity;
-    for (const r of snap.reservations) {
-      if (r.expiresAt <= now || (r.settled && r.released)) continue;
-      const applied: number[] = [];
-      let seqs: number[] | null = null;
-      for (const name of r.limits) {
-        const i = c.indexByName.get(name);
-        if (i === undefined || applied.includes(i)) continue;
-        const entries = restored.entryOf[i];
-        if (entries !== null && entries !== undefined) {
-          (seqs ??= new Array<number>(applied.length).fill(-1)).push(entries.get(r.id) ?? -1);
-        } else if (seqs !== null) {
-          seqs.push(-1);
-        }
-        applied.push(i);
-      }
-      const res = new Reservation(r.tokens, r.requests, c, st.objs, applied, seqs, now, BigInt(r.cost ?? '0'), r.admittedAt ?? Math.min(now, r.expiresAt));
-      res.expiresAt = r.expiresAt;
-      res.settled = r.settled;
-      res.released = r.released;
-      st.set(r.id, res);
-      if (r.expiresAt < next) next = r.expiresAt;
-    }
-    st.num[0] = next;
-    this.#tenants.set(tenant, st);
+    this.#tenants.set(tenant, restoredState(policy, c, snap, now));
   }
 
   /**
@@ -568,12 +495,12 @@ export class Limiter {
    * tenants not tallied. A stand-in node tallies the tenants it holds for a suspect owner.
    */
   startTally(tenant: string): void {
-    this.#tallies.set(tenant, new Map());
+    this.#tallies.start(tenant);
   }
 
   /** Stops counting for `tenant` (see {@link startTally}). */
   stopTally(tenant: string): void {
-    this.#tallies.delete(tenant);
+    this.#tallies.stop(tenant);
   }
 
   /**
@@ -582,22 +509,13 @@ export class Limiter {
    * current policy. Empty when not tallied or when no bucket was taken from.
    */
   bucketUsage(tenant: string): BucketUsage[] {
-    const tally = this.#tallies.get(tenant);
     const policy = this.#policyFor(tenant);
-    if (tally === undefined || policy === undefined) return [];
-    const out: BucketUsage[] = [];
-    for (const spec of policy.limits) {
-      const taken = tally.get(spec.name) ?? 0;
-      if (spec.kind === 'concurrent' || spec.kind === 'cost' || spec.algorithm !== 'token_bucket' || !(taken > 0)) continue;
-      out.push({ name: spec.name, kind: spec.kind, limit: spec.limit, windowMs: spec.windowMs, taken });
-    }
-    return out;
+    return policy === undefined ? [] : this.#tallies.usage(tenant, policy);
   }
 
   /** Takes `sent` (an earlier {@link bucketUsage}, counted elsewhere now) off `tenant`'s tally; the tally goes on. */
   untally(tenant: string, sent: readonly BucketUsage[]): void {
-    const tally = this.#tallies.get(tenant);
-    for (const b of sent) tallyAdd(tally, b.name, -b.taken);
+    this.#tallies.untally(tenant, sent);
   }
 
   /** Forgets the state of `tenant` (it now reads as fresh). @returns true when there was some. */
@@ -616,19 +534,9 @@ export class Limiter {
   }
 
   #isIdle(st: TenantState, now: number): boolean {
-    if (now >= (st.num[0] as number)) this.#purgeReservations(st, now);
+    if (now >= (st.num[0] as number)) purgeReservations(st, now);
     if (st.size > 0) return false;
     return limitsIdle(st.compiled, st, now);
-  }
-
-  #purgeReservations(st: TenantState, now: number): void {
-    let next = Infinity;
-    st.removeWhere((res) => {
-      if (res.expiresAt <= now) return true;
-      if (res.expiresAt < next) next = res.expiresAt;
-      return false;
-    });
-    st.num[0] = next;
   }
 
   #compile(policy: Policy): CompiledPolicy {
@@ -706,9 +614,4 @@ export function weightedTokens(actual: number, kinds: TokenKinds | undefined, sp
   // Weights are decimals (0.1): round a hair of float error down before rounding up.
   const rounded = Math.ceil(total - 1e-9);
   return rounded > 0 ? rounded : 0;
-}
-
-/** Adds `units` to the count of limit `name` in `tally` (no tally: nothing). */
-function tallyAdd(tally: Map<string, number> | undefined, name: string, units: number): void {
-  if (tally !== undefined) tally.set(name, (tally.get(name) ?? 0) + units);
 }
