@@ -59,10 +59,11 @@ program
   .option('-p, --port <port>', 'listen port (overrides server.port)', int)
   .option('--id <id>', 'node id in the cluster (default: node-<port>)')
   .option('--url <url>', 'URL routers reach this node at (default: http://<host>:<port>; for host 0.0.0.0 or :: with Redis membership, this machine\'s one non-loopback address)')
+  .option('--advertise-host <host>', 'address or DNS name routers reach this node at, in place of --url: advertises http://<host>:<port>, an IPv6 address in brackets')
   .option('--members <list>', 'static members id=url[,id=url...] (overrides cluster.members)')
   .option('--admin-port <port>', 'admin API port (overrides admin.port; the API runs when the admin.token_env variable is set)', int)
   .option('--pretty-logs', 'readable log lines instead of JSON (server.log_format: pretty)')
-  .action(async (opts: { config: string; host?: string; port?: number; id?: string; url?: string; members?: string; adminPort?: number; prettyLogs?: boolean }) => {
+  .action(async (opts: { config: string; host?: string; port?: number; id?: string; url?: string; advertiseHost?: string; members?: string; adminPort?: number; prettyLogs?: boolean }) => {
     try {
       const { startGateway } = await import('./gateway/start.ts');
       await startGateway({
@@ -75,6 +76,7 @@ program
         ...(opts.port === undefined ? {} : { port: opts.port }),
         ...(opts.id === undefined ? {} : { id: opts.id }),
         ...(opts.url === undefined ? {} : { advertiseUrl: opts.url }),
+        ...(opts.advertiseHost === undefined ? {} : { advertiseHost: opts.advertiseHost }),
       });
     } catch (err) {
       fail(err);

@@ -19,7 +19,7 @@ import { startAdminServer } from '../ops/admin-server.ts';
 import { clusterSecretFor } from '../security/cluster-secret.ts';
 import { startOrKeepTrying } from '../coord/join.ts';
 import { describeRedis } from '../config/redis-url.ts';
-import { defaultAdvertiseUrl, httpUrl } from './advertise-url.ts';
+import { advertiseUrl } from './advertise-url.ts';
 
 /** Options of {@link startGateway}; host and port override `server.host` / `server.port`. */
 export interface StartGatewayOptions {
@@ -33,6 +33,11 @@ export interface StartGatewayOptions {
    * wildcard host (0.0.0.0, ::) the machine's one non-loopback address (see `defaultAdvertiseUrl`).
    */
   readonly advertiseUrl?: string;
+  /**
+   * Host (an IP address or DNS name) routers reach this node at, in place of `advertiseUrl`: the URL
+   * is `http://<host>:<port>`, an IPv6 address in brackets (`--advertise-host`).
+   */
+  readonly advertiseHost?: string;
   /** Static members in place of `cluster.members` (`--members`). */
   readonly members?: readonly Member[];
   /** Install SIGTERM/SIGINT handlers that stop the node gracefully and exit 0. @default false */
@@ -50,7 +55,8 @@ export interface StartGatewayOptions {
  * @returns the listening URL and a graceful `close()`.
  * @throws ConfigError for a bad config file; Error for `members` with Redis membership, or a node id
  *   not among static members; Error naming the variable when a node of a cluster has no cluster
- *   secret (RangeError when it is too short); Error when, with Redis membership and no `advertiseUrl`,
+ *   secret (RangeError when it is too short); Error for both `advertiseUrl` and `advertiseHost`, or an
+ *   `advertiseHost` that is empty, a wildcard or not a host; Error when, with Redis membership and no `advertiseUrl` or `advertiseHost`,
  *   the host is a wildcard (0.0.0.0, ::) and the machine has not exactly one non-loopback address; listen errors (port in use) as thrown by fastify.
  *   Never for an unreachable Redis: the node then listens, is not ready (`/readyz` 503 waiting for
  *   `redis`) and joins once Redis answers (`src/coord/join.ts`).
@@ -66,7 +72,7 @@ export async function startGateway(opts: StartGatewayOptions): Promise<{ url: st
   const port = opts.port ?? server.port;
   // With Redis membership the URL is published for routers and peers on other machines: a wildcard
   // listen address is replaced by this machine's address (or refused when it has several).
-  const self = { id: opts.id ?? `node-${port}`, url: opts.advertiseUrl ?? (settings.redis === undefined ? httpUrl(host, port) : defaultAdvertiseUrl(host, port)) };
+  const self = { id: opts.id ?? `node-${port}`, url: advertiseUrl({ url: opts.advertiseUrl, advertiseHost: opts.advertiseHost, host, port, resolveWildcard: settings.redis !== undefined }) };
   let listenedPort = port;
   const clusterSecret = clusterSecretFor(settings, opts.env ?? process.env, 'a node');
   const configured = membershipFromConfig(settings, self, clusterSecret);

@@ -4,9 +4,11 @@
  * golden render; every rendered object validated against the Kubernetes OpenAPI schemas shipped by
  * `kubernetes-models` (and the prometheus-operator CRD schema for the ServiceMonitor), with fields
  * the schema does not know refused (as `kubectl --validate=strict`); then what the chart promises
- * checked against the code: ports, probes, commands, every environment variable the code reads for
- * the rendered config, the termination grace against the config's handoff drain and grace, the
- * preStop drain against the admin route, selectors, and every value documented and used.
+ * checked against the code: ports (of containers, Services and NetworkPolicies), probes, commands
+ * (the advertised URL a node builds from its pod IP, IPv4 and IPv6), every environment variable the
+ * code reads for the rendered config, the termination grace against the config's handoff drain and
+ * grace, the preStop drain against the admin route, selectors (PDBs, NetworkPolicy peers), and every
+ * value documented and used.
  */
 import assert from 'node:assert/strict';
 import { readFileSync, writeFileSync } from 'node:fs';
@@ -17,6 +19,7 @@ import { parse } from 'yaml';
 import { renderChart, renderedObjects } from '../helpers/helm-render.ts';
 import type { RenderedFile } from '../helpers/helm-render.ts';
 import { envReads } from '../helpers/env-reads.ts';
+import { advertiseUrl } from '../../src/gateway/advertise-url.ts';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const CHART = resolve(ROOT, 'deploy/helm/quotaring');
@@ -31,7 +34,22 @@ const SECRETS = {
   providerKeys: { OPENAI_API_KEY: 'sk-test', EXAMPLE_TENANT_KEY: 'qr-example-key' },
   redis: { QUOTARING_REDIS_URL: 'rediss://redis.example:6380' },
 };
-const FULL = { secrets: SECRETS, serviceMonitor: { enabled: true, labels: { release: 'prometheus' } }, grafanaDashboard: { enabled: true } };
+/** NetworkPolicy peers and egress rules of the renders under test. */
+const PROMETHEUS = { namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'monitoring' } }, podSelector: { matchLabels: { 'app.kubernetes.io/name': 'prometheus' } } };
+const OPERATORS = { namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'ops' } } };
+const EGRESS = [
+  { to: [{ namespaceSelector: {}, podSelector: { matchLabels: { 'k8s-app': 'kube-dns' } } }], ports: [{ port: 53, protocol: 'UDP' }, { port: 53, protocol: 'TCP' }] },
+  { to: [{ ipBlock: { cidr: '0.0.0.0/0', except: ['169.254.169.254/32'] } }], ports: [{ port: 443, protocol: 'TCP' }, { port: 6380, protocol: 'TCP' }] },
+];
+const FULL = {
+  secrets: SECRETS,
+  serviceMonitor: { enabled: true, labels: { release: 'prometheus' } },
+  grafanaDashboard: { enabled: true },
+  networkPolicy: { enabled: true, nodeFrom: [PROMETHEUS], adminFrom: [OPERATORS], egress: EGRESS },
+};
+/** The NetworkPolicies with their defaults, and routers restricted to an ingress controller's namespace. */
+const NETPOL_DEFAULTS = { secrets: SECRETS, networkPolicy: { enabled: true } };
+const NETPOL_ROUTER_FROM = { secrets: SECRETS, networkPolicy: { enabled: true, routerFrom: [{ namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'ingress-nginx' } } }] } };
 const SENTINEL = {
   secrets: { ...SECRETS, redis: { QUOTARING_REDIS_PASSWORD: 'pw', QUOTARING_SENTINEL_PASSWORD: 'spw' } },
   config: {
@@ -81,11 +99,14 @@ describe('Helm chart: render', () => {
       'ConfigMap/qr-config',
       'ServiceMonitor/qr',
       'ConfigMap/qr-dashboard',
+      'NetworkPolicy/qr-node',
+      'NetworkPolicy/qr-router',
       'StatefulSet/qr-node',
       'Service/qr-node',
       'PodDisruptionBudget/qr-node',
       'Deployment/qr-router',
       'Service/qr-router',
+      'PodDisruptionBudget/qr-router',
       'HorizontalPodAutoscaler/qr-router',
       'Secret/qr-cluster',
       'Secret/qr-admin',
@@ -93,7 +114,7 @@ describe('Helm chart: render', () => {
     ]);
     const plain = renderedObjects(renderChart(CHART, { secrets: SECRETS }, RELEASE)).map((o) => o.object);
     assert.deepEqual(names(plain).filter((n) => !names(objects).includes(n)), []);
-    assert.deepEqual(names(objects).filter((n) => !names(plain).includes(n)), ['ServiceMonitor/qr', 'ConfigMap/qr-dashboard']);
+    assert.deepEqual(names(objects).filter((n) => !names(plain).includes(n)), ['ServiceMonitor/qr', 'ConfigMap/qr-dashboard', 'NetworkPolicy/qr-node', 'NetworkPolicy/qr-router']);
     const external = renderedObjects(renderChart(CHART, { secrets: { create: false } }, RELEASE)).map((o) => o.object);
     assert.deepEqual(external.filter((o) => o.kind === 'Secret'), [], 'secrets.create: false renders no Secret');
   });
@@ -114,6 +135,7 @@ const MODELS: Record<string, [string, string]> = {
   'apps/v1/StatefulSet': ['kubernetes-models/apps/v1/StatefulSet', 'StatefulSet'],
   'autoscaling/v2/HorizontalPodAutoscaler': ['kubernetes-models/autoscaling/v2/HorizontalPodAutoscaler', 'HorizontalPodAutoscaler'],
   'policy/v1/PodDisruptionBudget': ['kubernetes-models/policy/v1/PodDisruptionBudget', 'PodDisruptionBudget'],
+  'networking.k8s.io/v1/NetworkPolicy': ['kubernetes-models/networking.k8s.io/v1/NetworkPolicy', 'NetworkPolicy'],
   'monitoring.coreos.com/v1/ServiceMonitor': ['@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/ServiceMonitor', 'ServiceMonitor'],
 };
 const INSTALL = 'npm i -D kubernetes-models@4.5.1 @kubernetes-models/prometheus-operator@4.4.4';
@@ -174,7 +196,12 @@ function validateStrict(model: ModelClass, object: Obj): string[] {
 }
 
 describe('Helm chart: every object is valid against the Kubernetes OpenAPI schemas', { skip: typeof models === 'string' ? models : false }, () => {
-  const renders = { full: objects, sentinel: renderedObjects(renderChart(CHART, SENTINEL, RELEASE)).map((o) => o.object) };
+  const renders = {
+    full: objects,
+    sentinel: renderedObjects(renderChart(CHART, SENTINEL, RELEASE)).map((o) => o.object),
+    'network policies by default': renderedObjects(renderChart(CHART, NETPOL_DEFAULTS, RELEASE)).map((o) => o.object),
+    'routers from a namespace only': renderedObjects(renderChart(CHART, NETPOL_ROUTER_FROM, RELEASE)).map((o) => o.object),
+  };
   for (const [variant, list] of Object.entries(renders)) {
     test(`${variant}: valid, no field the schema does not define`, () => {
       const map = models as Map<string, ModelClass>;
@@ -191,6 +218,10 @@ describe('Helm chart: every object is valid against the Kubernetes OpenAPI schem
 
   test('the validation catches what it should: a wrong type, a missing required field, an unknown field', () => {
     const map = models as Map<string, ModelClass>;
+    const policy = structuredClone(find('NetworkPolicy', 'qr-node'));
+    const policyModel = map.get('networking.k8s.io/v1/NetworkPolicy') as ModelClass;
+    ((get(policy, 'spec.ingress') as Obj[])[0] as Obj).from = [{ podSelectr: {} }];
+    assert.deepEqual(validateStrict(policyModel, policy), ['/spec/ingress/0/from/0/podSelectr']);
     const deployment = structuredClone(find('Deployment', 'qr-router'));
     const model = map.get('apps/v1/Deployment') as ModelClass;
     (get(deployment, 'spec.template.spec.containers') as Obj[])[0]!.ports = [{ containerPort: '8080' }];
@@ -278,15 +309,35 @@ describe('Helm chart: what it promises matches the code', () => {
     assert.equal(get(list.find((o) => o.kind === 'Deployment'), 'spec.replicas'), 2);
   });
 
-  test('nodes: the member id is the pod name, the advertised URL the pod IP on server.port', () => {
+  test('nodes: the member id is the pod name; the advertised URL is built by the node from the pod IP on server.port, an IPv6 one in brackets', () => {
+    const { loaded } = envReads({ raw: rawConfig, name: 'config.yaml' });
     const c = container(node);
     const args = c.args as string[];
     assert.equal(args[args.indexOf('--id') + 1], '$(POD_NAME)');
-    assert.equal(args[args.indexOf('--url') + 1], 'http://$(POD_IP):8080');
+    assert.equal(args.includes('--url'), false, 'no URL assembled in the template: it could not bracket an IPv6 pod IP');
+    assert.equal(args[args.indexOf('--advertise-host') + 1], '$(POD_IP)');
     assert.deepEqual(c.env, [
       { name: 'POD_NAME', valueFrom: { fieldRef: { fieldPath: 'metadata.name' } } },
       { name: 'POD_IP', valueFrom: { fieldRef: { fieldPath: 'status.podIP' } } },
     ]);
+    // The CLI option the args name, passed to startGateway, which builds the URL with advertiseUrl.
+    assert.match(text('src/cli.ts'), /\.option\('--advertise-host <host>'/);
+    assert.match(text('src/cli.ts'), /advertiseHost: opts\.advertiseHost/);
+    assert.match(text('src/gateway/start.ts'), /advertiseUrl\(\{ url: opts\.advertiseUrl, advertiseHost: opts\.advertiseHost, host, port,/);
+    // What the node advertises once Kubernetes has expanded $(POD_IP), on an IPv4 and an IPv6 cluster.
+    const advertised = (podIp: string) =>
+      advertiseUrl({ advertiseHost: (args[args.indexOf('--advertise-host') + 1] as string).replace('$(POD_IP)', podIp), host: loaded.config.server.host, port: loaded.config.server.port, resolveWildcard: true }, {});
+    assert.equal(advertised('10.244.1.7'), 'http://10.244.1.7:8080');
+    assert.equal(advertised('fd00:10:244::7'), 'http://[fd00:10:244::7]:8080');
+    assert.equal(new URL(advertised('fd00:10:244::7')).port, String(get(c, 'ports.0.containerPort')));
+  });
+
+  test('IPv6 clusters: the documented listen address `::` is one the config loader accepts, for nodes and routers', () => {
+    const raw = parse((get(renderedObjects(renderChart(CHART, { secrets: SECRETS, config: { server: { host: '::' }, router: { host: '::' } } }, RELEASE)).map((o) => o.object).find((o) => o.kind === 'ConfigMap'), 'data') as Obj)['config.yaml'] as string) as unknown;
+    const { loaded } = envReads({ raw, name: 'config.yaml' });
+    assert.equal(loaded.config.server.host, '::');
+    assert.equal(loaded.config.router.host, '::');
+    assert.match(text('deploy/helm/quotaring/values.yaml'), /IPv6 or dual-stack clusters: "::"/);
   });
 
   test('nodes: the preStop drains through the admin API (loopback, the token variable and port of the config), and the termination grace covers it, handoff.drain and handoff.grace', () => {
@@ -318,6 +369,9 @@ describe('Helm chart: what it promises matches the code', () => {
     assert.deepEqual(get(find('Service', 'qr-router'), 'spec.selector'), podLabels(router));
     assert.deepEqual(get(find('PodDisruptionBudget', 'qr-node'), 'spec.selector.matchLabels'), podLabels(node));
     assert.equal(get(find('PodDisruptionBudget', 'qr-node'), 'spec.maxUnavailable'), 1);
+    assert.deepEqual(get(find('PodDisruptionBudget', 'qr-router'), 'spec.selector.matchLabels'), podLabels(router));
+    assert.equal(get(find('PodDisruptionBudget', 'qr-router'), 'spec.maxUnavailable'), 1, 'a maximum: one router never blocks a machine drain');
+    assert.equal(get(find('PodDisruptionBudget', 'qr-router'), 'spec.minAvailable'), undefined);
     const term = (get(node, 'spec.template.spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution') as Obj[])[0];
     assert.deepEqual(get(term, 'podAffinityTerm.labelSelector.matchLabels'), podLabels(node));
     assert.deepEqual(get(node, 'spec.selector.matchLabels'), podLabels(node));
@@ -332,6 +386,65 @@ describe('Helm chart: what it promises matches the code', () => {
     assert.equal(get(sm, 'metadata.labels.release'), 'prometheus');
     assert.match(text('src/router/server.ts'), /app\.get\('\/metrics'/);
     assert.match(text('src/ops/node-routes.ts'), /app\.get\('\/metrics'/);
+  });
+
+  test('NetworkPolicies: nodes\' API port only from routers, nodes and nodeFrom; admin ports only from adminFrom; routers\' port from anywhere or routerFrom; the ports are the ones the code listens on', () => {
+    const podLabels = (o: Obj) => get(o, 'spec.template.metadata.labels') as Obj;
+    const ports = (rule: unknown) => get(rule, 'ports') as Obj[];
+    const check = (overrides: Obj, expectPorts: { server: number; router: number; admin: number; routerAdmin: number }) => {
+      const list = renderedObjects(renderChart(CHART, overrides, RELEASE)).map((o) => o.object);
+      const cm = list.find((o) => o.kind === 'ConfigMap' && get(o, 'metadata.name') === 'qr-config') as Obj;
+      const { loaded } = envReads({ raw: parse((get(cm, 'data') as Obj)['config.yaml'] as string) as unknown, name: 'config.yaml' });
+      // The ports the code reads (the schema's defaults, or the values' overrides), and the containers' ports.
+      assert.deepEqual(
+        { server: loaded.config.server.port, router: loaded.config.router.port, admin: loaded.config.admin.port, routerAdmin: loaded.config.admin.router_port },
+        expectPorts,
+      );
+      const sts = list.find((o) => o.kind === 'StatefulSet') as Obj;
+      const dep = list.find((o) => o.kind === 'Deployment') as Obj;
+      const nodePolicy = list.find((o) => o.kind === 'NetworkPolicy' && get(o, 'metadata.name') === 'qr-node') as Obj;
+      const routerPolicy = list.find((o) => o.kind === 'NetworkPolicy' && get(o, 'metadata.name') === 'qr-router') as Obj;
+      assert.deepEqual(get(nodePolicy, 'spec.podSelector.matchLabels'), podLabels(sts));
+      assert.deepEqual(get(routerPolicy, 'spec.podSelector.matchLabels'), podLabels(dep));
+
+      const [nodeApi, nodeAdmin, ...moreNode] = get(nodePolicy, 'spec.ingress') as Obj[];
+      assert.deepEqual(moreNode, []);
+      assert.deepEqual(ports(nodeApi), [{ port: loaded.config.server.port, protocol: 'TCP' }]);
+      assert.equal(get(container(sts), 'ports.0.containerPort'), loaded.config.server.port);
+      assert.deepEqual(get(nodeApi, 'from'), [{ podSelector: { matchLabels: podLabels(dep) } }, { podSelector: { matchLabels: podLabels(sts) } }, PROMETHEUS]);
+      assert.deepEqual(nodeAdmin, { ports: [{ port: loaded.config.admin.port, protocol: 'TCP' }], from: [OPERATORS] });
+
+      const [routerApi, routerAdmin, ...moreRouter] = get(routerPolicy, 'spec.ingress') as Obj[];
+      assert.deepEqual(moreRouter, []);
+      assert.deepEqual(routerApi, { ports: [{ port: loaded.config.router.port, protocol: 'TCP' }] }, 'no `from`: any source');
+      assert.equal(get(container(dep), 'ports.0.containerPort'), loaded.config.router.port);
+      assert.deepEqual(routerAdmin, { ports: [{ port: loaded.config.admin.router_port, protocol: 'TCP' }], from: [OPERATORS] });
+
+      // Egress: the user's rules, after the in-release one (routers and nodes → nodes' API).
+      for (const policy of [nodePolicy, routerPolicy]) {
+        assert.deepEqual(get(policy, 'spec.policyTypes'), ['Ingress', 'Egress']);
+        assert.deepEqual(get(policy, 'spec.egress'), [{ ports: [{ port: loaded.config.server.port, protocol: 'TCP' }], to: [{ podSelector: { matchLabels: podLabels(sts) } }] }, ...EGRESS]);
+      }
+    };
+    check(FULL, { server: 8080, router: 8080, admin: 9100, routerAdmin: 9200 });
+    // Other ports in the config: the policies follow them (no port written twice).
+    check({ ...FULL, config: { server: { port: 8181 }, router: { port: 8282 }, admin: { port: 9101, router_port: 9201 } } }, { server: 8181, router: 8282, admin: 9101, routerAdmin: 9201 });
+    // Code: the ports each process listens on are these config keys.
+    assert.match(text('src/router/server.ts'), /port: opts\.port \?\? settings\.port/);
+    assert.match(text('src/gateway/start.ts'), /const port = opts\.port \?\? server\.port;/);
+
+    // Defaults: ingress only (egress open: providers and Redis may be anywhere), no admin rule (the admin listeners are on loopback), routers from anywhere.
+    const defaults = renderedObjects(renderChart(CHART, NETPOL_DEFAULTS, RELEASE)).map((o) => o.object).filter((o) => o.kind === 'NetworkPolicy');
+    assert.equal(defaults.length, 2);
+    for (const policy of defaults) {
+      assert.deepEqual(get(policy, 'spec.policyTypes'), ['Ingress']);
+      assert.equal(get(policy, 'spec.egress'), undefined);
+      assert.equal((get(policy, 'spec.ingress') as Obj[]).length, 1);
+    }
+    assert.deepEqual((get(defaults[1], 'spec.ingress') as Obj[])[0], { ports: [{ port: 8080, protocol: 'TCP' }] });
+    assert.equal(((get(defaults[0], 'spec.ingress.0.from') as Obj[]) ?? []).length, 2, 'nodes: routers and nodes only');
+    const restricted = renderedObjects(renderChart(CHART, NETPOL_ROUTER_FROM, RELEASE)).map((o) => o.object).find((o) => o.kind === 'NetworkPolicy' && get(o, 'metadata.name') === 'qr-router');
+    assert.deepEqual(get(restricted, 'spec.ingress.0.from'), NETPOL_ROUTER_FROM.networkPolicy.routerFrom);
   });
 
   test('the dashboard ConfigMap carries deploy/grafana/dashboards/quotaring.json unchanged', () => {
