@@ -132,7 +132,7 @@ async function openStreams(agent: Agent, url: string, n: number, tokens: number,
       s.status = res.statusCode;
       open = true;
       onOpen(1);
-      let tail = Buffer.alloc(0);
+      let tail: Buffer = Buffer.alloc(0);
       for await (const chunk of res.body as AsyncIterable<Buffer>) {
         s.tokens += countTokens(tail, chunk);
         tail = chunk.subarray(Math.max(0, chunk.length - (TOKEN_EVENT.length - 1)));
