@@ -67,6 +67,8 @@ interface Target {
 interface Stream {
   status: number;
   tokens: number;
+  /** Body chunks received: fewer than the tokens when a late hop sends several events at once. */
+  chunks: number;
   headersMs: number;
   durationMs: number;
   error?: string;
@@ -84,6 +86,8 @@ interface Result {
   readonly peakOpen: number;
   readonly headersMs: { readonly p50: number; readonly p99: number };
   readonly durationS: { readonly p50: number; readonly p99: number };
+  /** Median body chunks per stream (TOKENS + 2 or so when every event arrives alone). */
+  readonly chunksP50: number;
   /** RSS per process, KiB: before the target's first stream and the peak of the measured pass. */
   readonly rssKiB: Record<string, { readonly idle: number; readonly peak: number }>;
   /** (peak − idle) / streams per process, KiB. */
@@ -117,7 +121,7 @@ async function openStreams(agent: Agent, url: string, n: number, tokens: number,
   const one = async (i: number): Promise<Stream> => {
     const wait = start + (i * rampS * 1_000) / n - performance.now();
     if (wait > 1) await sleep(wait);
-    const s: Stream = { status: 0, tokens: 0, headersMs: Number.NaN, durationMs: Number.NaN };
+    const s: Stream = { status: 0, tokens: 0, chunks: 0, headersMs: Number.NaN, durationMs: Number.NaN };
     const t0 = performance.now();
     let open = false;
     try {
@@ -134,6 +138,7 @@ async function openStreams(agent: Agent, url: string, n: number, tokens: number,
       onOpen(1);
       let tail: Buffer = Buffer.alloc(0);
       for await (const chunk of res.body as AsyncIterable<Buffer>) {
+        s.chunks++;
         s.tokens += countTokens(tail, chunk);
         tail = chunk.subarray(Math.max(0, chunk.length - (TOKEN_EVENT.length - 1)));
       }
@@ -196,6 +201,7 @@ async function measure(t: Target): Promise<Result> {
       peakOpen,
       headersMs: { p50: percentile(headers, 50), p99: percentile(headers, 99) },
       durationS: { p50: percentile(durations, 50), p99: percentile(durations, 99) },
+      chunksP50: percentile(streams.filter((s) => s.status === 200).map((s) => s.chunks), 50),
       rssKiB,
       kibPerStream,
       cpuCores,
@@ -236,14 +242,14 @@ const loadavg = (): string => readFileSync('/proc/loadavg', 'utf8').split(' ').s
 function table(results: readonly Result[]): string[] {
   const direct = results.find((r) => r.target === 'simulator direct');
   const lines = [
-    '| target | upstream pool | statuses | complete | peak open | time to headers p50 / p99 ms | p99 vs direct | stream duration p50 / p99 s | router KiB/stream | node KiB/stream | router RSS MiB idle → peak | node RSS MiB idle → peak | CPU cores (pass average) |',
-    '|---|---|---|---|---|---|---|---|---|---|---|---|---|',
+    '| target | upstream pool | statuses | complete | peak open | time to headers p50 / p99 ms | p99 vs direct | stream duration p50 / p99 s | chunks per stream p50 | router KiB/stream | node KiB/stream | router RSS MiB idle → peak | node RSS MiB idle → peak | CPU cores (pass average) |',
+    '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|',
   ];
   for (const r of results) {
     const statuses = Object.entries(r.statuses).map(([s, n]) => `${n} × ${s}`).join(', ');
     const vs = direct === undefined || r === direct ? '—' : `${(r.headersMs.p99 / direct.headersMs.p99).toFixed(2)}×`;
     lines.push(
-      `| ${r.target} | ${r.pool} | ${statuses} | ${r.complete} / ${r.streams} | ${r.peakOpen} | ${fmtMs(r.headersMs.p50)} / ${fmtMs(r.headersMs.p99)} | ${vs} | ${r.durationS.p50.toFixed(1)} / ${r.durationS.p99.toFixed(1)} | ${fmtKiB(r.kibPerStream['router'])} | ${fmtKiB(r.kibPerStream['node'])} | ${fmtMiB(r.rssKiB['router'])} | ${fmtMiB(r.rssKiB['node'])} | ${Object.entries(r.cpuCores).map(([role, c]) => `${role} ${c.toFixed(2)}`).join(', ')} |`,
+      `| ${r.target} | ${r.pool} | ${statuses} | ${r.complete} / ${r.streams} | ${r.peakOpen} | ${fmtMs(r.headersMs.p50)} / ${fmtMs(r.headersMs.p99)} | ${vs} | ${r.durationS.p50.toFixed(1)} / ${r.durationS.p99.toFixed(1)} | ${r.chunksP50} | ${fmtKiB(r.kibPerStream['router'])} | ${fmtKiB(r.kibPerStream['node'])} | ${fmtMiB(r.rssKiB['router'])} | ${fmtMiB(r.rssKiB['node'])} | ${Object.entries(r.cpuCores).map(([role, c]) => `${role} ${c.toFixed(2)}`).join(', ')} |`,
     );
   }
   return lines;
@@ -259,7 +265,7 @@ try {
   const results: Result[] = [];
   const report = (r: Result): void => {
     results.push(r);
-    log(`${r.target} (pool ${r.pool}): ${JSON.stringify(r.statuses)} complete ${r.complete}/${r.streams}, peak open ${r.peakOpen}, headers p50 ${fmtMs(r.headersMs.p50)} p99 ${fmtMs(r.headersMs.p99)} ms, duration p50 ${r.durationS.p50.toFixed(1)} p99 ${r.durationS.p99.toFixed(1)} s, KiB/stream ${JSON.stringify(Object.fromEntries(Object.entries(r.kibPerStream).map(([k, v]) => [k, Math.round(v * 10) / 10])))}${r.errors.length > 0 ? `, errors: ${r.errors.join(' | ')}` : ''}; load ${loadavg()}`);
+    log(`${r.target} (pool ${r.pool}): ${JSON.stringify(r.statuses)} complete ${r.complete}/${r.streams}, peak open ${r.peakOpen}, headers p50 ${fmtMs(r.headersMs.p50)} p99 ${fmtMs(r.headersMs.p99)} ms, duration p50 ${r.durationS.p50.toFixed(1)} p99 ${r.durationS.p99.toFixed(1)} s, chunks p50 ${r.chunksP50}, CPU ${JSON.stringify(Object.fromEntries(Object.entries(r.cpuCores).map(([k, v]) => [k, Math.round(v * 100) / 100])))}, KiB/stream ${JSON.stringify(Object.fromEntries(Object.entries(r.kibPerStream).map(([k, v]) => [k, Math.round(v * 10) / 10])))}${r.errors.length > 0 ? `, errors: ${r.errors.join(' | ')}` : ''}; load ${loadavg()}`);
   };
   if (!SKIP_DIRECT) report(await measure({ name: 'simulator direct', pool: '—', url: simUrl, procs: { simulator: sim } }));
   for (const [i, pool] of POOLS.entries()) {
