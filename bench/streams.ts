@@ -57,7 +57,7 @@ const TOKEN_EVENT = Buffer.from('"delta":{"content":');
 /** A measured target and the processes whose memory it costs, by role. */
 interface Target {
   readonly name: string;
-  /** The deployment's `connections` (`default`: the schema's), '—' for direct. */
+  /** The deployment's `connections` (`default (no bound)`: left out), '—' for direct. */
   readonly pool: string;
   readonly url: string;
   readonly procs: Readonly<Record<string, Child>>;
@@ -231,7 +231,7 @@ async function clusterTarget(simUrl: string, pool: string, i: number): Promise<T
     },
   });
   log(`cluster pool ${pool}: router pid ${cluster.router.proc.pid ?? '?'}, node pid ${cluster.nodeChildren[0]?.proc.pid ?? '?'}`);
-  return { name: 'router → node', pool, url: cluster.url, procs: { router: cluster.router, node: cluster.nodeChildren[0] as Child } };
+  return { name: 'router → node', pool: pool === 'default' ? 'default (no bound)' : pool, url: cluster.url, procs: { router: cluster.router, node: cluster.nodeChildren[0] as Child } };
 }
 
 const fmtMs = (ms: number): string => (Number.isNaN(ms) ? '—' : ms >= 100 ? ms.toFixed(0) : ms.toFixed(1));
