@@ -7,8 +7,11 @@
  * default applies). Per target — the simulator directly, then router → node for each pool size —
  * `BENCH_STREAMS` streaming chat requests of `BENCH_STREAM_TOKENS` output tokens are opened from one
  * undici Agent (a connection per stream), spread evenly over `BENCH_STREAM_RAMP` s so that all are
- * open at once for most of their life, after one unmeasured pass (the same number of ~1.5 s
- * streams opened at once) that opens the keep-alive connections on every hop. Per target:
+ * open at once for half of their life (1,000 new streams a second by default: the arrival rate of
+ * 5,000 concurrent 5-s streams), after one unmeasured pass (the same number of streams, same ramp,
+ * all overlapping) that opens the keep-alive connections on every hop. Requests go through undici's
+ * `dispatch` with a handler (no Readable per response), so that the client takes little CPU.
+ * Per target:
  * - the statuses (0 = connection error), and the streams that completed with exactly the asked
  *   number of content tokens;
  * - time to headers p50 / p99 (request sent → status and headers received), and each stream's
@@ -21,13 +24,13 @@
  * at the end, on error and on Ctrl-C.
  * BENCH_PROFILE=<folder>: routers and nodes write CPU profiles there (summarise with bench/profile-top.ts).
  * Environment: BENCH_STREAMS (5,000), BENCH_STREAM_TOKENS (200), BENCH_STREAM_TPS (20),
- * BENCH_STREAM_RAMP (2 s), BENCH_POOLS (`128,default`), BENCH_TENANTS (100), BENCH_SKIP_DIRECT (1: no direct pass).
+ * BENCH_STREAM_RAMP (5 s), BENCH_POOLS (`128,default`), BENCH_TENANTS (100), BENCH_SKIP_DIRECT (1: no direct pass).
  */
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
-import { Agent, request } from 'undici';
+import { Agent } from 'undici';
 import { startBenchCluster } from './bench-cluster.ts';
 import { freePort, processCpuSeconds, processRssKiB, ProcessGroup, stopOnSignals } from './cluster-processes.ts';
 import type { Child } from './cluster-processes.ts';
@@ -36,10 +39,10 @@ import { chatBody, percentile, statusCounts } from './load.ts';
 const STREAMS = Number(process.env['BENCH_STREAMS'] ?? 5_000);
 const TOKENS = Number(process.env['BENCH_STREAM_TOKENS'] ?? 200);
 const TPS = Number(process.env['BENCH_STREAM_TPS'] ?? 20);
-const RAMP_S = Number(process.env['BENCH_STREAM_RAMP'] ?? 2);
+const RAMP_S = Number(process.env['BENCH_STREAM_RAMP'] ?? 5);
 const POOLS = (process.env['BENCH_POOLS'] ?? '128,default').split(',').filter((s) => s !== '');
-/** Tokens of a warm-up stream: ~1.5 s at TPS. */
-const WARM_TOKENS = Math.max(2, Math.ceil(TPS * 1.5));
+/** Tokens of a warm-up stream: it lasts the ramp and 1 s more, so that all overlap (a connection each). */
+const WARM_TOKENS = Math.max(2, Math.ceil(TPS * (RAMP_S + 1)));
 const TENANTS = Number(process.env['BENCH_TENANTS'] ?? 100);
 const SKIP_DIRECT = process.env['BENCH_SKIP_DIRECT'] === '1';
 /** A folder: the routers and nodes run with `--cpu-prof` and write their profiles there. */
@@ -94,7 +97,7 @@ interface Result {
   readonly kibPerStream: Record<string, number>;
   /** CPU of each process (and of this client) during the measured pass, in cores (CPU s / wall s). */
   readonly cpuCores: Record<string, number>;
-  /** Up to 5 distinct client-side errors. */
+  /** Up to 5 distinct client-side errors and non-200 bodies. */
   readonly errors: string[];
   readonly seconds: number;
 }
@@ -123,31 +126,50 @@ async function openStreams(agent: Agent, url: string, n: number, tokens: number,
     if (wait > 1) await sleep(wait);
     const s: Stream = { status: 0, tokens: 0, chunks: 0, headersMs: Number.NaN, durationMs: Number.NaN };
     const t0 = performance.now();
+    let t1 = 0;
     let open = false;
-    try {
-      const res = await request(`${url}/v1/chat/completions`, {
-        method: 'POST',
-        dispatcher: agent,
-        headers: { 'content-type': 'application/json', authorization: `Bearer ${keys[i % keys.length] ?? ''}` },
-        body,
-      });
-      const t1 = performance.now();
-      s.headersMs = t1 - t0;
-      s.status = res.statusCode;
-      open = true;
-      onOpen(1);
-      let tail: Buffer = Buffer.alloc(0);
-      for await (const chunk of res.body as AsyncIterable<Buffer>) {
-        s.chunks++;
-        s.tokens += countTokens(tail, chunk);
-        tail = chunk.subarray(Math.max(0, chunk.length - (TOKEN_EVENT.length - 1)));
-      }
-      s.durationMs = performance.now() - t1;
-    } catch (err) {
-      s.error = (err as Error).message;
-    } finally {
-      if (open) onOpen(-1);
-    }
+    let tail: Buffer = Buffer.alloc(0);
+    let errorBody = '';
+    // undici's dispatch handler (as src/router/relay.ts): no Readable per response, so this client
+    // costs little of the two cores the router and the node need.
+    await new Promise<void>((resolve) => {
+      const done = (err?: Error): void => {
+        if (open) onOpen(-1);
+        open = false;
+        if (err !== undefined) s.error = err.message;
+        else if (s.status !== 200) s.error = `${s.status}: ${errorBody.slice(0, 300)}`;
+        else s.durationMs = performance.now() - t1;
+        resolve();
+      };
+      agent.dispatch(
+        { origin: url, path: '/v1/chat/completions', method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${keys[i % keys.length] ?? ''}` }, body },
+        {
+          onConnect: () => {},
+          onHeaders: (statusCode: number) => {
+            t1 = performance.now();
+            s.headersMs = t1 - t0;
+            s.status = statusCode;
+            if (statusCode === 200) {
+              open = true;
+              onOpen(1);
+            }
+            return true;
+          },
+          onData: (chunk: Buffer) => {
+            if (s.status !== 200) {
+              if (errorBody.length < 300) errorBody += chunk.toString();
+              return true;
+            }
+            s.chunks++;
+            s.tokens += countTokens(tail, chunk);
+            tail = chunk.subarray(Math.max(0, chunk.length - (TOKEN_EVENT.length - 1)));
+            return true;
+          },
+          onComplete: () => done(),
+          onError: (err: Error) => done(err),
+        },
+      );
+    });
     return s;
   };
   return Promise.all(Array.from({ length: n }, (_, i) => one(i)));
@@ -161,10 +183,10 @@ async function measure(t: Target): Promise<Result> {
   const agent = new Agent({ connections: STREAMS, keepAliveTimeout: 120_000, headersTimeout: 900_000, bodyTimeout: 120_000 });
   try {
     const idle = rssOf(t);
-    // Every stream opened at once and lasting ~1.5 s: the pass opens about a connection per stream on each hop.
-    const warm = await openStreams(agent, t.url, STREAMS, WARM_TOKENS, 0, () => {});
+    // The same ramp, streams that all overlap: the pass opens a connection per stream on each hop.
+    const warm = await openStreams(agent, t.url, STREAMS, WARM_TOKENS, RAMP_S, () => {});
     const warmBad = warm.filter((s) => s.status !== 200).length;
-    log(`${t.name} (pool ${t.pool}): warm-up ${STREAMS} streams of ${WARM_TOKENS} tokens at once, ${warmBad} not 200`);
+    log(`${t.name} (pool ${t.pool}): warm-up ${STREAMS} streams of ${WARM_TOKENS} tokens, ${warmBad} not 200`);
     await sleep(500);
     const peak: Record<string, number> = { ...idle };
     const sample = (): void => {
@@ -270,7 +292,9 @@ try {
   if (!SKIP_DIRECT) report(await measure({ name: 'simulator direct', pool: '—', url: simUrl, procs: { simulator: sim } }));
   for (const [i, pool] of POOLS.entries()) {
     const t = await clusterTarget(simUrl, pool, i);
-    report(await measure(t));
+    const r = await measure(t);
+    report(r);
+    if (r.complete < r.streams) for (const c of Object.values(t.procs)) log(`${c.name} output (last 3 KB):\n${c.output().slice(-3_000)}`);
     await Promise.all([t.procs['router']?.stop(), t.procs['node']?.stop()]);
   }
   const loadAfter = loadavg();
