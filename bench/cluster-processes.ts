@@ -88,6 +88,17 @@ export function processCpuSeconds(pid: number | undefined): number {
   }
 }
 
+/** Resident set size of a live process in KiB, from `VmRSS` in `/proc/<pid>/status` (Linux; NaN elsewhere or once it exited). */
+export function processRssKiB(pid: number | undefined): number {
+  if (pid === undefined) return Number.NaN;
+  try {
+    const m = /^VmRSS:\s+(\d+) kB/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return m?.[1] === undefined ? Number.NaN : Number(m[1]);
+  } catch {
+    return Number.NaN;
+  }
+}
+
 /** USER_HZ of Linux /proc times (100 on every mainstream architecture). */
 const CLOCK_TICKS = 100;
 

@@ -334,8 +334,19 @@ export const DeploymentSchema = z.strictObject({
   soft_ttft: duration.optional(),
   /** Share of requests moved off a slow deployment (0 < share ≤ 1). @default 0.5 */
   soft_share: z.number().gt(0).lte(1).default(0.5),
-  /** Keep-alive connections per deployment. @default 128 */
-  connections: positiveInt.default(128),
+  /**
+   * Upper bound on each node's keep-alive connections to this deployment; unset: none (undici's own
+   * default), a connection opened per request in flight and closed after 30 s idle. Over HTTP/1.1 a
+   * stream holds its connection for its whole life, so a bound queues every stream beyond it inside
+   * the node, where no limit, timeout or metric sees it: with the former default of 128, 5,000
+   * streams at 20 tokens/s (`npm run bench:streams`, docs/benchmarks.md) waited 147 s p50 / 296 s
+   * p99 for their headers and 1,030 were cut by the router's 5-min idle_timeout. A bound saves no
+   * file descriptors (each stream holds its client's socket anyway); set one only for a provider
+   * that refuses more connections. HTTP/2 (undici `allowH2`) is not used: undici 7.30 holds a POST
+   * on an h2 session until every other request on it has finished (client-h2.js `busy()`), so a
+   * stream would serialise every request behind it. @default unlimited
+   */
+  connections: positiveInt.optional(),
 });
 
 /**

@@ -1,6 +1,7 @@
 /**
  * Connections to the upstream deployments: one undici `Pool` per deployment with keep-alive
- * connections and the deployment's timeouts. A call's path goes below the base URL's path, and the
+ * connections (as many as requests in flight unless the deployment's `connections` bounds them) and
+ * the deployment's timeouts. A call's path goes below the base URL's path, and the
  * base URL's query string (Azure's `api-version`) is kept; Azure and Gemini deployments take the path
  * without `/v1` (their base URL holds the version), Azure its key in `api-key` (see
  * `src/providers/azure/endpoint.ts`, `src/providers/gemini/endpoint.ts`).
@@ -65,7 +66,7 @@ export class Upstreams {
     if (entry === undefined) {
       const url = new URL(deployment.base_url);
       entry = {
-        pool: new Pool(url.origin, { connections: deployment.connections, keepAliveTimeout: 30_000, pipelining: 1 }),
+        pool: new Pool(url.origin, { connections: deployment.connections ?? null, keepAliveTimeout: 30_000, pipelining: 1 }),
         prefix: url.pathname.replace(/\/+$/, ''),
         query: url.search,
         origin: url.origin,

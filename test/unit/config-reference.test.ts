@@ -29,5 +29,5 @@ test('the table knows durations, sizes, enums, defaults, optional keys and list 
   assert.deepEqual(byPath.get('cluster.dead_after'), { path: 'cluster.dead_after', type: 'duration', default: '3000 ms' });
   assert.deepEqual(byPath.get('server.count_tokens'), { path: 'server.count_tokens', type: 'free | request', default: '"free"' });
   assert.deepEqual(byPath.get('tenants[].limits[].window'), { path: 'tenants[].limits[].window', type: 'duration', default: 'optional' });
-  assert.deepEqual(byPath.get('deployments[].connections'), { path: 'deployments[].connections', type: 'integer', default: '128' });
+  assert.deepEqual(byPath.get('deployments[].connections'), { path: 'deployments[].connections', type: 'integer', default: 'optional' });
 });
