@@ -3,7 +3,9 @@
  * tenants' keys, requests sent one by one at a steady rate with their latencies, and the statistics
  * (median, nearest-rank percentile) the report uses.
  */
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
 import { Agent, request } from 'undici';
 import { countOpenAIChat, exactCounter } from '../src/tokens/index.ts';
@@ -135,4 +137,17 @@ export function statusCounts(timed: readonly { status: number }[]): Record<strin
   const counts: Record<string, number> = {};
   for (const t of timed) counts[String(t.status)] = (counts[String(t.status)] ?? 0) + 1;
   return counts;
+}
+
+/**
+ * Writes a benchmark's results as `bench/results/<YYYY-MM-DD of date>/<name>.json` and `.md` and
+ * prints the Markdown.
+ * @param date ISO date-time of the run.
+ */
+export function writeResults(name: string, date: string, json: unknown, md: string): void {
+  const dir = fileURLToPath(new URL(`results/${date.slice(0, 10)}/`, import.meta.url));
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(`${dir}${name}.json`, JSON.stringify(json, null, 2) + '\n');
+  writeFileSync(`${dir}${name}.md`, md + '\n');
+  process.stdout.write(md + '\n');
 }

@@ -19,7 +19,6 @@
  * Environment: BENCH_ROUNDS (3), BENCH_DURATION (6 s), BENCH_CONNECTIONS (64), BENCH_TENANTS (1,000),
  * BENCH_STREAMS (200), BENCH_STREAM_TPS (50), BENCH_STREAM_TOKENS (100), BENCH_SKIP (`requests`, `streams`).
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { Agent, request } from 'undici';
@@ -27,7 +26,7 @@ import { startBenchCluster } from './bench-cluster.ts';
 import type { BenchCluster } from './bench-cluster.ts';
 import { freePort, processCpuSeconds, ProcessGroup, stopOnSignals } from './cluster-processes.ts';
 import type { Child } from './cluster-processes.ts';
-import { chatBody, median, MODEL, runAutocannon } from './load.ts';
+import { chatBody, median, MODEL, runAutocannon, writeResults } from './load.ts';
 
 const ROUNDS = Number(process.env['BENCH_ROUNDS'] ?? 3);
 const DURATION_S = Number(process.env['BENCH_DURATION'] ?? 6);
@@ -40,7 +39,6 @@ const BASELINE = process.env['BENCH_BASELINE'];
 /** A folder: the routers and nodes run with `--cpu-prof` and write their profiles there (figures then include the profiler's cost). */
 const PROFILE = process.env['BENCH_PROFILE'];
 const SKIP = new Set((process.env['BENCH_SKIP'] ?? '').split(',').filter((s) => s !== ''));
-const root = new URL('..', import.meta.url);
 const log = (line: string): void => void process.stderr.write(`${new Date().toISOString().slice(11, 19)} ${line}\n`);
 
 const group = new ProcessGroup();
@@ -218,11 +216,7 @@ try {
     ...(requests.length === 0 ? [] : [`Requests: ${CONNECTIONS} connections, ${TENANTS} tenants, 200-token prompts, simulator answering at once.`, '', ...table(requests, 'request', 'bare proxy', 'latency'), '']),
     ...(streams.length === 0 ? [] : [`Streams: ${STREAMS} concurrent, ${STREAM_TOKENS} tokens each at ${STREAM_TPS} tokens/s; CPU per SSE event received.`, '', ...table(streams, 'event', 'bare stream pass-through', 'time to headers'), '']),
   ].join('\n');
-  const dir = fileURLToPath(new URL(`bench/results/${date.slice(0, 10)}/`, root));
-  mkdirSync(dir, { recursive: true });
-  writeFileSync(`${dir}router.json`, JSON.stringify({ date, settings: { rounds: ROUNDS, durationS: DURATION_S, connections: CONNECTIONS, tenants: TENANTS, streams: STREAMS, streamTps: STREAM_TPS, streamTokens: STREAM_TOKENS, baseline: BASELINE ?? null }, requests, streams }, null, 2) + '\n');
-  writeFileSync(`${dir}router.md`, md + '\n');
-  process.stdout.write(md + '\n');
+  writeResults('router', date, { date, settings: { rounds: ROUNDS, durationS: DURATION_S, connections: CONNECTIONS, tenants: TENANTS, streams: STREAMS, streamTps: STREAM_TPS, streamTokens: STREAM_TOKENS, baseline: BASELINE ?? null }, requests, streams }, md);
 } catch (err) {
   log(`bench failed: ${(err as Error).stack ?? String(err)}`);
   process.exitCode = 1;

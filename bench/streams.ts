@@ -26,7 +26,7 @@
  * Environment: BENCH_STREAMS (5,000), BENCH_STREAM_TOKENS (200), BENCH_STREAM_TPS (20),
  * BENCH_STREAM_RAMP (5 s), BENCH_POOLS (`128,default`), BENCH_TENANTS (100), BENCH_SKIP_DIRECT (1: no direct pass).
  */
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
@@ -34,7 +34,7 @@ import { Agent } from 'undici';
 import { startBenchCluster } from './bench-cluster.ts';
 import { freePort, processCpuSeconds, processRssKiB, ProcessGroup, stopOnSignals } from './cluster-processes.ts';
 import type { Child } from './cluster-processes.ts';
-import { chatBody, percentile, statusCounts } from './load.ts';
+import { chatBody, percentile, statusCounts, writeResults } from './load.ts';
 
 const STREAMS = Number(process.env['BENCH_STREAMS'] ?? 5_000);
 const TOKENS = Number(process.env['BENCH_STREAM_TOKENS'] ?? 200);
@@ -47,7 +47,6 @@ const TENANTS = Number(process.env['BENCH_TENANTS'] ?? 100);
 const SKIP_DIRECT = process.env['BENCH_SKIP_DIRECT'] === '1';
 /** A folder: the routers and nodes run with `--cpu-prof` and write their profiles there. */
 const PROFILE = process.env['BENCH_PROFILE'];
-const root = new URL('..', import.meta.url);
 const log = (line: string): void => void process.stderr.write(`${new Date().toISOString().slice(11, 19)} ${line}\n`);
 
 const group = new ProcessGroup();
@@ -306,11 +305,7 @@ try {
     ...table(results),
     '',
   ].join('\n');
-  const dir = fileURLToPath(new URL(`bench/results/${date.slice(0, 10)}/`, root));
-  mkdirSync(dir, { recursive: true });
-  writeFileSync(`${dir}streams.json`, JSON.stringify({ date, settings: { streams: STREAMS, tokens: TOKENS, tps: TPS, rampS: RAMP_S, pools: POOLS, tenants: TENANTS }, load: { before: loadBefore, after: loadAfter }, results }, null, 2) + '\n');
-  writeFileSync(`${dir}streams.md`, md + '\n');
-  process.stdout.write(md + '\n');
+  writeResults('streams', date, { date, settings: { streams: STREAMS, tokens: TOKENS, tps: TPS, rampS: RAMP_S, pools: POOLS, tenants: TENANTS }, load: { before: loadBefore, after: loadAfter }, results }, md);
 } catch (err) {
   log(`bench failed: ${(err as Error).stack ?? String(err)}`);
   process.exitCode = 1;
