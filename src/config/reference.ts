@@ -30,6 +30,18 @@ function formatOf(s: z.ZodType): string | undefined {
   return meta?.format;
 }
 
+/**
+ * The schema a wrapper stands for: the inner schema of a default, prefault, optional or nullable;
+ * of a pipe, the schema that reads the file's value (its output side after a preprocess). Undefined
+ * for any other schema.
+ */
+function unwrapped(s: z.ZodType): z.ZodType | undefined {
+  const d = defOf(s);
+  if (d.type === 'default' || d.type === 'prefault' || d.type === 'optional' || d.type === 'nullable') return d.innerType as z.ZodType;
+  if (d.type === 'pipe') return (defOf(d.in as z.ZodType).type === 'transform' ? d.out : d.in) as z.ZodType;
+  return undefined;
+}
+
 /** How a leaf schema reads in the table. */
 function typeText(s: z.ZodType): string {
   const format = formatOf(s);
@@ -46,9 +58,8 @@ function typeText(s: z.ZodType): string {
     case 'prefault':
     case 'optional':
     case 'nullable':
-      return typeText(d.innerType as z.ZodType);
     case 'pipe':
-      return typeText((defOf(d.in as z.ZodType).type === 'transform' ? d.out : d.in) as z.ZodType);
+      return typeText(unwrapped(s) as z.ZodType);
     case 'union':
       return [...new Set((d.options as z.ZodType[]).map(typeText))].join(' | ');
     case 'array':
@@ -64,8 +75,8 @@ function typeText(s: z.ZodType): string {
 function isStructured(s: z.ZodType): boolean {
   const d = defOf(s);
   if (d.type === 'object') return true;
-  if (d.type === 'default' || d.type === 'prefault' || d.type === 'optional' || d.type === 'nullable') return isStructured(d.innerType as z.ZodType);
-  if (d.type === 'pipe') return isStructured((defOf(d.in as z.ZodType).type === 'transform' ? d.out : d.in) as z.ZodType);
+  const inner = unwrapped(s);
+  if (inner !== undefined) return isStructured(inner);
   if (d.type === 'array') return isStructured(d.element as z.ZodType);
   if (d.type === 'union') return (d.options as z.ZodType[]).some(isStructured);
   return false;
@@ -94,7 +105,7 @@ function walk(s: z.ZodType, path: string, dflt: string, rows: Map<string, Config
     case 'nullable':
       return walk(d.innerType as z.ZodType, path, dflt === '' ? 'optional' : dflt, rows);
     case 'pipe':
-      return walk((defOf(d.in as z.ZodType).type === 'transform' ? d.out : d.in) as z.ZodType, path, dflt, rows);
+      return walk(unwrapped(s) as z.ZodType, path, dflt, rows);
     case 'object':
       if (path !== '') add('object');
       for (const [key, value] of Object.entries(d.shape as Record<string, z.ZodType>)) walk(value, path === '' ? key : `${path}.${key}`, '', rows);

@@ -96,9 +96,7 @@ export interface StandIn {
   base: TenantSnapshot | undefined;
   /** Clock ms of the last request that stood in for the owner. */
   lastMs: number;
-  /** A return is being sent. */
-  returning: boolean;
-  /** While a return is sent: resolves when it ended (sent or failed). */
+  /** Set while a return is being sent: resolves when it ended (sent or failed). */
   returned?: Promise<void> | undefined;
   /** The owner's requests in flight in `base` hold slots here until the owner is known gone. */
   ownerSlots: boolean;
@@ -159,7 +157,7 @@ export class StandIns {
   async begin(tenant: string, owner: Member): Promise<void> {
     const { limiter, clock, stats } = this.#ctx;
     const base = limiter.exportTenant(tenant);
-    const standIn: StandIn = { owner: owner.id, base, lastMs: clock.now(), returning: false, ownerSlots: base?.reservations.some((r) => !r.released) === true };
+    const standIn: StandIn = { owner: owner.id, base, lastMs: clock.now(), ownerSlots: base?.reservations.some((r) => !r.released) === true };
     this.#standIns.set(tenant, standIn);
     limiter.startTally(tenant);
     stats.stoodIn++;
@@ -187,7 +185,7 @@ export class StandIns {
       if (owner !== undefined) await this.#freeIfOwnerGone(holding.filter(([, s]) => s.owner === id), owner);
     }
     const due: [string, StandIn][] = [];
-    for (const [tenant, standIn] of this.#standIns) if (!standIn.returning && now - standIn.lastMs >= this.#ctx.standInIdleMs) due.push([tenant, standIn]);
+    for (const [tenant, standIn] of this.#standIns) if (standIn.returned === undefined && now - standIn.lastMs >= this.#ctx.standInIdleMs) due.push([tenant, standIn]);
     await Promise.all(due.map(([tenant, standIn]) => this.#giveBack(tenant, standIn)));
   }
 
@@ -233,7 +231,8 @@ export class StandIns {
 
   /** True while a give-back of `tenant` is under way: its settlements must wait (see {@link returned}). */
   returning(tenant: string): boolean {
-    return this.#standIns.get(tenant)?.returning === true;
+    // Per settlement on the request path: no lookup while this node stands in for nobody.
+    return this.#standIns.size !== 0 && this.#standIns.get(tenant)?.returned !== undefined;
   }
 
   /**
@@ -254,7 +253,6 @@ export class StandIns {
     const started = clock.now();
     if (!isEmptyUsage(usage)) {
       let done = (): void => undefined;
-      standIn.returning = true;
       standIn.returned = new Promise((resolve) => (done = resolve));
       try {
         await send(self, owner, { op: 'absorb', tenant, usage }, 1);
@@ -262,7 +260,6 @@ export class StandIns {
         log.warn({ tenant, owner: owner.id, err: (err as Error).message }, 'giving a stand-in tenant back failed: tried again at the next checkpoint');
         return;
       } finally {
-        standIn.returning = false;
         standIn.returned = undefined;
         // Settlements waiting run after the claim below is dropped or kept.
         queueMicrotask(done);
