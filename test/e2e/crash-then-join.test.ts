@@ -12,9 +12,9 @@ import assert from 'node:assert/strict';
 import { after, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { request } from 'undici';
-import { createRing, ringVersion } from '../../src/coord/ring.ts';
+import { createRing } from '../../src/coord/ring.ts';
 import type { Member } from '../../src/coord/types.ts';
-import { ringOf } from '../helpers/cluster.ts';
+import { ringIs } from '../helpers/cluster.ts';
 import { freePort, runCli, writeConfig } from '../helpers/processes.ts';
 import type { Running } from '../helpers/processes.ts';
 import { startRedis } from '../helpers/redis.ts';
@@ -24,18 +24,6 @@ const env = { QUOTARING_SIM_KEY: 'sim-crash-join-key' };
 /** 200 output tokens at 20 tokens/s: a stream of about 10 s. */
 const LONG = JSON.stringify({ model: 'gpt-4o-mini', max_tokens: 200, stream: true, messages: [{ role: 'user', content: 'hello' }] });
 const SHORT = JSON.stringify({ model: 'gpt-4o-mini', max_tokens: 2, messages: [{ role: 'user', content: 'hi' }] });
-
-/** Waits (≤ 15 s) until every URL reports the ring of exactly `members`. */
-async function ringIs(urls: readonly string[], members: readonly Member[]): Promise<void> {
-  const expected = ringVersion([...members]);
-  const deadline = Date.now() + 15_000;
-  for (;;) {
-    const versions = await Promise.all(urls.map((u) => ringOf(u).catch(() => '')));
-    if (versions.every((v) => v === expected)) return;
-    assert.ok(Date.now() < deadline, `rings ${JSON.stringify(versions)}, expected ${expected} (${members.map((m) => m.id).join(', ')})`);
-    await sleep(50);
-  }
-}
 
 describe('crash, then a join before the successor claimed the tenant (real processes, Redis membership)', () => {
   const procs: Running[] = [];

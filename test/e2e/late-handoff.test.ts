@@ -12,9 +12,9 @@ import assert from 'node:assert/strict';
 import { after, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { request } from 'undici';
-import { createRing, ringVersion } from '../../src/coord/ring.ts';
+import { createRing } from '../../src/coord/ring.ts';
 import type { Member } from '../../src/coord/types.ts';
-import { ringOf } from '../helpers/cluster.ts';
+import { ringIs } from '../helpers/cluster.ts';
 import { freePort, runCli, writeConfig } from '../helpers/processes.ts';
 import type { Running } from '../helpers/processes.ts';
 import { startRedis } from '../helpers/redis.ts';
@@ -66,11 +66,7 @@ describe('a late handoff is merged (real processes, Redis membership)', () => {
     const stoppedAt = Date.now();
     // node-2 joins while node-1 is silent; its readiness waits for handoffs, so only /healthz is asked.
     const p2 = await start(n2, '/healthz');
-    const deadline = Date.now() + 5_000;
-    while ((await ringOf(n2.url)) !== ringVersion([n1, n2])) {
-      assert.ok(Date.now() < deadline, 'node-2 never saw the ring of both');
-      await sleep(50);
-    }
+    await ringIs([n2.url], [n1, n2], 5_000);
     // The claim waits 250 ms for node-1's handoff, then decides from the last checkpoint (none).
     const statuses2: number[] = [];
     for (let i = 0; i < 3; i++) statuses2.push(await send(n2));

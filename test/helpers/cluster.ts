@@ -33,6 +33,23 @@ export async function ringOf(url: string): Promise<string> {
 }
 
 /**
+ * Waits until every process at `urls` reports the ring of exactly `members` on `/healthz` (a
+ * process that does not answer counts as another ring).
+ * @param ms longest wait. @default 15000
+ * @throws AssertionError naming the rings seen when they do not agree in time.
+ */
+export async function ringIs(urls: readonly string[], members: readonly Member[], ms = 15_000): Promise<void> {
+  const expected = ringVersion([...members]);
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const versions = await Promise.all(urls.map((u) => ringOf(u).catch(() => '')));
+    if (versions.every((v) => v === expected)) return;
+    assert.ok(Date.now() < deadline, `rings ${JSON.stringify(versions)}, expected ${expected} (${members.map((m) => m.id).join(', ')})`);
+    await sleep(50);
+  }
+}
+
+/**
  * Starts `n` nodes (`node-1`…) then a router from `config`, and waits (≤ 10 s) until the router and
  * every node report the ring of exactly those nodes. @throws AssertionError when they do not agree.
  */
@@ -48,16 +65,7 @@ export async function startNodesAndRouter(config: string, env: Record<string, st
   const port = await freePort();
   const routerUrl = `http://127.0.0.1:${port}`;
   const router = await runCli(['router', '--config', config, '--port', String(port)], `${routerUrl}/readyz`, env);
-  const expected = ringVersion(members);
-  const urls = [routerUrl, ...members.map((m) => m.url)];
-  const deadline = Date.now() + 10_000;
-  let versions: string[] = [];
-  while (Date.now() < deadline) {
-    versions = await Promise.all(urls.map(ringOf));
-    if (versions.every((v) => v === expected)) break;
-    await sleep(50);
-  }
-  assert.deepEqual(versions, urls.map(() => expected), `router and nodes agree on the ring of ${n}`);
+  await ringIs([routerUrl, ...members.map((m) => m.url)], members, 10_000);
   return { nodes, members, router, routerUrl, all: [...nodes, router] };
 }
 
