@@ -616,8 +616,8 @@ function targetChecks(tp: readonly SetupResult[], lat: readonly LatencyResult[],
     check('Node CPU per streamed event ≤ 1.2× a bare stream pass-through\'s', pairedRatio(perEvent(sPath, 'node'), perEvent(sBare, 'proxy')), times, (x) => x <= 1.2, ` (${us(perEvent(sPath, 'node'))} vs ${us(perEvent(sBare, 'proxy'))} µs)`),
     check(`Streams through router → node: no 5xx (${STREAMS} streams here; the target is at 5,000: \`npm run bench:streams\`)`, fiveXx, (x) => `${fmt0(x)} 5xx or connection errors`, (x) => x === 0),
     check(`Streams: time to headers p99 within 2× direct's (${STREAMS} streams)`, pairedRatio(roundsOf(sPath, (p) => p.headersMs.p99), roundsOf(sDirect, (p) => p.headersMs.p99)), times, (x) => x <= 2),
-    check('RSS per open stream ≤ 32 KB (31.25 KiB), router', median(kibPerStream(sPath, 'router')), (x) => `${fmt1(x)} KiB`, (x) => x <= 31.25),
-    check('RSS per open stream ≤ 32 KB (31.25 KiB), node', median(kibPerStream(sPath, 'node')), (x) => `${fmt1(x)} KiB`, (x) => x <= 31.25),
+    check(`RSS per open stream ≤ 32 KB (31.25 KiB), router (${STREAMS} streams: conservative, the process's fixed heap growth under load counts too; \`npm run bench:streams\` measures at 5,000)`, median(kibPerStream(sPath, 'router')), (x) => `${fmt1(x)} KiB`, (x) => x <= 31.25),
+    check(`RSS per open stream ≤ 32 KB (31.25 KiB), node (${STREAMS} streams: conservative, the process's fixed heap growth under load counts too; \`npm run bench:streams\` measures at 5,000)`, median(kibPerStream(sPath, 'node')), (x) => `${fmt1(x)} KiB`, (x) => x <= 31.25),
   ];
 }
 
