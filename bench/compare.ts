@@ -554,7 +554,10 @@ function latencyMarkdown(results: readonly LatencyResult[]): string[] {
 
 /** Per-round figures of a streams target: CPU µs per event and KiB per open stream of `role`. */
 const perEvent = (r: StreamResult | undefined, role: string): number[] => r?.rounds.map((p) => ((p.cpuSeconds[role] ?? NaN) * 1e6) / p.events) ?? [];
-const kibPerStream = (r: StreamResult | undefined, role: string): number[] => r?.rounds.map((p, i) => ((p.rssPeakKiB[role] ?? NaN) - (r.floorRssKiB[i]?.[role] ?? NaN)) / p.streams) ?? [];
+/** KiB per open stream: the slope of RSS over open streams during the ramp (see `StreamPass.rssSlopeKiB`). */
+const kibPerStream = (r: StreamResult | undefined, role: string): number[] => r?.rounds.map((p) => p.rssSlopeKiB[role] ?? NaN) ?? [];
+/** An upper bound of it: (peak RSS − the lowest RSS since the phase began) / streams, which also counts the process's fixed growth under load. */
+const kibPerStreamUpper = (r: StreamResult | undefined, role: string): number[] => r?.rounds.map((p, i) => ((p.rssPeakKiB[role] ?? NaN) - (r.floorRssKiB[i]?.[role] ?? NaN)) / p.streams) ?? [];
 const roundsOf = (r: StreamResult | undefined, f: (p: StreamPass) => number): number[] => r?.rounds.map(f) ?? [];
 
 function streamsMarkdown(results: readonly StreamResult[]): string[] {
@@ -562,7 +565,7 @@ function streamsMarkdown(results: readonly StreamResult[]): string[] {
   const lines = [
     `### Streams — ${STREAMS} concurrent streams of ${STREAM_TOKENS} tokens at ${STREAM_TPS} tokens/s, opened over ${STREAM_RAMP_S} s; ${ROUNDS} interleaved rounds (medians), each pass after an unmeasured one that opens the connections`,
     '',
-    'CPU per event: CPU of the process during the pass / SSE events the client received. KiB per open stream: (peak RSS during the pass − the lowest RSS of the process from the phase\'s start to the pass\'s end, sampled every 100 ms) / streams; the RSS before the first stream is not the base, as a fresh router or node releases tens of MiB of start-up garbage only under its first load. Added gap: median over rounds of (gap through the target − direct\'s), the gap being the time between consecutive events of a stream (0 for events that arrive in one chunk).',
+    'CPU per event: CPU of the process during the pass / SSE events the client received. KiB per open stream: the least-squares slope of the process\'s RSS (sampled every 100 ms) over the number of streams open, during the ramp up to the peak: what one more open stream costs, while what the process grows by under any load (its young generation, compiled code) falls into the intercept; in brackets the upper bound (peak RSS during the pass − the lowest RSS of the process from the phase\'s start to the pass\'s end) / streams. Added gap: median over rounds of (gap through the target − direct\'s), the gap being the time between consecutive events of a stream (0 for events that arrive in one chunk).',
     '',
     '| target | statuses (all rounds) | complete | events/s | time to headers p50 / p99 ms | gap p50 / p99 ms | added gap p50 / p99 ms | proxy CPU µs / event | router CPU µs / event | node CPU µs / event | proxy KiB / stream | router KiB / stream | node KiB / stream |',
     '|---|---|---|---|---|---|---|---|---|---|---|---|---|',
@@ -577,7 +580,7 @@ function streamsMarkdown(results: readonly StreamResult[]): string[] {
     const cell = (xs: number[]): string => (xs.length === 0 ? '—' : fmt1(median(xs)));
     const roles = ['proxy', 'router', 'node'];
     lines.push(
-      `| ${r.target} | ${Object.entries(statuses).map(([st, n]) => `${n} × ${st}`).join(', ')} | ${complete} / ${total} | ${fmt0(median(roundsOf(r, (p) => p.events / p.seconds)))} | ${fmt1(gap((p) => p.headersMs.p50))} / ${fmt1(gap((p) => p.headersMs.p99))} | ${fmt1(gap((p) => p.gapMs.p50))} / ${fmt1(gap((p) => p.gapMs.p99))} | ${added} | ${roles.map((role) => (role in r.idleRssKiB ? cell(perEvent(r, role)) : '—')).join(' | ')} | ${roles.map((role) => (role in r.idleRssKiB ? cell(kibPerStream(r, role)) : '—')).join(' | ')} |`,
+      `| ${r.target} | ${Object.entries(statuses).map(([st, n]) => `${n} × ${st}`).join(', ')} | ${complete} / ${total} | ${fmt0(median(roundsOf(r, (p) => p.events / p.seconds)))} | ${fmt1(gap((p) => p.headersMs.p50))} / ${fmt1(gap((p) => p.headersMs.p99))} | ${fmt1(gap((p) => p.gapMs.p50))} / ${fmt1(gap((p) => p.gapMs.p99))} | ${added} | ${roles.map((role) => (role in r.idleRssKiB ? cell(perEvent(r, role)) : '—')).join(' | ')} | ${roles.map((role) => (role in r.idleRssKiB ? `${cell(kibPerStream(r, role))} (${cell(kibPerStreamUpper(r, role))})` : '—')).join(' | ')} |`,
     );
   }
   return lines;
@@ -616,8 +619,8 @@ function targetChecks(tp: readonly SetupResult[], lat: readonly LatencyResult[],
     check('Node CPU per streamed event ≤ 1.2× a bare stream pass-through\'s', pairedRatio(perEvent(sPath, 'node'), perEvent(sBare, 'proxy')), times, (x) => x <= 1.2, ` (${us(perEvent(sPath, 'node'))} vs ${us(perEvent(sBare, 'proxy'))} µs)`),
     check(`Streams through router → node: no 5xx (${STREAMS} streams here; the target is at 5,000: \`npm run bench:streams\`)`, fiveXx, (x) => `${fmt0(x)} 5xx or connection errors`, (x) => x === 0),
     check(`Streams: time to headers p99 within 2× direct's (${STREAMS} streams)`, pairedRatio(roundsOf(sPath, (p) => p.headersMs.p99), roundsOf(sDirect, (p) => p.headersMs.p99)), times, (x) => x <= 2),
-    check(`RSS per open stream ≤ 32 KB (31.25 KiB), router (${STREAMS} streams: conservative, the process's fixed heap growth under load counts too; \`npm run bench:streams\` measures at 5,000)`, median(kibPerStream(sPath, 'router')), (x) => `${fmt1(x)} KiB`, (x) => x <= 31.25),
-    check(`RSS per open stream ≤ 32 KB (31.25 KiB), node (${STREAMS} streams: conservative, the process's fixed heap growth under load counts too; \`npm run bench:streams\` measures at 5,000)`, median(kibPerStream(sPath, 'node')), (x) => `${fmt1(x)} KiB`, (x) => x <= 31.25),
+    check(`RSS per open stream ≤ 32 KB (31.25 KiB), router (slope of RSS over open streams, ${STREAMS} streams)`, median(kibPerStream(sPath, 'router')), (x) => `${fmt1(x)} KiB`, (x) => x <= 31.25, ` (upper bound ${us(kibPerStreamUpper(sPath, 'router'))} KiB)`),
+    check(`RSS per open stream ≤ 32 KB (31.25 KiB), node (slope of RSS over open streams, ${STREAMS} streams)`, median(kibPerStream(sPath, 'node')), (x) => `${fmt1(x)} KiB`, (x) => x <= 31.25, ` (upper bound ${us(kibPerStreamUpper(sPath, 'node'))} KiB)`),
   ];
 }
 
@@ -744,7 +747,7 @@ try {
     elapsedS,
     throughput: results.map((r) => ({ ...r, medianRps: median(r.rps), medianP50: median(r.p50), medianP99: median(r.p99), medianP999: median(r.p999), perRequest: perRequest(r) })),
     latency: lat,
-    streams: st.map((r) => ({ ...r, cpuUsPerEvent: Object.fromEntries(Object.keys(r.idleRssKiB).map((role) => [role, perEvent(r, role)])), kibPerStream: Object.fromEntries(Object.keys(r.idleRssKiB).map((role) => [role, kibPerStream(r, role)])) })),
+    streams: st.map((r) => ({ ...r, cpuUsPerEvent: Object.fromEntries(Object.keys(r.idleRssKiB).map((role) => [role, perEvent(r, role)])), kibPerStream: Object.fromEntries(Object.keys(r.idleRssKiB).map((role) => [role, kibPerStream(r, role)])), kibPerStreamUpper: Object.fromEntries(Object.keys(r.idleRssKiB).map((role) => [role, kibPerStreamUpper(r, role)])) })),
     accuracy: acc ?? null,
     targets: checks,
   };

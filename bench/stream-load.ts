@@ -172,6 +172,13 @@ export interface StreamPass {
   readonly chunksP50: number;
   /** Peak RSS of each process of the target during the pass, KiB. */
   readonly rssPeakKiB: Record<string, number>;
+  /**
+   * What one more open stream costs each process, KiB: the least-squares slope of its RSS over the
+   * number of streams open, on the samples (every 100 ms) of the ramp up to the peak. The process's
+   * fixed costs of being under load (a grown young generation, compiled code) do not depend on the
+   * number of streams and fall into the intercept, not the slope. NaN with fewer than 5 samples.
+   */
+  readonly rssSlopeKiB: Record<string, number>;
   /** CPU seconds of each process of the target during the pass, and of this client (`client`). */
   readonly cpuSeconds: Record<string, number>;
   readonly seconds: number;
@@ -186,14 +193,18 @@ export interface StreamPass {
  */
 export async function measureStreams(agent: Agent, target: Target, load: Omit<StreamLoad, 'url'>): Promise<StreamPass> {
   const peak: Record<string, number> = rssByRole(target.procs);
+  /** (streams open, RSS by role) every 100 ms while the number open has not yet reached its peak. */
+  const ramp: { open: number; rss: Record<string, number> }[] = [];
+  let open = 0;
+  let peakOpen = 0;
   const sample = (): void => {
-    for (const [role, kib] of Object.entries(rssByRole(target.procs))) peak[role] = Math.max(peak[role] ?? 0, kib);
+    const rss = rssByRole(target.procs);
+    for (const [role, kib] of Object.entries(rss)) peak[role] = Math.max(peak[role] ?? 0, kib);
+    if (open >= peakOpen) ramp.push({ open, rss });
   };
   const timer = setInterval(sample, 100);
   const gaps = build({ lowestDiscernibleValue: 1, highestTrackableValue: 600_000_000, numberOfSignificantValueDigits: 3 });
   const cpu = (): Record<string, number> => ({ ...cpuByRole(target.procs), client: processCpuSeconds(process.pid) });
-  let open = 0;
-  let peakOpen = 0;
   const cpuBefore = cpu();
   const started = performance.now();
   let streams: Stream[];
@@ -222,8 +233,24 @@ export async function measureStreams(agent: Agent, target: Target, load: Omit<St
     gapMs: { p50: gapAt(50), p99: gapAt(99) },
     chunksP50: percentile(streams.filter((s) => s.status === 200).map((s) => s.chunks), 50),
     rssPeakKiB: peak,
+    rssSlopeKiB: Object.fromEntries(Object.keys(peak).map((role) => [role, slope(ramp.map((r) => [r.open, r.rss[role] ?? Number.NaN]))])),
     cpuSeconds: Object.fromEntries(Object.keys(cpuAfter).map((role) => [role, (cpuAfter[role] ?? Number.NaN) - (cpuBefore[role] ?? Number.NaN)])),
     seconds,
     errors: [...new Set(streams.flatMap((s) => (s.error === undefined ? [] : [s.error])))].slice(0, 5),
   };
+}
+
+/** Least-squares slope of y over x for `points` ([x, y]); NaN with fewer than 5 points or no spread of x. */
+export function slope(points: readonly (readonly [number, number])[]): number {
+  if (points.length < 5) return Number.NaN;
+  const n = points.length;
+  const mx = points.reduce((a, [x]) => a + x, 0) / n;
+  const my = points.reduce((a, [, y]) => a + y, 0) / n;
+  let sxy = 0;
+  let sxx = 0;
+  for (const [x, y] of points) {
+    sxy += (x - mx) * (y - my);
+    sxx += (x - mx) ** 2;
+  }
+  return sxx === 0 ? Number.NaN : sxy / sxx;
 }

@@ -18,7 +18,9 @@
  *   duration (headers → end; `tokens / tps` s when nothing is late);
  * - the RSS of the router and of the node (`VmRSS`, /proc/<pid>/status) before the target's first
  *   stream (warm-up included, so the figure is conservative) and at its peak during the measured
- *   pass (sampled every 100 ms): (peak − idle) / streams, KiB per open stream per process.
+ *   pass (sampled every 100 ms): (peak − idle) / streams, an upper bound of the KiB per open stream
+ *   per process; and the figure itself, the slope of RSS over the number of streams open during the
+ *   ramp (what the process grows by under any load falls into the intercept).
  *
  * Writes bench/results/<date>/streams.{json,md} and prints the Markdown. Every process is stopped
  * at the end, on error and on Ctrl-C.
@@ -122,14 +124,14 @@ const loadavg = (): string => readFileSync('/proc/loadavg', 'utf8').split(' ').s
 function table(results: readonly Result[]): string[] {
   const direct = results.find((r) => r.target === 'simulator direct');
   const lines = [
-    '| target | upstream pool | statuses | complete | peak open | time to headers p50 / p99 ms | p99 vs direct | stream duration p50 / p99 s | chunks per stream p50 | router KiB/stream | node KiB/stream | router RSS MiB idle → peak | node RSS MiB idle → peak | CPU cores (pass average) |',
+    '| target | upstream pool | statuses | complete | peak open | time to headers p50 / p99 ms | p99 vs direct | stream duration p50 / p99 s | chunks per stream p50 | router KiB/stream (slope; upper bound) | node KiB/stream (slope; upper bound) | router RSS MiB idle → peak | node RSS MiB idle → peak | CPU cores (pass average) |',
     '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|',
   ];
   for (const r of results) {
     const statuses = Object.entries(r.statuses).map(([s, n]) => `${n} × ${s}`).join(', ');
     const vs = direct === undefined || r === direct ? '—' : `${(r.headersMs.p99 / direct.headersMs.p99).toFixed(2)}×`;
     lines.push(
-      `| ${r.target} | ${r.pool} | ${statuses} | ${r.complete} / ${r.streams} | ${r.peakOpen} | ${fmtMs(r.headersMs.p50)} / ${fmtMs(r.headersMs.p99)} | ${vs} | ${r.durationS.p50.toFixed(1)} / ${r.durationS.p99.toFixed(1)} | ${r.chunksP50} | ${fmtKiB(r.kibPerStream['router'])} | ${fmtKiB(r.kibPerStream['node'])} | ${fmtMiB(r.rssKiB['router'])} | ${fmtMiB(r.rssKiB['node'])} | ${Object.entries(r.cpuCores).map(([role, c]) => `${role} ${c.toFixed(2)}`).join(', ')} |`,
+      `| ${r.target} | ${r.pool} | ${statuses} | ${r.complete} / ${r.streams} | ${r.peakOpen} | ${fmtMs(r.headersMs.p50)} / ${fmtMs(r.headersMs.p99)} | ${vs} | ${r.durationS.p50.toFixed(1)} / ${r.durationS.p99.toFixed(1)} | ${r.chunksP50} | ${fmtKiB(r.rssSlopeKiB['router'])}; ${fmtKiB(r.kibPerStream['router'])} | ${fmtKiB(r.rssSlopeKiB['node'])}; ${fmtKiB(r.kibPerStream['node'])} | ${fmtMiB(r.rssKiB['router'])} | ${fmtMiB(r.rssKiB['node'])} | ${Object.entries(r.cpuCores).map(([role, c]) => `${role} ${c.toFixed(2)}`).join(', ')} |`,
     );
   }
   return lines;
@@ -159,7 +161,7 @@ try {
   const md = [
     `## Streams — ${date.slice(0, 10)}, ${cpus().length} cores, Node ${process.version}; load average ${loadBefore} before, ${loadAfter} after`,
     '',
-    `${STREAMS} concurrent streams of ${TOKENS} tokens at ${TPS} tokens/s (the simulator), opened over ${RAMP_S} s from one undici Agent after a warm-up pass that opens the connections; ${TENANTS} tenants, no limit refusing; "complete" = status 200 and exactly ${TOKENS} content tokens; KiB per stream = (peak RSS − RSS before the first stream) / ${STREAMS}.`,
+    `${STREAMS} concurrent streams of ${TOKENS} tokens at ${TPS} tokens/s (the simulator), opened over ${RAMP_S} s from one undici Agent after a warm-up pass that opens the connections; ${TENANTS} tenants, no limit refusing; "complete" = status 200 and exactly ${TOKENS} content tokens; KiB per stream: the least-squares slope of RSS (every 100 ms) over the streams open during the ramp (what one more open stream costs); upper bound (peak RSS − RSS before the first stream) / ${STREAMS}.`,
     '',
     ...table(results),
     '',
