@@ -6,7 +6,6 @@
  * close, the rest of the body is read and discarded after the answer — within a budget of bytes
  * and time, past which the connection is destroyed — so an honest client reads its 4xx.
  */
-import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { IncomingMessage } from 'node:http';
 
 /** How much of a refused body is read and thrown away before the connection is cut. */
@@ -46,14 +45,20 @@ export function drainRefusedBody(raw: IncomingMessage, budget: LingerBudget): vo
   raw.resume();
 }
 
+/** The answer being prepared: a fastify reply, or the raw `ServerResponse` of the router's fast path. */
+export interface RefusalAnswer {
+  removeHeader(name: string): unknown;
+}
+
 /**
- * Prepares an error answer sent while the request body is still arriving (fastify marks those
- * `connection: close`): the body is drained by {@link drainRefusedBody} instead, within
- * `maxBytes` (the servers pass twice `server.body_limit`: a refused body costs at most twice what
- * an accepted one does) and {@link LINGER_MS}. Call before the answer is sent.
+ * Prepares an error answer sent while the request body `raw` is still arriving (fastify marks those
+ * `connection: close`; the header is removed from `answer`): the body is drained by
+ * {@link drainRefusedBody} instead, within `maxBytes` (the servers pass twice `server.body_limit`:
+ * a refused body costs at most twice what an accepted one does) and {@link LINGER_MS}. Call before
+ * the answer is sent.
  */
-export function lingerOnRefusal(request: FastifyRequest, reply: FastifyReply, maxBytes: number): void {
-  if (request.raw.complete) return;
-  reply.removeHeader('connection');
-  drainRefusedBody(request.raw, { maxBytes, maxMs: LINGER_MS });
+export function lingerOnRefusal(raw: IncomingMessage, answer: RefusalAnswer, maxBytes: number): void {
+  if (raw.complete) return;
+  answer.removeHeader('connection');
+  drainRefusedBody(raw, { maxBytes, maxMs: LINGER_MS });
 }

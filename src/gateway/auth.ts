@@ -3,6 +3,7 @@
  * `x-api-key: <key>` (Anthropic SDK) or `api-key: <key>` (the openai SDK's `AzureOpenAI`) selects the
  * tenant; a request whose headers carry two different keys is refused (401). Keys are never logged.
  */
+import type { IncomingHttpHeaders } from 'node:http';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Tier } from '../config/load.ts';
 import type { TenantConfig } from '../config/schema.ts';
@@ -27,11 +28,16 @@ declare module 'fastify' {
 /** Request header naming a priority tier (one the key may use). */
 export const PRIORITY_HEADER = 'x-quotaring-priority';
 
+/** A request, as far as its keys go: a fastify request, or node's `IncomingMessage` (the router's fast path). */
+export interface KeyedRequest {
+  readonly headers: IncomingHttpHeaders;
+}
+
 /**
  * The keys a request carries, in the order they are read: `Authorization: Bearer`, `x-api-key`,
  * `api-key` (the openai SDK's AzureOpenAI client sends its key there). Empty values are no key.
  */
-function keysOf(request: FastifyRequest): string[] {
+function keysOf(request: KeyedRequest): string[] {
   const keys: string[] = [];
   const auth = request.headers.authorization;
   if (typeof auth === 'string' && auth.length > 7 && auth.slice(0, 7).toLowerCase() === 'bearer ') {
@@ -50,14 +56,14 @@ function keysOf(request: FastifyRequest): string[] {
  * key headers (which tenant it means is ambiguous: refused, never one picked by header order).
  * Routers and nodes read it with this one function, so they always agree on the tenant.
  */
-export function apiKeyOf(request: FastifyRequest): string | undefined {
+export function apiKeyOf(request: KeyedRequest): string | undefined {
   const keys = keysOf(request);
   const first = keys[0];
   return keys.every((k) => k === first) ? first : undefined;
 }
 
 /** Whether a request carries different keys in two of `Authorization: Bearer`, `x-api-key` and `api-key`. */
-export function hasConflictingKeys(request: FastifyRequest): boolean {
+export function hasConflictingKeys(request: KeyedRequest): boolean {
   const keys = keysOf(request);
   return keys.some((k) => k !== keys[0]);
 }

@@ -84,7 +84,7 @@ export function answerClientFault(err: unknown, request: FastifyRequest, reply: 
   const client = clientErrorOf(err);
   if (client === undefined) return undefined;
   // fastify refused the body before reading all of it: drain the rest so the client reads this answer.
-  if (reply.getHeader('connection') === 'close') lingerOnRefusal(request, reply, 2 * request.routeOptions.bodyLimit);
+  if (reply.getHeader('connection') === 'close') lingerOnRefusal(request.raw, reply, 2 * request.routeOptions.bodyLimit);
   return sendCatalogueError(request, reply, client.code, client.message);
 }
 

@@ -22,6 +22,6 @@ export function loggerOptions(server: { readonly log_level: string; readonly log
 const LEVELS: Readonly<Record<string, number>> = { trace: 10, debug: 20, info: 30, warn: 40, error: 50, fatal: 60, silent: Infinity };
 
 /** Whether `log` writes lines of `level` (so that a line is not built for nothing). */
-export function levelEnabled(log: FastifyBaseLogger, level: 'debug' | 'info'): boolean {
+export function levelEnabled(log: FastifyBaseLogger, level: 'debug' | 'info' | 'warn' | 'error'): boolean {
   return (LEVELS[log.level] ?? 30) <= (LEVELS[level] as number);
 }

@@ -5,15 +5,13 @@
  * the node answered 421.
  */
 import type { Readable } from 'node:stream';
-import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Dispatcher } from 'undici';
 import type { Member, Membership, Ring } from '../coord/types.ts';
-import { errorBody, ERRORS } from '../errors.ts';
-import type { ErrorCode, ErrorDialect } from '../errors.ts';
 import { lingerOnRefusal } from '../lingering-drain.ts';
 import { chooseMember, chooseSpreadMember, fallbackFor } from './choose-member.ts';
 import { endToEndHeaderList } from './hop-by-hop.ts';
 import { Relay, rawHeader } from './relay.ts';
+import type { ProxyExchange } from './exchange.ts';
 import type { MemberPools } from './member-pools.ts';
 import { drainUnsent, exceededLimit, isReplayable, requestBodyOf } from './request-body.ts';
 import type { RequestBody } from './request-body.ts';
@@ -89,20 +87,10 @@ function blamesMember(body: RequestBody, err: unknown): boolean {
   return isConnectFailure(err, body.kind === 'stream' ? NEVER_CONNECTED : CONNECT_FAILURES);
 }
 
-/** Error dialect of a URL: Anthropic's shape on `/v1/messages`, OpenAI's elsewhere. */
-export function dialectOf(url: string): ErrorDialect {
-  return url.startsWith('/v1/messages') ? 'anthropic' : 'openai';
-}
-
-/** Sends a catalogue error in the route's dialect, with `x-quotaring-error: <code>`. */
-export function sendError(request: FastifyRequest, reply: FastifyReply, code: ErrorCode, message?: string): FastifyReply {
-  return reply.code(ERRORS[code].status).header('x-quotaring-error', code).send(errorBody(dialectOf(request.url), code, message));
-}
-
 /**
- * Proxies `request` for `tenant` (a spread tenant, `spread` = k: to one of `ring.range(tenant, k)` in
+ * Proxies the request of `ex` for `tenant` (a spread tenant, `spread` = k: to one of `ring.range(tenant, k)` in
  * turn) and relays the node's answer (status, end-to-end headers, body chunk by chunk as it comes,
- * see `relay.ts`) on `reply`. Errors the router answers itself:
+ * see `relay.ts`) on `ex`'s response. Errors the router answers itself:
  * 503 `no_healthy_node` (empty ring, or every member suspect and the owner unreachable; an owner
  * suspect only for slow health checks still gets its tenants' requests), 502 `upstream_unavailable` (the
  * chosen member failed and no retry was possible or the retry failed too).
@@ -110,43 +98,44 @@ export function sendError(request: FastifyRequest, reply: FastifyReply, code: Er
  * A request sent to a member other than the ring owner because the owner is suspect carries
  * {@link FALLBACK_HEADER} naming the owner; the retry after a 421 carries {@link REDIRECTED_HEADER}.
  */
-export async function forward(ctx: ForwardContext, request: FastifyRequest, reply: FastifyReply, tenant: string, spread?: number): Promise<FastifyReply> {
+export async function forward(ctx: ForwardContext, ex: ProxyExchange, tenant: string, spread?: number): Promise<void> {
   const isSuspect = (id: string): boolean => ctx.suspects.has(id);
   const isUnreachable = (id: string): boolean => ctx.suspects.unreachable(id);
   const choose = (r: Ring, excludeId?: string): Member | undefined =>
     spread === undefined ? chooseMember(r, tenant, isSuspect, excludeId, isUnreachable) : chooseSpreadMember(r, tenant, spread, isSuspect, excludeId, isUnreachable);
   let ring = ctx.membership.ring();
   const first = choose(ring);
-  if (first === undefined) return sendError(request, reply, 'no_healthy_node');
+  if (first === undefined) return ex.sendError('no_healthy_node');
 
   let body: RequestBody;
   try {
-    body = await requestBodyOf(request.raw, ctx.maxReplayBytes, ctx.bodyLimit());
+    body = await requestBodyOf(ex.req, ctx.maxReplayBytes, ctx.bodyLimit());
   } catch {
-    return clientGone(reply);
+    return clientGone(ex);
   }
-  const headers = endToEndHeaderList(request.headers, DROP_REQUEST);
-  const base: Outgoing = { method: request.method, url: request.url, tenant, headers, body };
+  const { req } = ex;
+  const headers = endToEndHeaderList(req.headers, DROP_REQUEST);
+  const base: Outgoing = { method: req.method as string, url: req.url as string, tenant, headers, body };
   /**
    * Sends to `member`, routed by `routedBy`. `standIn`: true names the suspect owner it stands in
    * for, if any ({@link FALLBACK_HEADER}); a string is the member a retry after a 421 stands in for
    * ({@link REDIRECTED_HEADER}). `hold`: a 421 or 503 answer waits for a decision (a retry is possible).
    */
   const send = (member: Member, routedBy: Ring, standIn: true | string, hold: boolean): Promise<Attempt> => {
-    if (standIn !== true) return attempt(ctx, member, base, reply, routedBy.version, hold, standIn === member.id ? undefined : [REDIRECTED_HEADER, standIn]);
+    if (standIn !== true) return attempt(ctx, member, base, ex, routedBy.version, hold, standIn === member.id ? undefined : [REDIRECTED_HEADER, standIn]);
     const owner = fallbackFor(routedBy, tenant, member, isSuspect);
-    return attempt(ctx, member, base, reply, routedBy.version, hold, owner === undefined ? undefined : [FALLBACK_HEADER, owner]);
+    return attempt(ctx, member, base, ex, routedBy.version, hold, owner === undefined ? undefined : [FALLBACK_HEADER, owner]);
   };
 
   let target = first;
   let result = await send(first, ring, true, isReplayable(body));
   if (!result.ok) {
-    if (!blamesMember(body, result.err)) return failed(request, reply, body, first, result.err);
+    if (!blamesMember(body, result.err)) return failed(ex, body, first, result.err);
     ctx.suspects.markFor(first.id, ctx.suspectMs);
-    if (!isReplayable(body)) return failed(request, reply, body, first, result.err);
+    if (!isReplayable(body)) return failed(ex, body, first, result.err);
     const next = choose(ring, first.id);
-    if (next === undefined) return sendError(request, reply, 'no_healthy_node');
-    request.log.warn({ member: first.id, retry: next.id, err: result.err }, 'member unreachable; retrying once on the next member');
+    if (next === undefined) return ex.sendError('no_healthy_node');
+    ex.log.warn({ member: first.id, retry: next.id, err: result.err }, 'member unreachable; retrying once on the next member');
     ctx.onRetry?.('unreachable');
     target = next;
     result = await send(next, ring, true, false);
@@ -157,7 +146,7 @@ export async function forward(ctx: ForwardContext, request: FastifyRequest, repl
     const next = choose(ring, first.id);
     if (next !== undefined) {
       result.relay.discard();
-      request.log.warn({ member: first.id, retry: next.id }, 'member not in the cluster yet; retrying once on the next member');
+      ex.log.warn({ member: first.id, retry: next.id }, 'member not in the cluster yet; retrying once on the next member');
       ctx.onRetry?.('unreachable');
       target = next;
       result = await send(next, ring, true, false);
@@ -195,7 +184,7 @@ export async function forward(ctx: ForwardContext, request: FastifyRequest, repl
     }
     if (owner !== undefined) {
       result.relay.discard();
-      request.log.info({ member: first.id, named, retry: owner.id }, 'misdirected; retrying once on the owner');
+      ex.log.info({ member: first.id, named, retry: owner.id }, 'misdirected; retrying once on the owner');
       ctx.onRetry?.('421');
       target = owner;
       result = await send(owner, ring, standsInFor, false);
@@ -203,11 +192,10 @@ export async function forward(ctx: ForwardContext, request: FastifyRequest, repl
   }
   if (!result.ok) {
     if (blamesMember(body, result.err)) ctx.suspects.markFor(target.id, ctx.suspectMs);
-    return failed(request, reply, body, target, result.err);
+    return failed(ex, body, target, result.err);
   }
   // A held answer no retry was made for goes out as the node sent it.
   if (!result.relayed) result.relay.relayHeld();
-  return reply;
 }
 
 /** What every attempt of one client request sends: the client's end-to-end headers (a flat name/value list) and body. */
@@ -229,7 +217,7 @@ type Attempt =
  * there on, or (`hold`, a 421 or 503) held for the caller. `standIn`: a stand-in header to add
  * ({@link FALLBACK_HEADER} or {@link REDIRECTED_HEADER} and its value).
  */
-async function attempt(ctx: ForwardContext, member: Member, out: Outgoing, reply: FastifyReply, ringVersion: string, hold: boolean, standIn: readonly [string, string] | undefined): Promise<Attempt> {
+async function attempt(ctx: ForwardContext, member: Member, out: Outgoing, ex: ProxyExchange, ringVersion: string, hold: boolean, standIn: readonly [string, string] | undefined): Promise<Attempt> {
   const { pool, prefix } = ctx.pools.get(member);
   const path = prefix + out.url;
   const { body } = out;
@@ -250,7 +238,7 @@ async function attempt(ctx: ForwardContext, member: Member, out: Outgoing, reply
     payload = body.stream;
     if (body.length !== undefined) h.push('content-length', String(body.length));
   }
-  const relay = new Relay(reply, { hold, beforeHead: body.kind === 'stream' ? (headers) => closeAfterEarlyAnswer(body, headers) : undefined });
+  const relay = new Relay(ex, { hold, beforeHead: body.kind === 'stream' ? (headers) => closeAfterEarlyAnswer(body, headers) : undefined });
   pool.dispatch({ method: out.method as Dispatcher.HttpMethod, path, headers: h, body: payload }, relay);
   const head = await relay.head;
   if (!head.ok) return head;
@@ -273,12 +261,12 @@ function isNodeStarting(head: { readonly statusCode: number; readonly rawHeaders
   return head.statusCode === 503 && rawHeader(head.rawHeaders, 'x-quotaring-error') === 'node_starting';
 }
 
-function failed(request: FastifyRequest, reply: FastifyReply, body: RequestBody, member: Member, err: unknown): FastifyReply {
-  if (reply.raw.destroyed || request.raw.socket.destroyed) return clientGone(reply);
-  if (body.kind === 'stream' && body.stream.exceeded) return bodyTooLarge(request, reply, body.stream.limit);
+function failed(ex: ProxyExchange, body: RequestBody, member: Member, err: unknown): void {
+  if (ex.res.destroyed || ex.req.socket.destroyed) return clientGone(ex);
+  if (body.kind === 'stream' && body.stream.exceeded) return bodyTooLarge(ex, body.stream.limit);
   drainUnsent(body);
-  request.log.warn({ member: member.id, err }, 'member failed before answering');
-  return sendError(request, reply, 'upstream_unavailable', `Gateway node "${member.id}" could not be reached; retry the request.`);
+  ex.log.warn({ member: member.id, err }, 'member failed before answering');
+  return ex.sendError('upstream_unavailable', `Gateway node "${member.id}" could not be reached; retry the request.`);
 }
 
 /**
@@ -288,15 +276,14 @@ function failed(request: FastifyRequest, reply: FastifyReply, body: RequestBody,
  * connection is cut.
  * @param limit bytes (`server.body_limit`).
  */
-export function bodyTooLarge(request: FastifyRequest, reply: FastifyReply, limit: number): FastifyReply {
-  request.log.debug({ limit }, 'request body over the limit');
-  lingerOnRefusal(request, reply, 2 * limit);
-  return sendError(request, reply, 'body_too_large', `The request body is larger than ${limit} bytes (server.body_limit).`);
+export function bodyTooLarge(ex: ProxyExchange, limit: number): void {
+  ex.log.debug({ limit }, 'request body over the limit');
+  lingerOnRefusal(ex.req, ex, 2 * limit);
+  return ex.sendError('body_too_large', `The request body is larger than ${limit} bytes (server.body_limit).`);
 }
 
 /** The client left: nothing to answer. */
-function clientGone(reply: FastifyReply): FastifyReply {
-  reply.hijack();
-  if (!reply.raw.destroyed) reply.raw.destroy();
-  return reply;
+function clientGone(ex: ProxyExchange): void {
+  ex.hijack();
+  if (!ex.res.destroyed) ex.res.destroy();
 }

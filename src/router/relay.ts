@@ -18,7 +18,7 @@
  */
 import type { ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
-import type { FastifyReply } from 'fastify';
+import type { ProxyExchange } from './exchange.ts';
 import { endToEndRawHeaders } from './hop-by-hop.ts';
 
 /** What an attempt came to once the node's headers came (or did not). */
@@ -58,7 +58,7 @@ type Mode = 'head' | 'held' | 'relay' | 'discard' | 'done';
 export class Relay {
   /** Settles once: the node's headers, or the failure before them. Never rejects. */
   readonly head: Promise<Head>;
-  readonly #reply: FastifyReply;
+  readonly #exchange: ProxyExchange;
   readonly #res: ServerResponse;
   readonly #opts: RelayOptions;
   #settle!: (head: Head) => void;
@@ -70,15 +70,15 @@ export class Relay {
   #heldError: Error | undefined;
   #onDrain: (() => void) | undefined;
 
-  /** @param reply hijacked when the node's headers are relayed; until then the caller may still answer on it. */
-  constructor(reply: FastifyReply, opts: RelayOptions) {
-    this.#reply = reply;
-    this.#res = reply.raw;
+  /** @param exchange hijacked when the node's headers are relayed; until then the caller may still answer on it. */
+  constructor(exchange: ProxyExchange, opts: RelayOptions) {
+    this.#exchange = exchange;
+    this.#res = exchange.res;
     this.#opts = opts;
     this.head = new Promise<Head>((resolve) => {
       this.#settle = resolve;
     });
-    const socket = reply.request.raw.socket as WatchedSocket | null;
+    const socket = exchange.req.socket as WatchedSocket | null;
     if (socket === null || socket.destroyed) {
       this.#gone = true;
       return;
@@ -103,7 +103,7 @@ export class Relay {
       this.#mode = 'done';
       this.#detach();
       if (this.#heldError === undefined) this.#abort?.(new ClientGoneError());
-      this.#reply.hijack();
+      this.#exchange.hijack();
       this.#res.destroy();
       return;
     }
@@ -182,13 +182,13 @@ export class Relay {
     this.#mode = 'relay';
     const headers = endToEndRawHeaders(rawHeaders);
     this.#opts.beforeHead?.(headers);
-    this.#reply.hijack();
+    this.#exchange.hijack();
     this.#res.writeHead(statusCode, headers);
   }
 
   /** This attempt no longer follows its client connection. */
   #detach(): void {
-    const socket = this.#reply.request.raw.socket as WatchedSocket | null;
+    const socket = this.#exchange.req.socket as WatchedSocket | null;
     if (socket !== null && socket[CURRENT] === this) socket[CURRENT] = null;
   }
 }

@@ -1,6 +1,8 @@
 /**
  * The router: a stateless fastify proxy in front of the gateway nodes. It resolves the tenant from
  * the API key, finds the tenant's owner on the ring and streams request and response through.
+ * Its hot path (POSTs under `/v1/` and `/openai/`) is served below fastify, by the same handler
+ * (see `fast-path.ts`).
  */
 import Fastify, { LogController } from 'fastify';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
@@ -11,16 +13,20 @@ import type { Membership } from '../coord/types.ts';
 import { membersUnread, startOrKeepTrying } from '../coord/join.ts';
 import { describeRedis } from '../config/redis-url.ts';
 import { CONFLICTING_KEYS_MESSAGE, apiKeyOf, hasConflictingKeys } from '../gateway/auth.ts';
-import { bodyTooLarge, forward, sendError } from './forward.ts';
+import { bodyTooLarge, forward } from './forward.ts';
 import type { ForwardContext } from './forward.ts';
 import { Departures } from './departures.ts';
 import { HealthCheck } from './health-check.ts';
 import { MemberPools } from './member-pools.ts';
 import { MAX_REPLAY_BYTES, declaresMoreThan } from './request-body.ts';
 import { noRouteMessage } from '../errors.ts';
-import { answerClientFault } from '../gateway/client-errors.ts';
+import { answerClientFault, sendCatalogueError } from '../gateway/client-errors.ts';
 import { applyListenerLimits, listenerOptions } from '../gateway/listener.ts';
 import { Suspects } from './suspects.ts';
+import { FastifyExchange } from './exchange.ts';
+import type { ExchangeLog, ProxyExchange } from './exchange.ts';
+import { FastPath, requestIds } from './fast-path.ts';
+import type { TenantConfig } from '../config/schema.ts';
 import type { HotSet } from '../coord/hot-set.ts';
 import { RouterMetrics } from '../ops/metrics.ts';
 import { levelEnabled, loggerOptions } from '../ops/logging.ts';
@@ -64,6 +70,8 @@ export interface RouterControl {
   suspects(): string[];
   /** Member URLs with an open connection pool, sorted. */
   pooledUrls(): string[];
+  /** Requests served on the fast path (below fastify) so far. */
+  fastPathServed(): number;
 }
 
 const controls = new WeakMap<FastifyInstance, RouterControl>();
@@ -89,10 +97,15 @@ export function buildRouter(opts: RouterOptions): FastifyInstance {
   const server = config.config.server;
   const clock = opts.clock ?? systemClock;
   const healthCheckMs = opts.healthCheckMs ?? config.config.cluster.health_check;
+  const fastPath = new FastPath(config.config.router.max_headers);
+  const nextRequestId = requestIds();
   const app: FastifyInstance = Fastify({
     logger: opts.logger === false ? false : loggerOptions(opts.prettyLogs === true ? { ...server, log_format: 'pretty' } : server, opts.logStream),
     logController: new LogController({ disableRequestLogging: true }),
     return503OnClosing: true,
+    // The hot path is served by the server's own request handler; fastify serves the rest.
+    serverFactory: fastPath.serverFactory,
+    genReqId: nextRequestId,
     ...listenerOptions(config.config.router, () => app.log),
   });
   applyListenerLimits(app, config.config.router);
@@ -111,7 +124,7 @@ export function buildRouter(opts: RouterOptions): FastifyInstance {
     memberEntriesRejected: () => membership.rejectedEntries?.() ?? 0,
   });
   const ctx: ForwardContext = { membership, pools, signer, suspects, departures, suspectMs: healthCheckMs, maxReplayBytes: MAX_REPLAY_BYTES, bodyLimit: () => config.config.server.body_limit, onRetry: (reason) => metrics.retry(reason), onAnswer: (id) => health.noteAnswer(id) };
-  controls.set(app, { checkHealth: () => health.checkOnce(), suspects: () => suspects.list(), pooledUrls: () => pools.urls() });
+  controls.set(app, { checkHealth: () => health.checkOnce(), suspects: () => suspects.list(), pooledUrls: () => pools.urls(), fastPathServed: () => fastPath.served });
 
   // The request's tenant, once its key is resolved (for its log line).
   app.decorateRequest('tenant', null);
@@ -123,9 +136,9 @@ export function buildRouter(opts: RouterOptions): FastifyInstance {
     const answered = answerClientFault(err, request, reply);
     if (answered !== undefined) return answered;
     request.log.error({ err }, 'unhandled error');
-    return sendError(request, reply, 'internal_error');
+    return sendCatalogueError(request, reply, 'internal_error');
   });
-  app.setNotFoundHandler((request, reply) => sendError(request, reply, 'not_found', noRouteMessage(request.method, request.url)));
+  app.setNotFoundHandler((request, reply) => sendCatalogueError(request, reply, 'not_found', noRouteMessage(request.method, request.url)));
 
   app.get('/metrics', async (_request, reply) => reply.header('content-type', metrics.registry.contentType).send(await metrics.registry.metrics()));
   app.get('/healthz', async () => ({ status: 'ok', ring: membership.ring().version }));
@@ -134,34 +147,49 @@ export function buildRouter(opts: RouterOptions): FastifyInstance {
     if (ring.members.length > 0) return { status: 'ready', ring: ring.version, members: ring.members.length };
     return reply.code(503).send(membersUnread(membership) ? { status: 'no members', waiting: ['redis'] } : { status: 'no members' });
   });
+  // One info line per request (tenant, status, ms; never the key), and the router's metrics.
+  const answered = (log: ExchangeLog, tenant: TenantConfig | null, status: number, ms: number): void => {
+    metrics.request(status, ms);
+    if (levelEnabled(app.log, 'info')) log.info({ tenant: tenant?.id ?? null, status, ms: Math.round(ms * 10) / 10 }, 'request');
+  };
+  // The proxied routes' handler, on the fast path and through fastify alike.
+  const proxy = async (ex: ProxyExchange): Promise<void> => {
+    const { req } = ex;
+    const key = apiKeyOf(req);
+    const tenant = key === undefined ? undefined : config.tenantByKey.get(key);
+    if (tenant === undefined) {
+      const why = key !== undefined ? 'Incorrect API key provided. Use a key configured for a tenant of this gateway.' : hasConflictingKeys(req) ? CONFLICTING_KEYS_MESSAGE : undefined;
+      return ex.sendError('invalid_api_key', why);
+    }
+    ex.tenant = tenant;
+    // The nodes' body limit, enforced here: a body over it is never sent to a node.
+    const bodyLimit = config.config.server.body_limit;
+    if (declaresMoreThan(req, bodyLimit)) return bodyTooLarge(ex, bodyLimit);
+    // Central mode: any node decides for any tenant (every limit is in Redis): round-robin over all.
+    const spread = config.config.mode === 'central' ? Number.POSITIVE_INFINITY : (tenant.spread ?? opts.hot?.spreadOf(tenant.id));
+    if (membership.ring().members.length === 0 && membersUnread(membership)) return ex.sendError('no_healthy_node', NO_MEMBERS_YET);
+    return forward(ctx, ex, tenant.id, spread);
+  };
+  fastPath.serve({ log: app.log, nextRequestId, proxy, onResponse: (ex) => answered(ex, ex.tenant, ex.status(), ex.elapsed()) });
+  // Requests arriving from now on get fastify's 503 (return503OnClosing), fast path included.
+  app.addHook('preClose', (done) => {
+    fastPath.close();
+    done();
+  });
   app.register(async (v1) => {
-    // One info line per request (tenant, member, status, ms; never the key), and the router's metrics.
     v1.addHook('onResponse', (request, reply, done) => {
       const raw = reply.raw;
-      const status = raw.destroyed && !raw.writableFinished ? 499 : reply.statusCode;
-      metrics.request(status, reply.elapsedTime);
-      if (levelEnabled(request.log, 'info')) request.log.info({ tenant: request.tenant?.id ?? null, status, ms: Math.round(reply.elapsedTime * 10) / 10 }, 'request');
+      answered(request.log, request.tenant, raw.destroyed && !raw.writableFinished ? 499 : reply.statusCode, reply.elapsedTime);
       done();
     });
-    const proxy = async (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> => {
-      const key = apiKeyOf(request);
-      const tenant = key === undefined ? undefined : config.tenantByKey.get(key);
-      if (tenant === undefined) {
-        const why = key !== undefined ? 'Incorrect API key provided. Use a key configured for a tenant of this gateway.' : hasConflictingKeys(request) ? CONFLICTING_KEYS_MESSAGE : undefined;
-        return sendError(request, reply, 'invalid_api_key', why);
-      }
-      request.tenant = tenant;
-      // The nodes' body limit, enforced here: a body over it is never sent to a node.
-      const bodyLimit = config.config.server.body_limit;
-      if (declaresMoreThan(request.raw, bodyLimit)) return bodyTooLarge(request, reply, bodyLimit);
-      // Central mode: any node decides for any tenant (every limit is in Redis): round-robin over all.
-      const spread = config.config.mode === 'central' ? Number.POSITIVE_INFINITY : (tenant.spread ?? opts.hot?.spreadOf(tenant.id));
-      if (membership.ring().members.length === 0 && membersUnread(membership)) return sendError(request, reply, 'no_healthy_node', NO_MEMBERS_YET);
-      return forward(ctx, request, reply, tenant.id, spread);
+    // The provider APIs: OpenAI's and Anthropic's under /v1, Azure OpenAI's under /openai. POSTs
+    // reach these routes only through inject() and in the cases fast-path.ts leaves to fastify.
+    const handler = async (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> => {
+      await proxy(new FastifyExchange(request, reply));
+      return reply;
     };
-    // The provider APIs: OpenAI's and Anthropic's under /v1, Azure OpenAI's under /openai.
-    v1.route({ method: ['GET', 'POST', 'DELETE'], url: '/v1/*', handler: proxy });
-    v1.route({ method: ['GET', 'POST', 'DELETE'], url: '/openai/*', handler: proxy });
+    v1.route({ method: ['GET', 'POST', 'DELETE'], url: '/v1/*', handler });
+    v1.route({ method: ['GET', 'POST', 'DELETE'], url: '/openai/*', handler });
   });
 
   let unsubscribe: (() => void) | undefined;
