@@ -1,13 +1,15 @@
 /**
  * Load of the cluster benchmark: the request body, a fixed-connection autocannon run over many
- * tenants' keys, requests sent one by one at a steady rate with their latencies, and the statistics
- * (median, nearest-rank percentile) the report uses.
+ * tenants' keys, a closed loop at one connection timed in µs, requests sent one by one at a steady
+ * rate with their latencies, and the statistics (median, nearest-rank percentile, paired ratios
+ * over rounds) the report uses.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
-import { Agent, request } from 'undici';
+import { build } from 'hdr-histogram-js';
+import { Agent, Client, request } from 'undici';
 import { countOpenAIChat, exactCounter } from '../src/tokens/index.ts';
 
 /** The model every benchmark config serves (o200k_base). */
@@ -57,6 +59,51 @@ export async function runAutocannon(load: AutocannonLoad): Promise<autocannon.Re
       },
     ],
   });
+}
+
+/** What {@link runClosedLoop} measured: requests answered 2xx, the others, and the latency of the 2xx ones, µs (HDR histogram, 3 significant digits). */
+export interface ClosedLoopResult {
+  readonly requests: number;
+  /** Non-2xx answers and connection errors. */
+  readonly failures: number;
+  readonly seconds: number;
+  readonly latencyUs: { readonly p50: number; readonly p99: number; readonly p999: number };
+}
+
+/**
+ * Sends `body` one request at a time over one keep-alive connection for `durationS` s (a closed
+ * loop at one connection), keys round-robin from `firstKey`; each latency (request sent → body read)
+ * in µs. autocannon's latencies are whole milliseconds, too coarse for added latencies under 1 ms.
+ */
+export async function runClosedLoop(load: Omit<AutocannonLoad, 'bodies' | 'connections'> & { readonly body: string }): Promise<ClosedLoopResult> {
+  const client = new Client(load.url, { pipelining: 1, keepAliveTimeout: 30_000 });
+  const hist = build({ lowestDiscernibleValue: 1, highestTrackableValue: 60_000_000, numberOfSignificantValueDigits: 3 });
+  let i = load.firstKey ?? 0;
+  let failures = 0;
+  const start = performance.now();
+  const deadline = start + load.durationS * 1_000;
+  try {
+    while (performance.now() < deadline) {
+      const t0 = performance.now();
+      try {
+        const res = await client.request({
+          path: '/v1/chat/completions',
+          method: 'POST',
+          headers: { 'content-type': 'application/json', authorization: `Bearer ${load.keys[i++ % load.keys.length] ?? ''}` },
+          body: load.body,
+        });
+        await res.body.dump();
+        if (res.statusCode >= 200 && res.statusCode < 300) hist.recordValue(Math.round((performance.now() - t0) * 1_000));
+        else failures++;
+      } catch {
+        failures++;
+      }
+    }
+  } finally {
+    await client.close();
+  }
+  const at = (p: number): number => (hist.totalCount === 0 ? Number.NaN : hist.getValueAtPercentile(p));
+  return { requests: hist.totalCount, failures, seconds: (performance.now() - start) / 1_000, latencyUs: { p50: at(50), p99: at(99), p999: at(99.9) } };
 }
 
 /** One request sent by {@link sendPaced}. */
@@ -122,6 +169,22 @@ export function median(xs: readonly number[]): number {
   const s = [...xs].sort((a, b) => a - b);
   const mid = Math.floor(s.length / 2);
   return s.length % 2 === 1 ? (s[mid] as number) : ((s[mid - 1] as number) + (s[mid] as number)) / 2;
+}
+
+/** Median over rounds i of `f(a[i], b[i])`, rounds whose result is not finite left out; NaN for none. */
+function pairedMedian(a: readonly number[] | undefined, b: readonly number[] | undefined, f: (x: number, y: number) => number): number {
+  if (a === undefined || b === undefined) return Number.NaN;
+  return median(a.map((x, i) => f(x, b[i] ?? Number.NaN)).filter((x) => Number.isFinite(x)));
+}
+
+/** Median over rounds of `a[i] / b[i]` (figures of two targets measured in the same rounds): machine drift between rounds cancels. */
+export function pairedRatio(a: readonly number[] | undefined, b: readonly number[] | undefined): number {
+  return pairedMedian(a, b, (x, y) => x / y);
+}
+
+/** Median over rounds of `a[i] − b[i]` (figures of two targets measured in the same rounds). */
+export function pairedDifference(a: readonly number[] | undefined, b: readonly number[] | undefined): number {
+  return pairedMedian(a, b, (x, y) => x - y);
 }
 
 /** Nearest-rank percentile `p` (0-100) of `xs`; NaN for none. */

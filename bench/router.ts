@@ -24,9 +24,11 @@ import { fileURLToPath } from 'node:url';
 import { Agent, request } from 'undici';
 import { startBenchCluster } from './bench-cluster.ts';
 import type { BenchCluster } from './bench-cluster.ts';
-import { freePort, processCpuSeconds, ProcessGroup, stopOnSignals } from './cluster-processes.ts';
+import { freePort, ProcessGroup, stopOnSignals } from './cluster-processes.ts';
 import type { Child } from './cluster-processes.ts';
-import { chatBody, median, MODEL, runAutocannon, writeResults } from './load.ts';
+import { chatBody, median, MODEL, pairedRatio, runAutocannon, writeResults } from './load.ts';
+import { cpuByRole, startBareProxy } from './targets.ts';
+import type { Target } from './targets.ts';
 
 const ROUNDS = Number(process.env['BENCH_ROUNDS'] ?? 3);
 const DURATION_S = Number(process.env['BENCH_DURATION'] ?? 6);
@@ -43,13 +45,6 @@ const log = (line: string): void => void process.stderr.write(`${new Date().toIS
 
 const group = new ProcessGroup();
 stopOnSignals(() => group.stopAll());
-
-/** A measured target: where the load goes, and the processes whose CPU it costs, by role. */
-interface Target {
-  readonly name: string;
-  readonly url: string;
-  readonly procs: Readonly<Record<string, Child>>;
-}
 
 /** One target's figures over the rounds; `cpuUs[role]` per request (or per event), one entry a round. */
 interface Row {
@@ -73,13 +68,12 @@ async function targets(tag: string, simArgs: readonly string[], bareMode: 'buffe
   const simPort = await freePort();
   const simUrl = `http://127.0.0.1:${simPort}`;
   await group.cli(`simulator-${tag}`, ['simulate', '--port', String(simPort), '--ttft-ms', '0', ...simArgs], `${simUrl}/sim/stats`);
-  const barePort = await freePort();
-  const bare = await group.start(`bare-${tag}`, process.execPath, ['--import', 'tsx', fileURLToPath(new URL('bare-proxy.ts', import.meta.url)), String(barePort), simUrl, bareMode], `http://127.0.0.1:${barePort}/healthz`, profiled());
+  const bare = await startBareProxy(group, `bare-${tag}`, simUrl, bareMode, profiled());
   const cluster: BenchCluster = await startBenchCluster(group, { tag, nodes: 1, mode: 'sharded', config: clusterConfig(simUrl), env: { BENCH_SIM_KEY: 'bench-sim-key', ...profiled() } });
-  log(`${tag}: bare proxy pid ${bare.proc.pid ?? "?"}, router pid ${cluster.router.proc.pid ?? '?'}, node pid ${cluster.nodeChildren[0]?.proc.pid ?? '?'}`);
+  log(`${tag}: bare proxy pid ${bare.child.proc.pid ?? '?'}, router pid ${cluster.router.proc.pid ?? '?'}, node pid ${cluster.nodeChildren[0]?.proc.pid ?? '?'}`);
   const node = cluster.nodeChildren[0] as Child;
   const out: Target[] = [
-    { name: bareMode === 'buffer' ? 'bare proxy' : 'bare stream pass-through', url: `http://127.0.0.1:${barePort}`, procs: { proxy: bare } },
+    { name: bareMode === 'buffer' ? 'bare proxy' : 'bare stream pass-through', url: bare.url, procs: { proxy: bare.child } },
     { name: 'router → node', url: cluster.url, procs: { router: cluster.router, node } },
   ];
   if (BASELINE !== undefined) {
@@ -93,8 +87,6 @@ async function targets(tag: string, simArgs: readonly string[], bareMode: 'buffe
 
 const profiled = (): Record<string, string> => (PROFILE === undefined ? {} : { NODE_OPTIONS: `--import=${fileURLToPath(new URL('cpu-profile.mjs', import.meta.url))}`, QUOTARING_CPU_PROFILE_DIR: PROFILE });
 
-const cpuOf = (t: Target): Record<string, number> => Object.fromEntries(Object.entries(t.procs).map(([role, c]) => [role, processCpuSeconds(c.proc.pid)]));
-
 /**
  * Runs `rounds` rounds over `list` (order rotated each round); `run` loads one target for
  * DURATION_S and returns what it served (requests or events) and its latencies.
@@ -104,9 +96,9 @@ async function measure(list: readonly Target[], run: (t: Target) => Promise<{ se
   for (let round = 0; round < ROUNDS; round++) {
     for (let i = 0; i < list.length; i++) {
       const t = list[(i + round) % list.length] as Target;
-      const before = cpuOf(t);
+      const before = cpuByRole(t.procs);
       const r = await run(t);
-      const after = cpuOf(t);
+      const after = cpuByRole(t.procs);
       const row = rows.get(t.name) as Row;
       row.rate.push(r.served / r.seconds);
       row.p50.push(r.p50);
@@ -182,12 +174,6 @@ async function streamsPhase(): Promise<Row[]> {
   for (const t of list) await streamLoad(t.url, 2);
   log(`streams: ${list.length} targets warm; ${ROUNDS} rounds × ${DURATION_S} s, ${STREAMS} concurrent streams of ${STREAM_TOKENS} tokens at ${STREAM_TPS} tokens/s`);
   return measure(list, (t) => streamLoad(t.url, DURATION_S), 'event');
-}
-
-/** Median over rounds of `a[i] / b[i]`. */
-function pairedRatio(a: readonly number[] | undefined, b: readonly number[] | undefined): number {
-  if (a === undefined || b === undefined) return NaN;
-  return median(a.map((x, i) => x / (b[i] ?? NaN)).filter((x) => Number.isFinite(x)));
 }
 
 function table(rows: readonly Row[], unit: string, bareName: string, what: string): string[] {
