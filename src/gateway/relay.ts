@@ -162,11 +162,6 @@ export async function relayReply(
   return reply;
 }
 
-/** The SSE events of a body, one batch per chunk (the splitter keeps an unterminated tail). */
-async function* sseBatches(body: AsyncIterable<Buffer>, splitter: SseSplitter): AsyncGenerator<readonly SseEvent[]> {
-  for await (const chunk of body) yield splitter.push(chunk);
-}
-
 /**
  * Passes an SSE reply through event by event, with backpressure, renewing the concurrency lease while
  * it flows. @returns tokens to settle: reported usage, or prompt + delivered output when the stream
@@ -191,23 +186,30 @@ async function pipeStream(
   const scrubber = scrubberOf(ctx);
   const renewEvery = 5_000;
   let lastRenew = ctx.clock.now();
-  const batches = call.framing === undefined ? sseBatches(res.body, splitter) : call.framing.events(res.body);
+  /** Relays one batch of events (those one upstream chunk completed); @returns whether the client's socket is full. */
+  const relayBatch = (batch: readonly SseEvent[]): boolean => {
+    let out = '';
+    for (const upstreamEvent of batch) {
+      // An error event may echo what the upstream was sent (the provider key): scrubbed; other events are passed exactly.
+      const event = scrubber.event(upstreamEvent);
+      const pass = observer.onEvent(event);
+      if (translator !== undefined) out += translator.push(event);
+      else if (pass) out += event.raw;
+    }
+    const now = ctx.clock.now();
+    if (now - lastRenew >= renewEvery) {
+      renewSlot(ctx, ex.tenant.id, id);
+      lastRenew = now;
+    }
+    return out.length > 0 && !raw.write(out);
+  };
   try {
-    for await (const batch of batches) {
-      let out = '';
-      for (const upstreamEvent of batch) {
-        // An error event may echo what the upstream was sent (the provider key): scrubbed; other events are passed exactly.
-        const event = scrubber.event(upstreamEvent);
-        const pass = observer.onEvent(event);
-        if (translator !== undefined) out += translator.push(event);
-        else if (pass) out += event.raw;
-      }
-      const now = ctx.clock.now();
-      if (now - lastRenew >= renewEvery) {
-        renewSlot(ctx, ex.tenant.id, id);
-        lastRenew = now;
-      }
-      if (out.length > 0 && !raw.write(out)) await drained(raw);
+    // SSE bytes are split here chunk by chunk (no generator between the body and the relay: one
+    // promise per chunk fewer); other framings (Bedrock's event stream) yield their own batches.
+    if (call.framing === undefined) {
+      for await (const chunk of res.body) if (relayBatch(splitter.push(chunk))) await drained(raw);
+    } else {
+      for await (const batch of call.framing.events(res.body)) if (relayBatch(batch)) await drained(raw);
     }
     raw.end(translator === undefined ? scrubber.text(splitter.rest()) : translator.end());
   } catch {

@@ -57,12 +57,17 @@ function binding(limits: readonly LimitState[], kind: 'requests' | 'tokens'): Li
  */
 export function openAIRateLimitHeaders(limits: readonly LimitState[]): HeaderMap {
   const headers: HeaderMap = {};
-  for (const kind of ['requests', 'tokens'] as const) {
-    const l = binding(limits, kind);
-    if (l === undefined) continue;
-    headers[`x-ratelimit-limit-${kind}`] = String(l.limit);
-    headers[`x-ratelimit-remaining-${kind}`] = String(l.remaining);
-    headers[`x-ratelimit-reset-${kind}`] = formatGoDuration(l.resetMs);
+  const requests = binding(limits, 'requests');
+  if (requests !== undefined) {
+    headers['x-ratelimit-limit-requests'] = String(requests.limit);
+    headers['x-ratelimit-remaining-requests'] = String(requests.remaining);
+    headers['x-ratelimit-reset-requests'] = formatGoDuration(requests.resetMs);
+  }
+  const tokens = binding(limits, 'tokens');
+  if (tokens !== undefined) {
+    headers['x-ratelimit-limit-tokens'] = String(tokens.limit);
+    headers['x-ratelimit-remaining-tokens'] = String(tokens.remaining);
+    headers['x-ratelimit-reset-tokens'] = formatGoDuration(tokens.resetMs);
   }
   return headers;
 }

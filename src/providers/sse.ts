@@ -44,16 +44,21 @@ export class SseSplitter {
   }
 }
 
+/** The fields of one event's text: lines end at `\n` (a `\r` before it is dropped), as `split(/\r?\n/)` would cut them, without the regex. */
 function parseEvent(raw: string): SseEvent {
   let event = '';
   let data: string | undefined;
-  for (const line of raw.split(/\r?\n/)) {
-    if (line.startsWith('data:')) {
-      const value = line.charCodeAt(5) === 32 ? line.slice(6) : line.slice(5);
+  for (let start = 0; start < raw.length; ) {
+    let end = raw.indexOf('\n', start);
+    if (end === -1) end = raw.length;
+    const lineEnd = end > start && raw.charCodeAt(end - 1) === 13 ? end - 1 : end;
+    if (raw.startsWith('data:', start)) {
+      const value = raw.slice(Math.min(lineEnd, start + (raw.charCodeAt(start + 5) === 32 ? 6 : 5)), lineEnd);
       data = data === undefined ? value : `${data}\n${value}`;
-    } else if (line.startsWith('event:')) {
-      event = line.charCodeAt(6) === 32 ? line.slice(7) : line.slice(6);
+    } else if (raw.startsWith('event:', start)) {
+      event = raw.slice(Math.min(lineEnd, start + (raw.charCodeAt(start + 6) === 32 ? 7 : 6)), lineEnd);
     }
+    start = end + 1;
   }
   return { raw, event, data: data ?? '' };
 }

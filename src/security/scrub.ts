@@ -33,7 +33,7 @@ export const REDACTED = '[redacted]';
 export const MIN_LITERAL_SECRET = 6;
 
 /** One credential shape: the pattern and how a match is rewritten (`$n` groups kept). */
-interface Shape {
+export interface Shape {
   readonly pattern: RegExp;
   readonly replace: string;
 }
@@ -44,8 +44,8 @@ interface Shape {
  */
 const VALUE = `[^\\s"'\\\\,;&<>{}\\[\\]]`;
 
-/** Credential shapes, applied in this order (earlier ones leave `[redacted]`, which later ones skip). */
-const SHAPES: readonly Shape[] = [
+/** Credential shapes, applied in this order (earlier ones leave `[redacted]`, which later ones skip). Exported for tests. */
+export const SHAPES: readonly Shape[] = [
   // scheme://user:password@host: the password.
   { pattern: /:\/\/([^\s/:@"'\\]*):([^\s/@"'\\]+)@/g, replace: `://$1:${REDACTED}@` },
   // RFC 6750 b64token after Bearer (any case), base64 after Basic.
@@ -66,6 +66,14 @@ const SHAPES: readonly Shape[] = [
   // Long base64/hex after key/token/secret/...: `key=AbC…`, `access_token: "…"`, `client_secret=…`.
   { pattern: /(key|token|secret|signature|credential)(["']?\s*[:=]\s*["']?)[A-Za-z0-9+/_\-.~]{16,}=*/gi, replace: `$1$2${REDACTED}` },
 ];
+
+/**
+ * A text none of whose substrings is one of these (any case) matches no shape in {@link SHAPES}:
+ * each shape's match starts with or contains one of them. One scan instead of one per shape, for
+ * the usual header value or message that holds nothing credential-like. Exported for tests (which
+ * check the claim against every shape).
+ */
+export const MAY_HOLD_CREDENTIAL = /:\/\/|bearer|basic|sk[-_]|akia|asia|aiza|gh[pousr]_|xox|eyj|authorization|passw|key|token|secret|signature|credential/i;
 
 /** JSON property names whose string values are credentials, whatever they look like. */
 const SECRET_PROPERTY = /^(?:x-)?(?:api[-_]?key|authorization|proxy-authorization|(?:access|refresh|auth|id|session|bearer)?[-_]?token|(?:client[-_]?)?secret|password|passwd|credentials?)$/i;
@@ -106,6 +114,7 @@ export class SecretScrubber {
   text(text: string): string {
     let out = text;
     for (const literal of this.#literals) if (out.includes(literal)) out = out.split(literal).join(REDACTED);
+    if (!MAY_HOLD_CREDENTIAL.test(out)) return out;
     for (const shape of SHAPES) out = out.replace(shape.pattern, shape.replace);
     return out;
   }

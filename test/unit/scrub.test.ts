@@ -6,7 +6,8 @@
  */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { REDACTED, SecretScrubber } from '../../src/security/scrub.ts';
+import fc from 'fast-check';
+import { MAY_HOLD_CREDENTIAL, REDACTED, SHAPES, SecretScrubber } from '../../src/security/scrub.ts';
 
 const KEY = 'prov-key-7f3a9c21';
 const scrubber = new SecretScrubber([KEY, undefined, 'abc']);
@@ -164,4 +165,31 @@ describe('linear time on 1 MB adversarial bodies', () => {
       assert.ok(ms < 5_000, `${name}: ${Math.round(ms)} ms for ${input.length} characters`);
     });
   }
+});
+
+describe('the credential pre-check', () => {
+  // Fragments of every shape (prefixes, separators, value characters) in mixed case, so random
+  // concatenations build matches of each shape and near misses.
+  const FRAGMENTS = ['://', 'u:', 'pw@', 'Bearer ', 'bearer\t', 'Basic ', 'sk-', 'sk_', 'AKIA', 'ASIA', 'AIza', 'ghp_', 'gho_', 'xoxb-', 'eyJ', '.', 'api_key', 'X-Api-Key', 'authorization', 'Password', 'passwd', 'key', 'TOKEN', 'secret', 'signature', 'Credential', '=', ': ', '"', "'", 'abcdefghij', 'ABCDEFGHIJKLMNOP', '0123456789', '-_~+/', ' ', '[redacted]'];
+  const text = fc.array(fc.constantFrom(...FRAGMENTS), { maxLength: 14 }).map((parts) => parts.join(''));
+
+  test('a text the pre-check passes over matches no credential shape', () => {
+    fc.assert(
+      fc.property(text, (s) => {
+        if (MAY_HOLD_CREDENTIAL.test(s)) return;
+        for (const shape of SHAPES) assert.equal(new RegExp(shape.pattern.source, shape.pattern.flags.replace('g', '')).test(s), false, `${shape.pattern} matches ${JSON.stringify(s)}`);
+      }),
+      { numRuns: 3000 },
+    );
+  });
+
+  test('each shape has a sample the pre-check must let through, and text() scrubs it', () => {
+    const scrubber = new SecretScrubber([]);
+    const samples = ['https://user:hunter22@host', 'Bearer abcdefghijkl', 'Basic QWxhZGRpbjpvcGVu', 'sk-abcdefghijklmnopqrst', 'AKIAABCDEFGHIJKLMNOP', `AIza${'a'.repeat(35)}`, `ghp_${'a'.repeat(30)}`, 'xoxb-1234567890', 'eyJabcdefgh.abcdefghij.abcdefghij', 'x-api-key: abcdefgh', 'client_secret=abcdefghijklmnopqr'];
+    for (const s of samples) {
+      assert.ok(MAY_HOLD_CREDENTIAL.test(s), s);
+      assert.ok(scrubber.text(s).includes(REDACTED), s);
+    }
+    assert.equal(SHAPES.length, samples.length);
+  });
 });
