@@ -29,6 +29,13 @@ export interface CompiledPolicy {
   readonly offsets: readonly number[];
   /** Length of a tenant's state array. */
   readonly slots: number;
+  /** Per limit: true for a token bucket (its state is numbers only: no object in a tenant's `objs`). */
+  readonly bucket: readonly boolean[];
+  /**
+   * Index of the first limit whose state is an object (window, semaphore, budget), or −1: a tenant
+   * keeps that object in a field too (`TenantLimits.first`), one pointer less to chase per decision.
+   */
+  readonly firstObject: number;
   /** Limit index by name. */
   readonly indexByName: ReadonlyMap<string, number>;
   /** True when a `tokens` limit has weights (settlement then weighs token kinds). */
@@ -66,14 +73,17 @@ export function compilePolicy(policy: Policy): CompiledPolicy {
     else scoped = true;
   });
   const offsets: number[] = [];
+  const bucket: boolean[] = [];
   const indexByName = new Map<string, number>();
   let slots = 1;
   limits.forEach((l, i) => {
     indexByName.set(l.name, i);
+    const isBucket = l.kind !== 'concurrent' && l.kind !== 'cost' && l.algorithm === 'token_bucket';
+    bucket.push(isBucket);
     if (l.kind === 'concurrent') {
       offsets.push(slots);
       slots += SEMAPHORE_SLOTS;
-    } else if (l.kind !== 'cost' && l.algorithm === 'token_bucket') {
+    } else if (isBucket) {
       offsets.push(slots);
       slots += BUCKET_SLOTS;
     } else {
@@ -88,6 +98,8 @@ export function compilePolicy(policy: Policy): CompiledPolicy {
     reservationTtlMs: ttl > 0 ? ttl : DEFAULT_RESERVATION_TTL_MS,
     offsets,
     slots,
+    bucket,
+    firstObject: bucket.indexOf(false),
     indexByName,
     weighted: limits.some((l) => l.kind === 'tokens' && l.weights !== undefined),
     budgets: limits.some((l) => l.kind === 'cost'),

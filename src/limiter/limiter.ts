@@ -4,6 +4,7 @@ import { Reservation } from './reservation.ts';
 import type { Budget } from './budget.ts';
 import { asBudget, budgetView, changeSpend, type BudgetView, type SpendChange } from './budget-view.ts';
 import {
+  type LimitObject,
   adjustBucket,
   budgetKeep,
   costOf,
@@ -97,6 +98,10 @@ export class Limiter {
    *   tenant's policy is invalid (see `compilePolicy`).
    */
   acquire(tenant: string, req: AcquireRequest): AcquireResult {
+    // The clock first: reading it (a vDSO call) waits for the CPU's pending memory loads, so after
+    // the policy and tenant lookups it would make their cache misses (on a cold tenant) wait one
+    // after the other instead of together.
+    const now = this.#clock.now();
     const policy = this.#policyFor(tenant);
     if (policy === undefined) return UNLIMITED;
     checkAcquireRequest(req);
@@ -104,7 +109,6 @@ export class Limiter {
     const requests = req.requests ?? 1;
     const floor = req.floor ?? 0;
     const money = req.cost ?? 0n;
-    const now = this.#clock.now();
     let st = this.#tenants.get(tenant);
     if (st !== undefined && st.policy !== policy) this.#rebuild(st, policy, now);
     const c = st === undefined ? this.#compile(policy) : st.compiled;
@@ -114,7 +118,11 @@ export class Limiter {
     const id = req.id;
 
     if (st !== undefined) {
+      // Every applicable limit to now first (refilled; expired entries and leases dropped), as every
+      // outcome below needs: on a cold tenant this loads its numbers and limit objects together, so
+      // that the CPU waits for their cache misses at once rather than one after the other.
       if (now >= (st.num[0] as number)) purgeReservations(st, now);
+      for (let k = 0; k < applied.length; k++) syncLimit(c, st, applied[k] as number, now);
       if (st.has(id)) return this.#refusal('duplicate', specs[applied[0] as number] as LimitSpec, 0, st, c, applied, now);
     }
     for (let k = 0; k < applied.length; k++) {
@@ -147,7 +155,7 @@ export class Limiter {
       const cost = costOf(specs[i] as LimitSpec, tokens, requests);
       const seq = takeLimit(c, st, i, cost, now, id, money);
       if (seq >= 0) (seqs ??= new Array<number>(applied.length).fill(-1))[k] = seq;
-      else if (tally !== undefined && st.objs[i] === null) tallyAdd(tally, (specs[i] as LimitSpec).name, cost);
+      else if (tally !== undefined && c.bucket[i] === true) tallyAdd(tally, (specs[i] as LimitSpec).name, cost);
     }
     const res = new Reservation(tokens, requests, c, st.objs, applied, seqs, now, money, now);
     st.set(id, res);
@@ -190,14 +198,14 @@ export class Limiter {
     const money = detail?.cost;
     const moneyDelta = money === undefined ? 0n : money - res.cost;
     if (delta !== 0 || weighted || (money !== undefined && res.compiled.budgets)) {
-      const { applied, compiled, objs, seqs } = res;
+      const { applied, compiled, seqs } = res;
       const cur = st.compiled;
       for (let k = 0; k < applied.length; k++) {
         const i = applied[k] as number;
         const spec0 = compiled.limits[i] as LimitSpec;
         if (spec0.kind === 'cost') {
-          const budget = objs[i];
-          if (money === undefined || budget === null || budget === undefined || budget.algorithm !== 'budget') continue;
+          const budget = reservedObject(res, st, i);
+          if (money === undefined || budget === null || budget.algorithm !== 'budget') continue;
           budget.purge(now);
           // Admitted in a period that has ended: its reservation was forgotten with that period.
           budget.adjust(res.admittedAt < budget.start ? money : moneyDelta);
@@ -207,8 +215,8 @@ export class Limiter {
         const spec = spec0;
         const d = weighted && spec.weights !== undefined ? weightedTokens(actualTokens, kinds, spec) - res.tokens : delta;
         if (d === 0) continue;
-        const obj = objs[i];
-        if (obj !== null && obj !== undefined) {
+        const obj = reservedObject(res, st, i);
+        if (obj !== null) {
           if (obj.algorithm === 'sliding_window' && seqs !== null) obj.adjust(seqs[k] as number, id, d);
         } else if (compiled === cur) {
           adjustBucket(cur, st, i, d, now);
@@ -251,10 +259,10 @@ export class Limiter {
     const st = this.#tenants.get(tenant);
     const res = st === undefined ? undefined : this.#unreleased(st, id, now);
     if (st === undefined || res === undefined) return false;
-    const { applied, objs } = res;
+    const applied = res.applied;
     for (let k = 0; k < applied.length; k++) {
-      const obj = objs[applied[k] as number];
-      if (obj !== null && obj !== undefined && obj.algorithm === 'semaphore') obj.release(now, id);
+      const obj = reservedObject(res, st, applied[k] as number);
+      if (obj !== null && obj.algorithm === 'semaphore') obj.release(now, id);
     }
     res.released = true;
     if (res.settled) st.delete(id);
@@ -271,11 +279,11 @@ export class Limiter {
     const now = this.#clock.now();
     const st = this.#tenants.get(tenant);
     const res = st === undefined ? undefined : this.#unreleased(st, id, now);
-    if (res === undefined) return false;
-    const { applied, objs } = res;
+    if (st === undefined || res === undefined) return false;
+    const applied = res.applied;
     for (let k = 0; k < applied.length; k++) {
-      const obj = objs[applied[k] as number];
-      if (obj !== null && obj !== undefined && obj.algorithm === 'semaphore') obj.renew(now, id);
+      const obj = reservedObject(res, st, applied[k] as number);
+      if (obj !== null && obj.algorithm === 'semaphore') obj.renew(now, id);
     }
     res.expiresAt = now + res.ttlMs;
     return true;
@@ -551,11 +559,7 @@ export class Limiter {
   /** A reload gave the tenant a new policy object: rebuild its limits, keeping usage by name. */
   #rebuild(st: TenantState, policy: Policy, now: number): void {
     const c = this.#compile(policy);
-    const next = rebuildTenantLimits(st.compiled, st, c, now);
-    st.num = next.num;
-    st.objs = next.objs;
-    st.policy = policy;
-    st.compiled = c;
+    st.relimit(policy, c, rebuildTenantLimits(st.compiled, st, c, now));
   }
 
   #states(st: TenantState, applied: readonly number[], now: number): LimitState[] {
@@ -582,6 +586,17 @@ export class Limiter {
     }
     return { ok: false, reason, limit: spec.name, kind: spec.kind, retryAfterMs, limits };
   }
+}
+
+/**
+ * The state object of limit `i` (in `res.compiled`) that reservation `res` of tenant `st` was taken
+ * from, or null for a token bucket: `st.first` while the tenant still has the objects the
+ * reservation was admitted with (no reload since), else from the reservation's own `objs`.
+ */
+function reservedObject(res: Reservation, st: TenantState, i: number): LimitObject | null {
+  const c = res.compiled;
+  if (c.bucket[i] === true) return null;
+  return i === c.firstObject && res.objs === st.objs ? st.first : (res.objs[i] ?? null);
 }
 
 /**

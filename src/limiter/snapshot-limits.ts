@@ -7,7 +7,7 @@ import type { CompiledPolicy } from './compiled-policy.ts';
 import { Semaphore } from './semaphore.ts';
 import { SlidingWindow } from './sliding-window.ts';
 import type { LimitSnapshot } from './snapshot.ts';
-import type { LimitObject, TenantLimits } from './tenant-limits.ts';
+import { tenantLimits, type LimitObject, type TenantLimits } from './tenant-limits.ts';
 import { bucketInit, bucketRefill, bucketSetUsed, bucketUsed } from './token-bucket.ts';
 import type { LimitSpec } from './types.ts';
 
@@ -115,5 +115,5 @@ export function restoreLimits(c: CompiledPolicy, snaps: readonly LimitSnapshot[]
     }
     entryOf.push(seqs);
   }
-  return { num, objs, entryOf };
+  return { ...tenantLimits(c, num, objs), entryOf };
 }

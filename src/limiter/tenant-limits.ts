@@ -29,6 +29,26 @@ export interface TenantLimits {
   num: number[];
   /** Indexed like the policy's limits; null for token buckets. */
   objs: (LimitObject | null)[];
+  /**
+   * `objs[c.firstObject]` (null when the policy has no object limit): the limit object a decision
+   * reads without loading `objs` (see {@link limitObject}).
+   */
+  first: LimitObject | null;
+}
+
+/** Limits `num` and `objs` of a tenant under `c`, with `first` set from them. */
+export function tenantLimits(c: CompiledPolicy, num: number[], objs: (LimitObject | null)[]): TenantLimits {
+  return { num, objs, first: c.firstObject < 0 ? null : (objs[c.firstObject] ?? null) };
+}
+
+/**
+ * The state object of limit `i` of `t` (`t` built for `c`), or null for a token bucket. Decided from
+ * `c` (shared by every tenant of the policy, so in cache) and `t.first` where it can be: on a cold
+ * tenant each array read is a cache miss.
+ */
+export function limitObject(c: CompiledPolicy, t: TenantLimits, i: number): LimitObject | null {
+  if (c.bucket[i] === true) return null;
+  return i === c.firstObject ? t.first : (t.objs[i] ?? null);
 }
 
 /** Units an acquire of (`tokens`, `requests`) costs under `spec` (1 slot for concurrency; 0 for a cost limit, which counts money). */
@@ -46,7 +66,7 @@ export function createTenantLimits(c: CompiledPolicy, nowMs: number): TenantLimi
   const num = new Array<number>(c.slots).fill(0.5);
   const objs: (LimitObject | null)[] = [];
   for (let i = 0; i < c.limits.length; i++) objs.push(createLimit(c, num, i, nowMs));
-  return { num, objs };
+  return tenantLimits(c, num, objs);
 }
 
 function createLimit(c: CompiledPolicy, num: number[], i: number, nowMs: number): LimitObject | null {
@@ -61,8 +81,8 @@ function createLimit(c: CompiledPolicy, num: number[], i: number, nowMs: number)
 
 /** Brings limit `i` to `nowMs`: refills a bucket, purges a window's or a semaphore's expired entries. */
 export function syncLimit(c: CompiledPolicy, t: TenantLimits, i: number, nowMs: number): void {
-  const obj = t.objs[i];
-  if (obj === null || obj === undefined) {
+  const obj = limitObject(c, t, i);
+  if (obj === null) {
     const spec = c.limits[i] as LimitSpec & { windowMs: number };
     bucketRefill(t.num, c.offsets[i] as number, spec.limit, spec.windowMs, nowMs);
   } else {
@@ -76,8 +96,8 @@ export function syncLimit(c: CompiledPolicy, t: TenantLimits, i: number, nowMs: 
  * take `money` (pico-dollars, leaving `keep` after it) returns the ms until its period ends.
  */
 export function limitWaitMs(c: CompiledPolicy, t: TenantLimits, i: number, cost: number, nowMs: number, money = 0n, keep = 0n): number {
-  const obj = t.objs[i];
-  if (obj === null || obj === undefined) {
+  const obj = limitObject(c, t, i);
+  if (obj === null) {
     const spec = c.limits[i] as LimitSpec & { windowMs: number };
     const o = c.offsets[i] as number;
     bucketRefill(t.num, o, spec.limit, spec.windowMs, nowMs);
@@ -94,8 +114,8 @@ export function limitWaitMs(c: CompiledPolicy, t: TenantLimits, i: number, cost:
  * @returns the sliding-window entry's sequence number, or −1 for other limits.
  */
 export function takeLimit(c: CompiledPolicy, t: TenantLimits, i: number, cost: number, nowMs: number, id: string, money = 0n): number {
-  const obj = t.objs[i];
-  if (obj === null || obj === undefined) {
+  const obj = limitObject(c, t, i);
+  if (obj === null) {
     bucketTake(t.num, c.offsets[i] as number, (c.limits[i] as LimitSpec & { windowMs: number }).windowMs, cost);
     return -1;
   }
@@ -125,10 +145,10 @@ export function limitState(c: CompiledPolicy, t: TenantLimits | undefined, i: nu
     const end = periodAt(spec.period, nowMs).end;
     return { name: spec.name, kind: spec.kind, limit: spec.limit, remaining: spec.limit, resetMs: Math.ceil(end - nowMs), resetAt: end };
   }
-  const obj = t.objs[i];
+  const obj = limitObject(c, t, i);
   let remaining: number;
   let reset: number;
-  if (obj === null || obj === undefined) {
+  if (obj === null) {
     const o = c.offsets[i] as number;
     const windowMs = (spec as LimitSpec & { windowMs: number }).windowMs;
     remaining = bucketRemaining(t.num, o, windowMs);
@@ -225,5 +245,5 @@ export function rebuildTenantLimits(old: CompiledPolicy, prev: TenantLimits, nex
       objs.push(null);
     }
   }
-  return { num, objs };
+  return tenantLimits(next, num, objs);
 }

@@ -12,13 +12,14 @@ import type { Policy } from './types.ts';
  * Everything the limiter keeps for one tenant, in as few objects as possible (a decision on a
  * cold tenant costs a cache miss per object): its open reservations by request id (inherited
  * table: the first one inline), its policy, its limits' numbers in one array (slot 0: a lower
- * bound of the earliest reservation expiry, ms), and its limit objects.
+ * bound of the earliest reservation expiry, ms), and its limit objects (the first also in a field).
  */
 export class TenantState extends IdTable<Reservation> implements TenantLimits {
   policy: Policy;
   compiled: CompiledPolicy;
   num: number[];
   objs: (LimitObject | null)[];
+  first: LimitObject | null;
 
   constructor(policy: Policy, compiled: CompiledPolicy, limits: TenantLimits) {
     super();
@@ -26,7 +27,17 @@ export class TenantState extends IdTable<Reservation> implements TenantLimits {
     this.compiled = compiled;
     this.num = limits.num;
     this.objs = limits.objs;
+    this.first = limits.first;
     this.num[0] = Infinity;
+  }
+
+  /** Moves the tenant to `policy` (compiled `compiled`) with `limits` built for it (a reload); slot 0 is the caller's. */
+  relimit(policy: Policy, compiled: CompiledPolicy, limits: TenantLimits): void {
+    this.num = limits.num;
+    this.objs = limits.objs;
+    this.first = limits.first;
+    this.policy = policy;
+    this.compiled = compiled;
   }
 }
 
