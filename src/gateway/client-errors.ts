@@ -110,6 +110,20 @@ function connectionErrorOf(err: ConnectionError): ClientError | undefined {
   return undefined;
 }
 
+/** Set on an in-flight response whose connection broke with a client error: the status of the answer written in its place. */
+const REPLACED_BY = Symbol('quotaring.replaced-by');
+type ReplacedResponse = ServerResponse & { [REPLACED_BY]?: number };
+
+/**
+ * The status a response ended with, for request log lines and metrics: `res.statusCode` once it
+ * finished; 499 when it closed unfinished because the client left; the status of the connection
+ * error's answer (400 ...) that {@link clientErrorHandler} wrote in its place.
+ */
+export function endStatus(res: ServerResponse): number {
+  if (!res.destroyed || res.writableFinished) return res.statusCode;
+  return (res as ReplacedResponse)[REPLACED_BY] ?? 499;
+}
+
 /**
  * fastify's `clientErrorHandler`: node's HTTP server failed a request before fastify saw it (a
  * parser error, headers over `max_header_size`, `headers_timeout` or `request_timeout` passed).
@@ -125,6 +139,9 @@ export function clientErrorHandler(log: () => FastifyBaseLogger): (err: Connecti
     const inFlight = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage;
     if (client !== undefined && socket.writable && (inFlight === undefined || inFlight === null || !inFlight.headersSent)) {
       const status = ERRORS[client.code].status;
+      // The request in flight (if any) ends with this answer: its status for logs and metrics (see endStatus).
+      // Not when the client closed its side mid-request (HPE_INVALID_EOF_STATE): that client left (499).
+      if (inFlight !== undefined && inFlight !== null && err.code !== 'HPE_INVALID_EOF_STATE') (inFlight as ReplacedResponse)[REPLACED_BY] = status;
       const body = JSON.stringify(errorBody(rawDialect(err, socket), client.code, client.message));
       socket.write(
         `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nx-quotaring-error: ${client.code}\r\nconnection: close\r\n\r\n${body}`,

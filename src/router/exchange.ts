@@ -10,7 +10,7 @@ import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from 'fastify';
 import type { TenantConfig } from '../config/schema.ts';
 import { ERRORS, errorBody } from '../errors.ts';
 import type { ErrorCode } from '../errors.ts';
-import { dialectOf } from '../gateway/client-errors.ts';
+import { dialectOf, endStatus } from '../gateway/client-errors.ts';
 import { levelEnabled } from '../ops/logging.ts';
 
 /** The log lines a proxied request writes (pino's signature: fields first, then the message). */
@@ -84,14 +84,15 @@ export interface RawExchangeContext {
   readonly log: FastifyBaseLogger;
   /** The next request id, from the counter fastify's requests use too (`genReqId`). */
   readonly nextRequestId: () => string;
-  /** Called once when the response finished (or failed), like fastify's `onResponse` hook. */
+  /** Called once when the response finished, failed or closed unfinished (like fastify's `onResponse` hook, and see the router's `onRequest` hook for the last). */
   readonly onResponse: (exchange: RawExchange) => void;
 }
 
 /**
  * A request served below fastify: answers are written on the `ServerResponse` as fastify would
  * write them (same status line, headers and JSON body), and the response's end is reported to
- * {@link RawExchangeContext.onResponse} on `finish` or `error`, as fastify reports it to `onResponse` hooks.
+ * {@link RawExchangeContext.onResponse} on `finish` or `error`, as fastify reports it to `onResponse`
+ * hooks, and on a `close` before either (the client left: status 499), which fastify does not report.
  */
 export class RawExchange implements ProxyExchange, ExchangeLog {
   readonly req: IncomingMessage;
@@ -110,6 +111,8 @@ export class RawExchange implements ProxyExchange, ExchangeLog {
     (res as TrackedResponse)[EXCHANGE] = this;
     res.on('finish', onResponseEnd);
     res.on('error', onResponseEnd);
+    // Closed before it finished: the client left (or the answer was cut), a 499 (see status()).
+    res.on('close', onResponseEnd);
   }
 
   /** Lines about this request: the router's logger, the request's `reqId` added to each. */
@@ -122,10 +125,9 @@ export class RawExchange implements ProxyExchange, ExchangeLog {
     return performance.now() - this.start;
   }
 
-  /** The status the request ends with for metrics and its log line: 499 when the client left before its answer was complete. */
+  /** The status the request ends with for metrics and its log line: 499 when the client left before its answer was complete (see `endStatus`). */
   status(): number {
-    const res = this.res;
-    return res.destroyed && !res.writableFinished ? 499 : res.statusCode;
+    return endStatus(this.res);
   }
 
   sendError(code: ErrorCode, message?: string): void {
@@ -177,6 +179,7 @@ export class RawExchange implements ProxyExchange, ExchangeLog {
     const res = this.res as TrackedResponse;
     res.off('finish', onResponseEnd);
     res.off('error', onResponseEnd);
+    res.off('close', onResponseEnd);
     res[EXCHANGE] = undefined;
     this.#ctx.onResponse(this);
   }

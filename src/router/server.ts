@@ -5,6 +5,7 @@
  * (see `fast-path.ts`).
  */
 import Fastify, { LogController } from 'fastify';
+import type { ServerResponse } from 'node:http';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Clock } from '../clock.ts';
 import { systemClock } from '../clock.ts';
@@ -20,7 +21,7 @@ import { HealthCheck } from './health-check.ts';
 import { MemberPools } from './member-pools.ts';
 import { MAX_REPLAY_BYTES, declaresMoreThan } from './request-body.ts';
 import { noRouteMessage } from '../errors.ts';
-import { answerClientFault, sendCatalogueError } from '../gateway/client-errors.ts';
+import { answerClientFault, endStatus, sendCatalogueError } from '../gateway/client-errors.ts';
 import { applyListenerLimits, listenerOptions } from '../gateway/listener.ts';
 import { Suspects } from './suspects.ts';
 import { FastifyExchange } from './exchange.ts';
@@ -75,6 +76,10 @@ export interface RouterControl {
 }
 
 const controls = new WeakMap<FastifyInstance, RouterControl>();
+
+/** Set on a response of the fastify path once its request line and metric are written. */
+const COUNTED = Symbol('quotaring.counted');
+type CountedResponse = ServerResponse & { [COUNTED]?: true };
 
 /** The message of a 503 `no_healthy_node` while the router has never read its members (Redis unreachable since it started). */
 const NO_MEMBERS_YET = 'No gateway node is known yet: this router has not reached Redis (cluster.redis) to read the cluster members; it keeps trying. Retry shortly.';
@@ -177,9 +182,22 @@ export function buildRouter(opts: RouterOptions): FastifyInstance {
     done();
   });
   app.register(async (v1) => {
+    // Once per request: fastify's onResponse (finished or failed), or the response closing before
+    // either (the client left: 499), which fastify reports to no hook — as RawExchange does.
+    const once = (request: FastifyRequest, reply: FastifyReply): void => {
+      const raw = reply.raw as CountedResponse;
+      if (raw[COUNTED] === true) return;
+      raw[COUNTED] = true;
+      answered(request.log, request.tenant, raw.destroyed && !raw.writableFinished ? endStatus(raw) : reply.statusCode, reply.elapsedTime);
+    };
+    v1.addHook('onRequest', (request, reply, done) => {
+      reply.raw.once('close', () => {
+        if (!reply.raw.writableFinished) once(request, reply);
+      });
+      done();
+    });
     v1.addHook('onResponse', (request, reply, done) => {
-      const raw = reply.raw;
-      answered(request.log, request.tenant, raw.destroyed && !raw.writableFinished ? 499 : reply.statusCode, reply.elapsedTime);
+      once(request, reply);
       done();
     });
     // The provider APIs: OpenAI's and Anthropic's under /v1, Azure OpenAI's under /openai. POSTs
