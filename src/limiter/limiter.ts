@@ -5,15 +5,16 @@ import type { Budget } from './budget.ts';
 import { asBudget, budgetView, changeSpend, type BudgetView, type SpendChange } from './budget-view.ts';
 import {
   type LimitObject,
+  limitObject,
   adjustBucket,
   budgetKeep,
   costOf,
   createTenantLimits,
   limitState,
   limitsIdle,
-  limitWaitMs,
   rebuildTenantLimits,
   syncLimit,
+  syncedWaitMs,
   takeLimit,
 } from './tenant-limits.ts';
 import { boundSnapshot, conservativeSnapshot } from './snapshot-bounds.ts';
@@ -309,6 +310,7 @@ export class Limiter {
       const spec = c.limits[i] as LimitSpec;
       if (tooLarge(spec, req.tokens, requests, money, floor)) return Infinity;
       if (st === undefined) continue;
+      syncLimit(c, st, i, now);
       const w = this.#waitOf(c, st, i, req.tokens, requests, floor, now, money);
       if (w > wait) wait = w;
     }
@@ -316,15 +318,15 @@ export class Limiter {
   }
 
   /**
-   * Ms until limit `i` could take a request of `tokens`/`requests` (0: now). A floored request must
+   * Ms until limit `i` (synced to `now`) could take a request of `tokens`/`requests` (0: now). A floored request must
    * leave `floor × limit` behind it: it waits as if it cost that much more. A full concurrency
    * limit counts min(hint, earliest lease expiry).
    */
   #waitOf(c: CompiledPolicy, st: TenantState, i: number, tokens: number, requests: number, floor: number, now: number, money: bigint): number {
     const spec = c.limits[i] as LimitSpec;
-    if (spec.kind === 'concurrent') return Math.min(limitWaitMs(c, st, i, 0, now), this.#hintMs);
-    if (spec.kind === 'cost') return limitWaitMs(c, st, i, 0, now, money, budgetKeep(spec.limit, floor));
-    return limitWaitMs(c, st, i, floor === 0 ? costOf(spec, tokens, requests) : costOf(spec, tokens, requests) + floor * spec.limit, now);
+    if (spec.kind === 'concurrent') return Math.min(syncedWaitMs(c, st, i, 0, now), this.#hintMs);
+    if (spec.kind === 'cost') return syncedWaitMs(c, st, i, 0, now, money, budgetKeep(spec.limit, floor));
+    return syncedWaitMs(c, st, i, floor === 0 ? costOf(spec, tokens, requests) : costOf(spec, tokens, requests) + floor * spec.limit, now);
   }
 
   /**
@@ -594,9 +596,7 @@ export class Limiter {
  * reservation was admitted with (no reload since), else from the reservation's own `objs`.
  */
 function reservedObject(res: Reservation, st: TenantState, i: number): LimitObject | null {
-  const c = res.compiled;
-  if (c.bucket[i] === true) return null;
-  return i === c.firstObject && res.objs === st.objs ? st.first : (res.objs[i] ?? null);
+  return res.objs === st.objs ? limitObject(res.compiled, st, i) : (res.objs[i] ?? null);
 }
 
 /**

@@ -91,25 +91,23 @@ export function syncLimit(c: CompiledPolicy, t: TenantLimits, i: number, nowMs: 
 }
 
 /**
- * Syncs limit `i` and returns the exact ms (not rounded) until `cost` fits, 0 when it fits
- * now; a full semaphore returns the ms until its earliest lease expires; a budget that cannot
- * take `money` (pico-dollars, leaving `keep` after it) returns the ms until its period ends.
+ * The exact ms (not rounded) until `cost` fits in limit `i`, 0 when it fits now, for a limit
+ * brought to `nowMs` by {@link syncLimit} first; a full semaphore returns the ms until its earliest
+ * lease expires; a budget that cannot take `money` (pico-dollars, leaving `keep` after it) returns
+ * the ms until its period ends.
  */
-export function limitWaitMs(c: CompiledPolicy, t: TenantLimits, i: number, cost: number, nowMs: number, money = 0n, keep = 0n): number {
+export function syncedWaitMs(c: CompiledPolicy, t: TenantLimits, i: number, cost: number, nowMs: number, money = 0n, keep = 0n): number {
   const obj = limitObject(c, t, i);
   if (obj === null) {
     const spec = c.limits[i] as LimitSpec & { windowMs: number };
-    const o = c.offsets[i] as number;
-    bucketRefill(t.num, o, spec.limit, spec.windowMs, nowMs);
-    return bucketWaitMs(t.num, o, spec.limit, spec.windowMs, cost);
+    return bucketWaitMs(t.num, c.offsets[i] as number, spec.limit, spec.windowMs, cost);
   }
-  obj.purge(nowMs);
   if (obj.algorithm === 'budget') return obj.waitMs(nowMs, money, keep);
   return obj.algorithm === 'sliding_window' ? obj.waitMs(nowMs, cost) : obj.waitMs(nowMs);
 }
 
 /**
- * Takes `cost` from limit `i` for request `id` (after `limitWaitMs` returned 0); a budget takes
+ * Takes `cost` from limit `i` for request `id` (after `syncedWaitMs` returned 0); a budget takes
  * `money` pico-dollars.
  * @returns the sliding-window entry's sequence number, or −1 for other limits.
  */
