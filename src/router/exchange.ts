@@ -149,23 +149,25 @@ export class RawExchange implements ProxyExchange, ExchangeLog {
   }
 
   debug(fields: object, msg: string): void {
-    const log = this.#ctx.log;
-    if (levelEnabled(log, 'debug')) log.debug({ reqId: this.#reqId(), ...fields }, msg);
+    this.#line('debug', fields, msg);
   }
 
   info(fields: object, msg: string): void {
-    const log = this.#ctx.log;
-    if (levelEnabled(log, 'info')) log.info({ reqId: this.#reqId(), ...fields }, msg);
+    this.#line('info', fields, msg);
   }
 
   warn(fields: object, msg: string): void {
-    const log = this.#ctx.log;
-    if (levelEnabled(log, 'warn')) log.warn({ reqId: this.#reqId(), ...fields }, msg);
+    this.#line('warn', fields, msg);
   }
 
   error(fields: object, msg: string): void {
+    this.#line('error', fields, msg);
+  }
+
+  /** Writes one line at `level` with the request's `reqId`, when the router's logger writes that level. */
+  #line(level: 'debug' | 'info' | 'warn' | 'error', fields: object, msg: string): void {
     const log = this.#ctx.log;
-    if (levelEnabled(log, 'error')) log.error({ reqId: this.#reqId(), ...fields }, msg);
+    if (levelEnabled(log, level)) log[level]({ reqId: this.#reqId(), ...fields }, msg);
   }
 
   /** The request's id, taken from the shared counter at its first log line. */

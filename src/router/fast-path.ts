@@ -17,6 +17,7 @@ import type { IncomingMessage, Server, ServerOptions, ServerResponse } from 'nod
 import type { FastifyServerFactoryHandler } from 'fastify';
 import { clientErrorOf } from '../gateway/client-errors.ts';
 import { RawExchange } from './exchange.ts';
+import { clientGone } from './forward.ts';
 import type { ProxyExchange, RawExchangeContext } from './exchange.ts';
 
 /** What the router serves on the fast path, set once its routes exist (see {@link FastPath.serve}). */
@@ -137,8 +138,7 @@ function answerFault(exchange: RawExchange, err: unknown): void {
   }
   if (req.aborted || res.destroyed || req.socket === null || req.socket.destroyed) {
     exchange.log.debug({ err: (err as Error).message }, 'client closed the connection');
-    exchange.hijack();
-    if (!res.destroyed) res.destroy();
+    clientGone(exchange);
     return;
   }
   const client = clientErrorOf(err);

@@ -282,8 +282,8 @@ export function bodyTooLarge(ex: ProxyExchange, limit: number): void {
   return ex.sendError('body_too_large', `The request body is larger than ${limit} bytes (server.body_limit).`);
 }
 
-/** The client left: nothing to answer. */
-function clientGone(ex: ProxyExchange): void {
+/** The client left: nothing to answer; the response is hijacked and its socket destroyed. */
+export function clientGone(ex: ProxyExchange): void {
   ex.hijack();
   if (!ex.res.destroyed) ex.res.destroy();
 }

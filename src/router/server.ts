@@ -188,7 +188,7 @@ export function buildRouter(opts: RouterOptions): FastifyInstance {
       const raw = reply.raw as CountedResponse;
       if (raw[COUNTED] === true) return;
       raw[COUNTED] = true;
-      answered(request.log, request.tenant, raw.destroyed && !raw.writableFinished ? endStatus(raw) : reply.statusCode, reply.elapsedTime);
+      answered(request.log, request.tenant, endStatus(raw), reply.elapsedTime);
     };
     v1.addHook('onRequest', (request, reply, done) => {
       reply.raw.once('close', () => {
