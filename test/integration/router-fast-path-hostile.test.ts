@@ -7,19 +7,17 @@
  * and through fastify alike. The stand-in node is a plain `node:http` server.
  */
 import assert from 'node:assert/strict';
-import { createServer } from 'node:http';
-import type { IncomingHttpHeaders, IncomingMessage, Server, ServerResponse } from 'node:http';
 import { connect } from 'node:net';
-import type { AddressInfo, Socket } from 'node:net';
-import { PassThrough } from 'node:stream';
+import type { Socket } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { FastifyInstance } from 'fastify';
 import { buildConfig } from '../../src/config/load.ts';
-import type { Member, Ring } from '../../src/coord/types.ts';
+import type { Ring } from '../../src/coord/types.ts';
 import { buildRouter, routerControl } from '../../src/router/server.ts';
 import { TestMembership } from '../helpers/membership.ts';
 import { TEST_SECRET } from '../helpers/cluster-secret.ts';
+import { LogLines, StandInNode } from '../helpers/stand-in-node.ts';
 
 const KEY = 'key-hostile-0000';
 const BODY_LIMIT = 4_096;
@@ -39,41 +37,6 @@ const config = buildConfig(
 const chat = JSON.stringify({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hello' }] });
 const head = (extra = '', path = '/v1/chat/completions', method = 'POST'): string => `${method} ${path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${KEY}\r\ncontent-type: application/json\r\n${extra}`;
 const post = (extra = '', path?: string): string => `${head(extra, path)}content-length: ${chat.length}\r\n\r\n${chat}`;
-
-/** A stand-in node: records what it got (headers, body length), answers with the test's handler. */
-class Node {
-  handle: (req: IncomingMessage, res: ServerResponse) => void = (_req, res) => res.end('{"ok":true}');
-  readonly seen: { method: string; url: string; headers: IncomingHttpHeaders; bytes: number }[] = [];
-  readonly server: Server = createServer((req, res) => {
-    let bytes = 0;
-    req.on('data', (c: Buffer) => (bytes += c.length));
-    req.once('end', () => {
-      this.seen.push({ method: req.method as string, url: req.url as string, headers: req.headers, bytes });
-      this.handle(req, res);
-    });
-  });
-  member!: Member;
-
-  async start(): Promise<this> {
-    await new Promise<void>((resolve) => this.server.listen(0, '127.0.0.1', resolve));
-    this.member = { id: 'n', url: `http://127.0.0.1:${(this.server.address() as AddressInfo).port}` };
-    return this;
-  }
-}
-
-/** `request` log lines (parsed) written by a router. */
-class Lines {
-  readonly stream = new PassThrough();
-  readonly requests: Record<string, unknown>[] = [];
-  constructor() {
-    let rest = '';
-    this.stream.on('data', (chunk: Buffer) => {
-      const parts = (rest + chunk.toString('utf8')).split('\n');
-      rest = parts.pop() ?? '';
-      for (const l of parts) if (l.includes('"msg":"request"')) this.requests.push(JSON.parse(l) as Record<string, unknown>);
-    });
-  }
-}
 
 /** What a raw exchange got: every byte the router wrote, whether it closed the connection, the statuses in order. */
 interface Raw {
@@ -122,23 +85,22 @@ async function until(check: () => boolean, what: string, ms = 5_000): Promise<vo
 }
 
 describe('router fast path: hostile clients', () => {
-  let node: Node;
-  let lines: Lines;
+  let node: StandInNode;
+  let lines: LogLines;
   let router: FastifyInstance;
   let url: string;
 
   before(async () => {
-    node = await new Node().start();
+    node = await new StandInNode().start();
     const member = node.member;
     const ring: Ring = { version: 'v1', members: [member], owner: () => member, range: () => [member] };
-    lines = new Lines();
+    lines = new LogLines();
     router = buildRouter({ config, membership: new TestMembership(ring), clusterSecret: TEST_SECRET, logStream: lines.stream, healthCheckMs: 60_000 });
     url = await router.listen({ host: '127.0.0.1', port: 0 });
   });
   after(async () => {
     await router.close();
-    node.server.closeAllConnections();
-    await new Promise((resolve) => node.server.close(resolve));
+    await node.stop();
   });
 
   test('framing a proxy must refuse: 400 and the connection closed; no node sees it, counted 400 if at all', async () => {

@@ -4,9 +4,7 @@
  * leaves a 421 that was held for the retry decision, then relayed. Stand-in nodes are plain `node:http` servers.
  */
 import assert from 'node:assert/strict';
-import { createServer } from 'node:http';
-import type { IncomingMessage, Server, ServerResponse } from 'node:http';
-import type { AddressInfo, Socket } from 'node:net';
+import type { Socket } from 'node:net';
 import { connect } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -17,6 +15,7 @@ import type { Member, Ring } from '../../src/coord/types.ts';
 import { buildRouter } from '../../src/router/server.ts';
 import { TestMembership } from '../helpers/membership.ts';
 import { TEST_SECRET } from '../helpers/cluster-secret.ts';
+import { StandInNode } from '../helpers/stand-in-node.ts';
 
 const KEY = 'key-relay-00000';
 const config = buildConfig(
@@ -32,38 +31,19 @@ const config = buildConfig(
 const ring = (member: Member): Ring => ({ version: 'v1', members: [member], owner: () => member, range: () => [member] });
 const auth = { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' };
 
-/** A stand-in node whose handler the test sets; counts the connections it accepted. */
-class Node {
-  handle: (req: IncomingMessage, res: ServerResponse) => void = (_req, res) => res.end('{}');
-  connections = 0;
-  readonly server: Server = createServer((req, res) => {
-    req.resume();
-    req.once('end', () => this.handle(req, res));
-  });
-  member!: Member;
-
-  async start(): Promise<this> {
-    this.server.on('connection', () => this.connections++);
-    await new Promise<void>((resolve) => this.server.listen(0, '127.0.0.1', resolve));
-    this.member = { id: 'n', url: `http://127.0.0.1:${(this.server.address() as AddressInfo).port}` };
-    return this;
-  }
-}
-
 describe('router relay', () => {
-  let node: Node;
+  let node: StandInNode;
   let router: FastifyInstance;
   let url: string;
 
   before(async () => {
-    node = await new Node().start();
+    node = await new StandInNode().start();
     router = buildRouter({ config, membership: new TestMembership(ring(node.member)), clusterSecret: TEST_SECRET, logger: false, healthCheckMs: 60_000 });
     url = await router.listen({ host: '127.0.0.1', port: 0 });
   });
   after(async () => {
     await router.close();
-    node.server.closeAllConnections();
-    await new Promise((resolve) => node.server.close(resolve));
+    await node.stop();
   });
 
   test('a client that does not read holds the node back: the router buffers no more than socket buffers', { timeout: 30_000 }, async () => {
