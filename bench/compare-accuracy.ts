@@ -44,7 +44,8 @@ export interface AccuracyPhase {
   readonly simulator429: Readonly<Record<string, number>>;
 }
 
-export async function workloads(): Promise<Workload[]> {
+/** The four workloads (each trace at 1× and 3×), their tenants and their limit (a tenth of the trace's mean tokens per minute). */
+async function workloads(): Promise<Workload[]> {
   const out: Workload[] = [];
   for (const trace of ['conv', 'code'] as const) {
     const file = fileURLToPath(new URL(`cluster/traces/azure-llm-2023-${trace}.csv.gz`, root));
@@ -61,6 +62,7 @@ export async function workloads(): Promise<Workload[]> {
   return out;
 }
 
+/** Replays every workload against a 3-node sharded cluster, a 3-node central cluster and the reference at once, each in front of its own simulator; stops them after. */
 export async function accuracy(): Promise<AccuracyPhase> {
   const wls = await workloads();
   const quota = wls.reduce((sum, w) => sum + w.limitTokens * ACC_TENANTS, 0);
@@ -118,6 +120,7 @@ export async function accuracy(): Promise<AccuracyPhase> {
   }
 }
 
+/** The accuracy section of summary.md (Markdown lines). */
 export function accuracyMarkdown(phase: AccuracyPhase): string[] {
   const lines = [
     `### Accuracy on the Azure traces — ${ACCURACY_S} s of replay per workload, all at once; tenants: ${phase.rule}`,

@@ -44,6 +44,7 @@ export async function latency(setups: readonly Setup[]): Promise<LatencyResult[]
   return results;
 }
 
+/** The latency section of summary.md (Markdown lines; ms from µs). */
 export function latencyMarkdown(results: readonly LatencyResult[]): string[] {
   const direct = results.find((r) => r.mode === 'direct');
   const lines = [

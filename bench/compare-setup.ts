@@ -15,6 +15,7 @@ import type { BenchRedis, Child } from './cluster-processes.ts';
 import { MODEL } from './load.ts';
 import { startBareProxy } from './targets.ts';
 
+/** The knobs of `npm run bench`, from the environment (see bench/compare.ts): rounds, seconds, connections, tenants, seconds of replay. */
 export const ROUNDS = Number(process.env['BENCH_ROUNDS'] ?? 3);
 export const DURATION_S = Number(process.env['BENCH_DURATION'] ?? 6);
 export const CONNECTIONS = Number(process.env['BENCH_CONNECTIONS'] ?? 64);
@@ -24,29 +25,42 @@ export const ACCURACY_S = Number(process.env['BENCH_ACCURACY_S'] ?? 240);
 export const LATENCY_S = Number(process.env['BENCH_LATENCY_DURATION'] ?? 3);
 /** Streams phase: concurrent streams, output tokens of each, the simulator's tokens a second, the ramp over which they open (s). */
 export const STREAMS = Number(process.env['BENCH_STREAMS'] ?? 500);
+/** Streams phase: output tokens of each stream. */
 export const STREAM_TOKENS = Number(process.env['BENCH_STREAM_TOKENS'] ?? 200);
+/** Streams phase: the simulator's tokens a second. */
 export const STREAM_TPS = Number(process.env['BENCH_STREAM_TPS'] ?? 20);
+/** Streams phase: the ramp over which the streams open, s. */
 export const STREAM_RAMP_S = Number(process.env['BENCH_STREAM_RAMP'] ?? 5);
 /** Streams phase: ramp of the unmeasured pass that opens the connections before each measured pass, s. */
 export const STREAM_WARM_RAMP_S = Math.min(STREAM_RAMP_S, 2);
+/** Phases to skip (`throughput`, `latency`, `streams`, `accuracy`). */
 export const SKIP = new Set((process.env['BENCH_SKIP'] ?? '').split(',').filter((s) => s !== ''));
+/** Prompt of every throughput and latency request, tokens. */
 export const PROMPT_TOKENS = 200;
+/** Seconds of each warm-up run (repeated until every tenant was sent two requests). */
 export const WARMUP_S = 2;
 /** Unmeasured load on a setup right before each of its measured runs, s (its tenants went idle meanwhile). */
 export const REWARM_S = 1;
 /** Accuracy: tenants per workload, Zipf exponent and seed of their draw. */
 export const ACC_TENANTS = 8;
+/** Accuracy: Zipf exponent of the tenants' draw. */
 export const ZIPF_S = 1.1;
+/** Accuracy: seed of the tenants' draw. */
 export const ZIPF_SEED = 42;
 /** Accuracy: each tenant's token limit per minute, as a fraction of the trace's mean demand per minute at 1×. */
 export const LIMIT_FRACTION = 0.1;
 /** Accuracy: windows of the over-admission sweep are shortened by this (client send time vs gateway decision time), ms. */
 export const TOLERANCE_MS = 20;
+/** Accuracy: the sliding window of the over-admission sweep, ms. */
 export const WINDOW_MS = 60_000;
+/** The repository's root folder. */
 export const root = new URL('..', import.meta.url);
+/** A timestamped line on stderr. */
 export const log = (line: string): void => void process.stderr.write(`${new Date().toISOString().slice(11, 19)} ${line}\n`);
 
+/** The processes of each phase (stopped at its end) and those of the whole run (`base`). */
 export const groups = { base: new ProcessGroup(), throughput: new ProcessGroup(), streams: new ProcessGroup(), accuracy: new ProcessGroup() };
+/** Stops every process of the run (on exit, error and Ctrl-C too). */
 export const stopAll = async (): Promise<void> => {
   await Promise.all([groups.throughput.stopAll(), groups.streams.stopAll(), groups.accuracy.stopAll()]);
   await groups.base.stopAll();
@@ -101,10 +115,12 @@ export interface SetupResult {
   routerCpuUs: number[];
 }
 
+/** CPU seconds used so far by `children`, summed (/proc). */
 export const cpuOf = (children: readonly (Child | undefined)[]): number =>
   children.reduce((sum, c) => sum + (c === undefined ? 0 : processCpuSeconds(c.proc.pid)), 0);
 
-export const unlimited = (i: number, key: string): Record<string, unknown> => ({
+/** Tenant `i` with key `key` and limits that never refuse. */
+const unlimited = (i: number, key: string): Record<string, unknown> => ({
   id: `t${i}`,
   keys: [key],
   limits: [{ requests: 1_000_000_000, window: '1m' }, { tokens: 1_000_000_000_000, window: '1m' }, { concurrent: 10_000 }],
@@ -123,6 +139,7 @@ export async function startReference(group: ProcessGroup, tag: string, simUrl: s
   return { url, redis, child };
 }
 
+/** The API keys of the throughput, latency and streams tenants, one per tenant. */
 export const keys = Array.from({ length: TENANTS }, (_, i) => `bench-compare-key-${i}`);
 /** The quotaring config of every throughput and streams cluster in front of `simUrl`: limits that never refuse. */
 export const unlimitedConfig = (simUrl: string): Record<string, unknown> => ({
@@ -130,7 +147,9 @@ export const unlimitedConfig = (simUrl: string): Record<string, unknown> => ({
   models: [{ name: MODEL, encoding: 'o200k_base', estimator: 'estimate', deployments: ['sim'] }],
   deployments: [{ name: 'sim', provider: 'openai', base_url: simUrl, api_key_env: 'BENCH_SIM_KEY' }],
 });
+/** The environment of every cluster: the simulator's key. */
 export const simEnv = { BENCH_SIM_KEY: 'bench-sim-key' };
+/** Whether a setup is the path users run: 1 sharded node behind a router. */
 export const isPath = (s: { mode: SetupMode; nodes: number }): boolean => s.mode === 'sharded' && s.nodes === 1;
 
 /**
@@ -158,6 +177,7 @@ export async function startSetups(simUrl: string, all: boolean): Promise<Setup[]
   return setups;
 }
 
+/** Number formats of the Markdown: whole, one decimal, percent, signed, ms from µs, ratio; '—' for a non-finite value. */
 export const fmt0 = (x: number): string => (Number.isFinite(x) ? Math.round(x).toLocaleString('en-US') : '—');
 export const fmt1 = (x: number): string => (Number.isFinite(x) ? (Math.round(x * 10) / 10).toString() : '—');
 export const pct = (x: number | null): string => (x === null || !Number.isFinite(x) ? '—' : `${(x * 100).toFixed(2)}%`);

@@ -82,8 +82,10 @@ export const perEvent = (r: StreamResult | undefined, role: string): number[] =>
 export const kibPerStream = (r: StreamResult | undefined, role: string): number[] => r?.rounds.map((p) => p.rssSlopeKiB[role] ?? NaN) ?? [];
 /** An upper bound of it: (peak RSS − the lowest RSS since the phase began) / streams, which also counts the process's fixed growth under load. */
 export const kibPerStreamUpper = (r: StreamResult | undefined, role: string): number[] => r?.rounds.map((p, i) => ((p.rssPeakKiB[role] ?? NaN) - (r.floorRssKiB[i]?.[role] ?? NaN)) / p.streams) ?? [];
+/** `f` of each measured pass of `r`, one entry a round ([] without `r`). */
 export const roundsOf = (r: StreamResult | undefined, f: (p: StreamPass) => number): number[] => r?.rounds.map(f) ?? [];
 
+/** The streams section of summary.md (Markdown lines). */
 export function streamsMarkdown(results: readonly StreamResult[]): string[] {
   const direct = results.find((r) => r.role === 'direct');
   const lines = [

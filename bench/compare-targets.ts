@@ -44,6 +44,7 @@ export function targetChecks(tp: readonly SetupResult[], lat: readonly LatencyRe
   ];
 }
 
+/** The targets table that ends summary.md (Markdown lines). */
 export function targetsMarkdown(checks: readonly TargetCheck[]): string[] {
   return [
     '### Targets of issue 16 (this run; ratios are medians of the per-round ratios, differences of the per-round differences)',

@@ -11,6 +11,10 @@ const PERCENTILE_FIELDS: readonly [keyof autocannon.Histogram, number][] = [
   ['p75', 75], ['p90', 90], ['p97_5', 97.5], ['p99', 99], ['p99_9', 99.9], ['p99_99', 99.99], ['p99_999', 99.999],
 ];
 
+/**
+ * Warms every setup until each tenant was sent two requests, then runs `ROUNDS` rounds of autocannon over
+ * them in turn: req/s, latencies, Redis commands and CPU, and each process's CPU per 2xx request (µs).
+ */
 export async function throughput(setups: readonly Setup[]): Promise<SetupResult[]> {
   const body = chatBody(PROMPT_TOKENS);
   log(`throughput: ${setups.length} setups up; warm-up of ${WARMUP_S} s runs until every tenant was sent 2 requests, then ${ROUNDS} rounds × ${DURATION_S} s`);
@@ -85,6 +89,7 @@ export function perRequest(r: SetupResult): { commands: number; scripts: number;
   return { commands: commands / served, scripts: scripts / served, redisCpuUs: (r.redisCpuS / served) * 1e6, gatewayCpuUs: (r.gatewayCpuS / served) * 1e6, routerCpuUs: (r.routerCpuS / served) * 1e6 };
 }
 
+/** The throughput table of summary.md (Markdown lines). */
 export function throughputMarkdown(results: readonly SetupResult[]): string[] {
   const direct = results.find((r) => r.mode === 'direct');
   const d = direct === undefined ? { p50: NaN, p99: NaN, p999: NaN } : { p50: median(direct.p50), p99: median(direct.p99), p999: median(direct.p999) };
@@ -115,6 +120,7 @@ export function throughputMarkdown(results: readonly SetupResult[]): string[] {
   return lines;
 }
 
+/** The projected ceilings of summary.md: one Redis core and one node core saturated, from the CPU per request of the largest cluster of each mode. */
 export function ceilingsMarkdown(results: readonly SetupResult[]): string[] {
   const pick = (mode: SetupMode): SetupResult | undefined => results.filter((r) => r.mode === mode).sort((a, b) => b.nodes - a.nodes)[0];
   const lines = ['### Projected ceilings (from the CPU per request measured above, largest cluster of each mode)', ''];
