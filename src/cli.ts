@@ -206,7 +206,7 @@ program
             });
       const loaded = loadConfig(file, env);
       const c = loaded.config;
-      process.stdout.write(`${file}: ok (tenants: ${c.tenants.length}, keys: ${loaded.tenantByKey.size}, models: ${c.models.length}, deployments: ${c.deployments.length})\n`);
+      process.stdout.write(`${file}: ok (tenants: ${c.tenants.length}, keys: ${c.tenants.reduce((n, t) => n + t.keys.length, 0)}, plans: ${c.plans.length}, models: ${c.models.length}, deployments: ${c.deployments.length})\n`);
       unset.delete(c.admin.token_env); // unset = no admin API, a choice rather than a missing secret
       if (opts.env) {
         for (const name of [...unset].sort()) {

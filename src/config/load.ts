@@ -8,10 +8,14 @@ import type { z } from 'zod';
 import type { Policy } from '../limiter/types.ts';
 import { policyFromTenant } from './policy.ts';
 import { ConfigSchema } from './schema.ts';
-import type { Config, DeploymentConfig, ModelConfig, RedisConfig, TenantConfig } from './schema.ts';
+import type { Config, DeploymentConfig, ModelConfig, PlanConfig, RedisConfig, TenantConfig } from './schema.ts';
 import { resolveRedisConnection } from './redis-url.ts';
 import { adminExposureProblem } from '../security/admin-exposure.ts';
 import { bedrockSigningFromEnv } from '../providers/bedrock/credentials.ts';
+import { Catalogue } from '../catalogue/catalogue.ts';
+import type { CatalogueBase } from '../catalogue/catalogue.ts';
+import { mergeLimits } from '../catalogue/docs.ts';
+import { keyHash } from '../catalogue/keys.ts';
 import type { BedrockSigning } from '../providers/bedrock/credentials.ts';
 
 /** A config that cannot be used; the message names the file and the key path of every problem. */
@@ -54,18 +58,33 @@ export interface KeyAccess {
   readonly tiers: ReadonlyMap<string, Tier>;
 }
 
+/** A lookup by API key (the key is hashed, never kept). */
+export interface KeyLookup<T> {
+  get(key: string): T | undefined;
+}
+
+/** Tenant id → limiter policy, over the YAML tenants and the catalogue's. */
+export interface PolicyLookup {
+  get(tenant: string): Policy | undefined;
+  has(tenant: string): boolean;
+}
+
 /** The validated config plus the lookups the gateway needs per request. Frozen. */
 export interface LoadedConfig {
   readonly file: string;
   readonly config: Config;
-  /** API key → tenant. */
-  readonly tenantByKey: ReadonlyMap<string, TenantConfig>;
+  /** API key → tenant (YAML and catalogue tenants). */
+  readonly tenantByKey: KeyLookup<TenantConfig>;
   /** API key → its tenant and priority tiers. */
-  readonly accessByKey: ReadonlyMap<string, KeyAccess>;
+  readonly accessByKey: KeyLookup<KeyAccess>;
   /** Tier name → tier, highest first. */
   readonly tiers: ReadonlyMap<string, Tier>;
   /** Tenant id → limiter policy. */
-  readonly policies: ReadonlyMap<string, Policy>;
+  readonly policies: PolicyLookup;
+  /** The tenant catalogue: the YAML tenants and, with `catalogue.store`, those managed at runtime. */
+  readonly catalogue: Catalogue;
+  /** What the catalogue was built on (the YAML lookups); a reload gives the catalogue the new one. */
+  readonly base: CatalogueBase;
   /** Model name → model. */
   readonly models: ReadonlyMap<string, ModelConfig>;
   /** Deployment name → deployment with its key. */
@@ -111,20 +130,23 @@ export function buildConfig(raw: unknown, file: string, env: NodeJS.ProcessEnv =
       redis = { ...rest, ...(resolved.connection.kind === 'url' ? { url: resolved.connection.url } : {}), connection: resolved.connection };
     } else problems.push(...resolved.problems.map((p) => `${file}: ${p}`));
   }
-  const config: Config = { ...parsed.data, cluster: { ...clusterRest, ...(redis === undefined ? {} : { redis }) } };
+  const withPlans = parsed.data.tenants.map((t) => resolvePlan(t, parsed.data.plans));
+  const config: Config = { ...parsed.data, tenants: withPlans, cluster: { ...clusterRest, ...(redis === undefined ? {} : { redis }) } };
 
   const tiers = new Map<string, Tier>(config.priorities.map((p, rank) => [p.name, Object.freeze({ name: p.name, rank, floor: p.floor, maxWaitMs: p.max_wait })]));
   const tiersOf = (names: readonly string[]): ReadonlyMap<string, Tier> => new Map(names.map((n) => [n, tiers.get(n) as Tier]));
+  // Keys held as their SHA-256 only: the YAML file has them in the clear, RAM does not.
   const tenantByKey = new Map<string, TenantConfig>();
   const accessByKey = new Map<string, KeyAccess>();
   config.tenants.forEach((tenant, i) => {
     const tenantTiers = tenant.priorities ?? [...tiers.keys()];
     tenant.keys.forEach((key, j) => {
-      const value = typeof key === 'string' ? key : (key.key ?? env[key.env ?? '']);
-      if (value === undefined || value.length === 0) {
+      const plain = typeof key === 'string' ? key : (key.key ?? env[key.env ?? '']);
+      if (plain === undefined || plain.length === 0) {
         problems.push(`${file}: tenants[${i}].keys[${j}].env: environment variable ${typeof key === 'string' ? '' : `${key.env} `}is not set`);
         return;
       }
+      const value = keyHash(plain);
       if (tenantByKey.has(value)) {
         problems.push(`${file}: tenants[${i}].keys[${j}]: this key is already given to tenant "${tenantByKey.get(value)?.id}"`);
         return;
@@ -161,16 +183,40 @@ export function buildConfig(raw: unknown, file: string, env: NodeJS.ProcessEnv =
   if (exposure !== undefined) problems.push(`${file}: admin.host: ${exposure}`);
   if (problems.length > 0) throw new ConfigError(problems);
 
-  return Object.freeze({
-    file,
-    config: deepFreeze(config),
-    tenantByKey,
-    accessByKey,
+  deepFreeze(config);
+  const base: CatalogueBase = {
+    config,
     tiers,
-    policies: new Map(config.tenants.map((t) => [t.id, policyFromTenant(t)])),
-    models: new Map(config.models.map((m) => [m.name, m])),
-    deployments,
+    yamlAccess: accessByKey,
+    yamlPolicies: new Map(config.tenants.map((t) => [t.id, policyFromTenant(t)])),
+    yamlTenants: new Map(config.tenants.map((t) => [t.id, t])),
+  };
+  return withCatalogue({ file, config, tiers, models: new Map(config.models.map((m) => [m.name, m])), deployments, base }, new Catalogue(base));
+}
+
+/**
+ * A loaded config whose key, tenant and policy lookups go through `catalogue` (given `base`, the
+ * YAML lookups of this config).
+ */
+export function withCatalogue(loaded: Omit<LoadedConfig, 'catalogue' | 'tenantByKey' | 'accessByKey' | 'policies'>, catalogue: Catalogue): LoadedConfig {
+  return Object.freeze({
+    ...loaded,
+    catalogue,
+    tenantByKey: { get: (key: string) => catalogue.tenantOfKey(key) },
+    accessByKey: { get: (key: string) => catalogue.access(key) },
+    policies: { get: (tenant: string) => catalogue.policy(tenant), has: (tenant: string) => catalogue.has(tenant) },
   });
+}
+
+/** A YAML tenant with its plan applied: the plan's limits under its own, the plan's tiers and estimator unless it sets them. */
+function resolvePlan(tenant: TenantConfig, plans: readonly PlanConfig[]): TenantConfig {
+  if (tenant.plan === undefined) return tenant;
+  const plan = plans.find((p) => p.name === tenant.plan);
+  if (plan === undefined) return tenant;
+  const priority = tenant.priority ?? plan.priority;
+  const priorities = tenant.priorities ?? plan.priorities;
+  const estimator = tenant.estimator ?? plan.estimator;
+  return { ...tenant, limits: mergeLimits(plan.limits, tenant.limits), ...(priority === undefined ? {} : { priority }), ...(priorities === undefined ? {} : { priorities }), ...(estimator === undefined ? {} : { estimator }) };
 }
 
 /**

@@ -6,13 +6,14 @@
  * quotas, token counting, queues, admin), is refused and the last good config stays.
  */
 import { isDeepStrictEqual } from 'node:util';
-import { ConfigError, loadConfig } from './load.ts';
-import type { KeyAccess, LoadedConfig, ResolvedDeployment, Tier } from './load.ts';
+import { ConfigError, loadConfig, withCatalogue } from './load.ts';
+import type { KeyAccess, KeyLookup, LoadedConfig, PolicyLookup, ResolvedDeployment, Tier } from './load.ts';
 import type { Config, ModelConfig, TenantConfig } from './schema.ts';
 import type { Policy } from '../limiter/types.ts';
+import type { Catalogue, CatalogueBase } from '../catalogue/catalogue.ts';
 
 /** Sections a reload may change. */
-export const RELOADABLE_SECTIONS = ['tenants', 'models', 'priorities'] as const;
+export const RELOADABLE_SECTIONS = ['tenants', 'plans', 'models', 'priorities'] as const;
 
 /** The outcome of {@link ReloadableConfig.reload}. */
 export type ReloadResult =
@@ -45,17 +46,23 @@ export class ReloadableConfig implements LoadedConfig {
   get config(): Config {
     return this.#current.config;
   }
-  get tenantByKey(): ReadonlyMap<string, TenantConfig> {
+  get tenantByKey(): KeyLookup<TenantConfig> {
     return this.#current.tenantByKey;
   }
-  get accessByKey(): ReadonlyMap<string, KeyAccess> {
+  get accessByKey(): KeyLookup<KeyAccess> {
     return this.#current.accessByKey;
   }
   get tiers(): ReadonlyMap<string, Tier> {
     return this.#current.tiers;
   }
-  get policies(): ReadonlyMap<string, Policy> {
+  get policies(): PolicyLookup {
     return this.#current.policies;
+  }
+  get catalogue(): Catalogue {
+    return this.#current.catalogue;
+  }
+  get base(): CatalogueBase {
+    return this.#current.base;
   }
   get models(): ReadonlyMap<string, ModelConfig> {
     return this.#current.models;
@@ -88,14 +95,19 @@ export class ReloadableConfig implements LoadedConfig {
     const policies = new Map<string, Policy>();
     for (const t of after.tenants) {
       const old = oldTenants.get(t.id);
-      const oldPolicy = this.#current.policies.get(t.id);
+      const oldPolicy = this.#current.base.yamlPolicies.get(t.id);
       const same = old !== undefined && isDeepStrictEqual(old, t);
       if (!same) tenantsChanged.add(t.id);
       // Same limits: the same policy object, so the limiter keeps the tenant's state as it is.
-      policies.set(t.id, old !== undefined && oldPolicy !== undefined && isDeepStrictEqual(old.limits, t.limits) ? oldPolicy : (next.policies.get(t.id) as Policy));
+      policies.set(t.id, old !== undefined && oldPolicy !== undefined && isDeepStrictEqual(old.limits, t.limits) ? oldPolicy : (next.base.yamlPolicies.get(t.id) as Policy));
     }
     for (const id of oldTenants.keys()) if (!policies.has(id)) tenantsChanged.add(id);
-    this.#current = { ...next, policies };
+    // One catalogue for the process's life: its rows stay, it is given the new YAML base.
+    const catalogue = this.#current.catalogue;
+    const base: CatalogueBase = { ...next.base, yamlPolicies: policies };
+    catalogue.setBase(base);
+    const { catalogue: _fresh, tenantByKey: _t, accessByKey: _a, policies: _p, ...rest } = next;
+    this.#current = withCatalogue({ ...rest, base }, catalogue);
     return { ok: true, tenantsChanged: [...tenantsChanged].sort(), modelsChanged: !isDeepStrictEqual(before.models, after.models), prioritiesChanged: !isDeepStrictEqual(before.priorities, after.priorities) };
   }
 }

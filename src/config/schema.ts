@@ -3,6 +3,7 @@
  * Unknown keys are refused everywhere (strict objects); defaults sit beside each field.
  */
 import { z } from 'zod';
+import { CATALOGUE_ID, CatalogueSchema } from './catalogue-schema.ts';
 import { parseDuration } from './duration.ts';
 import { hasPassword } from './redis-url.ts';
 import { azureBaseUrlProblem } from '../providers/azure/endpoint.ts';
@@ -203,10 +204,28 @@ export const DEFAULT_PRIORITIES = [
   { name: 'batch', floor: 0.2, max_wait: 60_000 },
 ] as const;
 
+/**
+ * A plan: a named set of limits (and default tiers) that tenants reference with `plan:`, so that many
+ * tenants share one compiled policy. A tenant's own `limits` override the plan's limit of the same
+ * name (`requests/1m`, `tokens/1d`, …) and add the others.
+ */
+export const PlanSchema = z.strictObject({
+  name: z.string().regex(CATALOGUE_ID, 'plan name: 1-64 of A-Z a-z 0-9 . _ -'),
+  limits: z.array(LimitSchema).default([]),
+  /** Default tier of the plan's tenants (else the first of their tiers). */
+  priority: z.string().min(1).optional(),
+  /** Tiers the plan's tenants may ask for. @default every tier */
+  priorities: z.array(z.string().min(1)).min(1).optional(),
+  /** Overrides the model's estimator for the plan's tenants. */
+  estimator: z.enum(ESTIMATORS).optional(),
+});
+
 /** A tenant: id, API keys, limits, default priority, optional estimator override. */
 export const TenantSchema = z.strictObject({
   id: z.string().regex(/^[A-Za-z0-9._-]{1,64}$/, 'tenant id: 1-64 of A-Z a-z 0-9 . _ -'),
   keys: z.array(ApiKeySchema).min(1),
+  /** The plan whose limits and tiers this tenant takes (its own `limits` override those of the same name). */
+  plan: z.string().min(1).optional(),
   limits: z.array(LimitSchema).default([]),
   /** Default priority tier of the tenant's requests. @default the first of its tiers (interactive with the default tiers) */
   priority: z.string().min(1).optional(),
@@ -673,12 +692,17 @@ export const ConfigSchema = z
     priorities: z.array(PrioritySchema).min(1, 'priorities: list at least one tier (or leave it out for interactive and batch)').default(DEFAULT_PRIORITIES.map((p) => ({ ...p }))),
     /** Admission queues: each tenant queues at most `max_depth` requests (all tiers). @default 100 */
     queue: z.strictObject({ max_depth: z.number().int().min(1).max(100_000).default(100) }).prefault({}),
-    tenants: z.array(TenantSchema).min(1),
+    /** Named sets of limits tenants reference (`plan:`), here and in the catalogue. @default [] */
+    plans: z.array(PlanSchema).default([]),
+    /** Where tenants managed at runtime live (see docs/tenants.md). @default store: none */
+    catalogue: CatalogueSchema.prefault({}),
+    /** Tenants of the file; at least one unless `catalogue.store` keeps tenants managed at runtime. @default [] */
+    tenants: z.array(TenantSchema).default([]),
     models: z.array(ModelSchema).min(1),
     deployments: z.array(DeploymentSchema).min(1),
   })
   .superRefine((config, ctx) => {
-    const unique = (items: readonly { name?: string; id?: string }[], field: 'tenants' | 'models' | 'deployments') => {
+    const unique = (items: readonly { name?: string; id?: string }[], field: 'tenants' | 'plans' | 'models' | 'deployments') => {
       const seen = new Set<string>();
       items.forEach((item, i) => {
         const name = item.name ?? item.id ?? '';
@@ -687,6 +711,14 @@ export const ConfigSchema = z
       });
     };
     unique(config.tenants, 'tenants');
+    unique(config.plans, 'plans');
+    if (config.tenants.length === 0 && config.catalogue.store === 'none') {
+      ctx.addIssue({ code: 'custom', path: ['tenants'], message: 'list at least one tenant, or set catalogue.store (file or postgres) to manage tenants at runtime' });
+    }
+    const planNames = new Set(config.plans.map((p) => p.name));
+    config.tenants.forEach((tenant, i) => {
+      if (tenant.plan !== undefined && !planNames.has(tenant.plan)) ctx.addIssue({ code: 'custom', path: ['tenants', i, 'plan'], message: `no plan named "${tenant.plan}" (plans: ${[...planNames].join(', ') || 'none'})` });
+    });
     unique(config.models, 'models');
     unique(config.deployments, 'deployments');
     if (config.mode === 'central' && config.cluster.redis === undefined) {
@@ -824,6 +856,8 @@ export type RedisTls = NonNullable<NonNullable<ParsedConfig['cluster']['redis']>
 export type RedisConfig = Omit<NonNullable<ParsedConfig['cluster']['redis']>, 'url'> & { readonly url?: string; readonly connection: RedisConnection };
 /** The validated config, as the YAML says it with defaults filled in, durations in ms and the Redis URL resolved. */
 export type Config = Omit<ParsedConfig, 'cluster'> & { cluster: Omit<ParsedConfig['cluster'], 'redis'> & { redis?: RedisConfig } };
+/** One validated plan. */
+export type PlanConfig = Config['plans'][number];
 /** One validated tenant. */
 export type TenantConfig = Config['tenants'][number];
 /** One validated limit of a tenant (durations in ms). */
