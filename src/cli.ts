@@ -15,6 +15,7 @@ import { replayCommand } from './replay/cli.ts';
 import { clusterSecretFor } from './security/cluster-secret.ts';
 import { packageVersion } from './version.ts';
 import { exitWithParent } from './exit-with-parent.ts';
+import { addCatalogueCommands } from './ops/catalogue-cli.ts';
 
 function int(value: string): number {
   const n = Number(value);
@@ -309,5 +310,6 @@ program
   });
 
 program.addCommand(replayCommand());
+addCatalogueCommands(program);
 
 await program.parseAsync();

@@ -28,6 +28,8 @@ export interface TenantEntry {
   /** Its doc when it holds more than a plan's name (own limits, tiers, labels, metrics). */
   readonly doc: TenantDoc | undefined;
   readonly plan: string | undefined;
+  /** The doc as stored (durations and dollars as written), when `doc` is set. */
+  readonly raw: Readonly<Record<string, unknown>> | undefined;
   readonly version: number;
   /** Its live keys. */
   keys: KeyEntry[];
@@ -40,12 +42,15 @@ export interface KeyEntry {
   readonly hash: string;
   /** Its doc when it holds anything (name, limits, tiers). */
   readonly doc: KeyDoc | undefined;
+  /** The doc as stored, when `doc` is set. */
+  readonly raw: Readonly<Record<string, unknown>> | undefined;
   readonly version: number;
 }
 
 /** A catalogue plan as held in RAM, with its compiled policy shared by its tenants. */
 interface PlanEntry {
   readonly plan: PlanConfig;
+  readonly raw: Readonly<Record<string, unknown>>;
   readonly version: number;
   policy: Policy | undefined;
 }
@@ -89,6 +94,8 @@ export class Catalogue {
   #base: CatalogueBase;
   readonly #tenants = new Map<string, TenantEntry>();
   readonly #keys = new Map<string, KeyEntry>();
+  /** Imported keys of another form than `qr_<id>_<secret>` (`literal: true`): hash → entry. */
+  readonly #literal = new Map<string, KeyEntry>();
   readonly #plans = new Map<string, PlanEntry>();
   /** Keys whose tenant has not arrived (yet): tenant id → keys. */
   readonly #orphans = new Map<string, KeyEntry[]>();
@@ -140,7 +147,11 @@ export class Catalogue {
         return this.#materialize(entry.tenant)?.access.get(id);
       }
     }
-    return this.#base.yamlAccess.get(keyHash(key));
+    const hash = keyHash(key);
+    const yaml = this.#base.yamlAccess.get(hash);
+    if (yaml !== undefined || this.#literal.size === 0) return yaml;
+    const literal = this.#literal.get(hash);
+    return literal === undefined ? undefined : this.#materialize(literal.tenant)?.access.get(literal.id);
   }
 
   /** The tenant a key gives (see {@link access}). */
@@ -242,6 +253,24 @@ export class Catalogue {
     return { tenants, problems };
   }
 
+  /**
+   * Every catalogue row held, tombstones included, as a store would return it (`at` 0 and `actor`
+   * empty: not held in RAM): plans, then tenants each followed by its keys. For the local copy,
+   * exports and writing rows back to a store that went back in time.
+   */
+  *rows(): IterableIterator<CatalogueRow> {
+    for (const [name, p] of this.#plans) yield { kind: 'plan', id: name, version: p.version, deleted: false, doc: p.raw, at: 0, actor: '' };
+    for (const t of this.#tenants.values()) {
+      yield { kind: 'tenant', id: t.id, version: t.version, deleted: false, doc: t.raw ?? (t.plan === undefined ? {} : { plan: t.plan }), at: 0, actor: '' };
+      for (const k of t.keys) yield { kind: 'key', id: k.id, version: k.version, deleted: false, tenant: k.tenant, hash: k.hash, doc: k.raw ?? {}, at: 0, actor: '' };
+    }
+    for (const waiting of this.#orphans.values()) for (const k of waiting) yield { kind: 'key', id: k.id, version: k.version, deleted: false, tenant: k.tenant, hash: k.hash, doc: k.raw ?? {}, at: 0, actor: '' };
+    for (const [ref, version] of this.#tombstones) {
+      const slash = ref.indexOf('/');
+      yield { kind: ref.slice(0, slash) as CatalogueRow['kind'], id: ref.slice(slash + 1), version, deleted: true, doc: {}, at: 0, actor: '' };
+    }
+  }
+
   /** Marks the applied head (after a full read of a store that went back in time). */
   setHead(version: number, at: number): void {
     this.#version = version;
@@ -254,7 +283,7 @@ export class Catalogue {
     changed.add(row.id);
     if (row.deleted) {
       this.#tombstones.set(`tenant/${row.id}`, row.version);
-      if (old !== undefined) for (const k of old.keys) this.#keys.delete(k.id);
+      if (old !== undefined) for (const k of old.keys) this.#dropKey(k);
       this.#tenants.delete(row.id);
       this.#metered.delete(row.id);
       return undefined;
@@ -266,7 +295,7 @@ export class Catalogue {
     const id = old?.id ?? row.id;
     const waiting = this.#orphans.get(id);
     if (waiting !== undefined) this.#orphans.delete(id);
-    this.#tenants.set(id, { id, doc: plain ? undefined : doc, plan: doc.plan, version: row.version, keys: old?.keys ?? waiting ?? [] });
+    this.#tenants.set(id, { id, doc: plain ? undefined : doc, raw: plain ? undefined : row.doc, plan: doc.plan, version: row.version, keys: old?.keys ?? waiting ?? [] });
     if (doc.metrics) this.#metered.add(id);
     else this.#metered.delete(id);
     return undefined;
@@ -284,25 +313,36 @@ export class Catalogue {
     };
     if (row.deleted) {
       this.#tombstones.set(`key/${row.id}`, row.version);
-      if (old !== undefined) detach(old);
-      this.#keys.delete(row.id);
+      if (old !== undefined) {
+        detach(old);
+        this.#dropKey(old);
+      }
       return undefined;
     }
     if (row.tenant === undefined || row.hash === undefined || Buffer.from(row.hash, 'base64url').length !== 32) return 'a key row needs its tenant and a 32-byte hash';
     const parsed = KeyDocSchema.safeParse(row.doc);
     if (!parsed.success) return parsed.error.issues[0]?.message ?? 'invalid doc';
     const doc = parsed.data;
-    const plain = doc.limits.length === 0 && doc.priority === undefined && doc.priorities === undefined && doc.name === undefined;
-    if (old !== undefined) detach(old);
+    const plain = doc.limits.length === 0 && doc.priority === undefined && doc.priorities === undefined && doc.name === undefined && !doc.literal;
+    if (old !== undefined) {
+      detach(old);
+      this.#dropKey(old);
+    }
     const owner = this.#tenants.get(row.tenant);
     // A key may arrive before its tenant (rows of one write in any order): it waits in #keys and
     // is attached when found; access() of a key whose tenant is missing finds no tenant.
-    const entry: KeyEntry = { id: row.id, tenant: owner?.id ?? row.tenant, hash: row.hash, doc: plain ? undefined : doc, version: row.version };
+    const entry: KeyEntry = { id: row.id, tenant: owner?.id ?? row.tenant, hash: row.hash, doc: plain ? undefined : doc, raw: plain ? undefined : row.doc, version: row.version };
     this.#keys.set(row.id, entry);
+    if (doc.literal) this.#literal.set(entry.hash, entry);
     if (owner !== undefined) owner.keys.push(entry);
     else this.#orphans.set(row.tenant, [...(this.#orphans.get(row.tenant) ?? []), entry]);
     changed.add(entry.tenant);
     return undefined;
+  }
+
+  #dropKey(k: KeyEntry): void {
+    this.#keys.delete(k.id);
+    if (this.#literal.get(k.hash) === k) this.#literal.delete(k.hash);
   }
 
   #applyPlan(row: CatalogueRow, changed: Set<string>): string | undefined {
@@ -315,7 +355,7 @@ export class Catalogue {
       const parsed = PlanDocSchema.safeParse(row.doc);
       if (!parsed.success) return parsed.error.issues[0]?.message ?? 'invalid doc';
       const doc: PlanDoc = parsed.data;
-      this.#plans.set(row.id, { plan: { name: row.id, ...doc }, version: row.version, policy: undefined });
+      this.#plans.set(row.id, { plan: { name: row.id, ...doc }, raw: row.doc, version: row.version, policy: undefined });
     }
     // Every tenant of the plan changes; a plan change is rare, a scan is fine.
     for (const t of this.#tenants.values()) if (t.plan === row.id) changed.add(t.id);

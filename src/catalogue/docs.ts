@@ -40,6 +40,8 @@ export const TenantDocSchema = z.strictObject({
 export const KeyDocSchema = z.strictObject({
   /** A human name for the key (never the key). */
   name: z.string().max(128).optional(),
+  /** A key imported in the form its operator gave it (not `qr_<id>_<secret>`): found by its hash. */
+  literal: z.boolean().default(false),
   limits: z.array(LimitSchema).max(64).default([]),
   priority: tierName.optional(),
   priorities: z.array(tierName).min(1).max(16).optional(),

@@ -374,9 +374,9 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     // Only the tenant's owner on this node's ring exports its levels: a stand-in, a node of a spread
     // tenant's range or one still holding a moved tenant has its own partial view (issue 19).
     tenantLevels: () =>
-      config.config.tenants
-        .filter((t) => t.metrics && decidesFor(t.id) && (handoff === undefined || handoff.place(t.id).here))
-        .flatMap((t) => limiter.peekAll(t.id).map((l) => ({ tenant: t.id, limit: l.name, remaining: l.remaining, capacity: l.limit }))),
+      [...config.catalogue.meteredTenants()]
+        .filter((t) => decidesFor(t) && (handoff === undefined || handoff.place(t).here))
+        .flatMap((t) => limiter.peekAll(t).map((l) => ({ tenant: t, limit: l.name, remaining: l.remaining, capacity: l.limit }))),
     leaseRenewals: () => quotas?.leases.renewals ?? { granted: 0, partial: 0, denied: 0, failed: 0 },
     leaseGivenBack: () => quotas?.leases.givenBack ?? { sent: 0, answered: 0 },
     guardCalls: () => [

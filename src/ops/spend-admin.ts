@@ -105,7 +105,7 @@ function names(budgets: readonly CostLimitSpec[]): string {
  * Checks a spend change against `tenant`'s config: the tenant, the key (by its id), the budget (by
  * name, or the only budget of the tenant or key when `limit` is absent) and the amount. Changes nothing.
  */
-export function resolveSpendChange(config: Pick<LoadedConfig, 'config' | 'policies'>, tenant: string, body: unknown): Resolved {
+export function resolveSpendChange(config: Pick<LoadedConfig, 'config' | 'policies' | 'catalogue'>, tenant: string, body: unknown): Resolved {
   const policy = config.policies.get(tenant);
   if (policy === undefined) return missing(`No tenant ${tenant} in the config.`);
   const parsed = SpendBodySchema.safeParse(body);
@@ -117,7 +117,7 @@ export function resolveSpendChange(config: Pick<LoadedConfig, 'config' | 'polici
   const b = parsed.data;
   const key = b.key;
   if (key !== undefined) {
-    const keys = config.config.tenants.find((t) => t.id === tenant)?.keys ?? [];
+    const keys = config.catalogue.tenant(tenant)?.keys ?? [];
     if (!keys.some((k) => typeof k !== 'string' && k.id === key)) return missing(`Tenant ${tenant} has no key with id ${key}.`);
   }
   const budgets = policy.limits.filter((l): l is CostLimitSpec => l.kind === 'cost');
