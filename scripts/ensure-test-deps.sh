@@ -4,6 +4,8 @@
 #   redis-server  integration and e2e tests start their own Redis on a free port   (Debian: redis-server)
 #   redis-sentinel  the Sentinel failover e2e test runs three of them                (Debian: redis-sentinel)
 #   chromium      the dashboard e2e test drives it headless (playwright-core)      (Debian: chromium)
+#   initdb        catalogue tests start their own PostgreSQL (test/helpers/postgres.ts)  (Debian: postgresql;
+#                 its programs live in /usr/lib/postgresql/<version>/bin, looked for there)
 #   ip            the partition e2e test puts processes in network namespaces;
 #                 it runs only as root, so `ip` is required only as root         (Debian: iproute2)
 #
@@ -13,7 +15,7 @@
 # Add a test dependency here as "program:debian-package[:root]" (":root": needed only as root).
 set -eu
 
-DEPS="redis-server:redis-server redis-sentinel:redis-sentinel chromium:chromium ip:iproute2:root"
+DEPS="redis-server:redis-server redis-sentinel:redis-sentinel initdb:postgresql chromium:chromium ip:iproute2:root"
 
 uid=$(id -u)
 missing=""
@@ -22,6 +24,11 @@ for dep in $DEPS; do
   rest=${dep#*:}
   package=${rest%%:*}
   case "$rest" in *:root) [ "$uid" = 0 ] || continue ;; esac
+  if [ "$program" = initdb ]; then
+    # Not on PATH on Debian: /usr/lib/postgresql/<version>/bin.
+    command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$missing $package"
+    continue
+  fi
   command -v "$program" >/dev/null 2>&1 || missing="$missing $package"
 done
 [ -z "$missing" ] && exit 0

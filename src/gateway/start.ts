@@ -16,6 +16,9 @@ import { buildGateway, nodeHandoff, nodeLocalState, registerNodeAdmin } from './
 import { recoverFromPeers } from '../coord/static-handoff.ts';
 import { ReloadableConfig } from '../config/reloadable.ts';
 import { startAdminServer } from '../ops/admin-server.ts';
+import { catalogueRoutes } from '../ops/catalogue-routes.ts';
+import { openCatalogue } from '../catalogue/open.ts';
+import type { OpenCatalogue } from '../catalogue/open.ts';
 import { clusterSecretFor } from '../security/cluster-secret.ts';
 import { startOrKeepTrying } from '../coord/join.ts';
 import { describeRedis } from '../config/redis-url.ts';
@@ -98,6 +101,15 @@ export async function startGateway(opts: StartGatewayOptions): Promise<{ url: st
   });
   const handoff = nodeHandoff(app);
   const localState = nodeLocalState(app);
+  // The catalogue is loaded before anything decides: a restored state names tenants it must know.
+  let catalogue: OpenCatalogue;
+  try {
+    catalogue = await openCatalogue(config, self.id, app.log, opts.env ?? process.env);
+  } catch (err) {
+    await app.close();
+    await configured?.close();
+    throw err;
+  }
   // Before listening: a restarted node decides its first request from its saved state, and a static
   // member from what the others held for it (no stand-in's usage can race a decision here).
   const idKnown = opts.id !== undefined || port !== 0;
@@ -156,7 +168,10 @@ export async function startGateway(opts: StartGatewayOptions): Promise<{ url: st
     port: opts.adminPort ?? config.config.admin.port,
     log: app.log,
     what: 'admin API',
-    register: (server) => registerNodeAdmin(app, server, drain),
+    register: (server) => {
+      registerNodeAdmin(app, server, drain);
+      catalogueRoutes(server, catalogue.admin);
+    },
   });
 
   let closing: Promise<void> | undefined;
@@ -182,6 +197,7 @@ export async function startGateway(opts: StartGatewayOptions): Promise<{ url: st
       if (handoff === undefined) await localState?.save();
       // In-flight settlements were forwarded during close; now stop the Redis connection.
       await configured?.close();
+      await catalogue.close();
     })();
     return closing;
   };

@@ -33,6 +33,9 @@ import { RouterMetrics } from '../ops/metrics.ts';
 import { levelEnabled, loggerOptions } from '../ops/logging.ts';
 import { ReloadableConfig } from '../config/reloadable.ts';
 import { startAdminServer } from '../ops/admin-server.ts';
+import { catalogueRoutes } from '../ops/catalogue-routes.ts';
+import { openCatalogue } from '../catalogue/open.ts';
+import type { OpenCatalogue } from '../catalogue/open.ts';
 import { routerAdminRoutes } from '../ops/admin-routes.ts';
 import { LiveHub } from '../ops/live.ts';
 import type { ClusterSecret } from '../security/cluster-secret.ts';
@@ -271,6 +274,17 @@ export async function startRouter(opts: StartRouterOptions): Promise<{ url: stri
   await opts.hot?.start();
   const signer = new RequestSigner(clusterSecret);
   const settings = config.config.router;
+  // The catalogue is loaded before the router listens: its first request finds every key.
+  let catalogue: OpenCatalogue;
+  try {
+    catalogue = await openCatalogue(config, `router-${opts.port ?? settings.port}`, app.log, opts.env ?? process.env);
+  } catch (err) {
+    stopJoining.abort();
+    await join.done;
+    await app.close();
+    await opts.membership.stop();
+    throw err;
+  }
   let url: string;
   let admin: { url: string; close(): Promise<void> } | undefined;
   try {
@@ -286,6 +300,7 @@ export async function startRouter(opts: StartRouterOptions): Promise<{ url: stri
         live = new LiveHub({ router: self, membership: opts.membership, config, signer, ...(opts.hot === undefined ? {} : { hot: opts.hot }), log: app.log });
         live.attach(server, token);
         routerAdminRoutes(server, { self, config, signer, ring: () => opts.membership.ring(), ...(opts.hot === undefined ? {} : { hot: opts.hot }) });
+        catalogueRoutes(server, catalogue.admin);
       },
     });
     if (admin !== undefined) app.log.info({ dashboard: `${admin.url}/dashboard` }, 'dashboard');
@@ -296,6 +311,7 @@ export async function startRouter(opts: StartRouterOptions): Promise<{ url: stri
     await live?.stop();
     await app.close();
     await opts.membership.stop();
+    await catalogue.close();
     throw err;
   }
   const ring = opts.membership.ring();
@@ -308,6 +324,7 @@ export async function startRouter(opts: StartRouterOptions): Promise<{ url: stri
     await app.close();
     opts.hot?.stop();
     await opts.membership.stop();
+    await catalogue.close();
   };
   if (opts.handleSignals === true) {
     let signalled = false;
