@@ -6,9 +6,9 @@
  */
 import { execFileSync, spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
-import { chmodSync, chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { chmodSync, chownSync, existsSync, mkdtempSync, readdirSync, realpathSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { freePort } from './processes.ts';
@@ -28,7 +28,8 @@ export interface RunningPostgres {
 
 /** The folder of PostgreSQL's server programs. @throws Error when none is installed. */
 export function postgresBin(): string {
-  for (const dir of (process.env.PATH ?? '').split(':')) if (dir !== '' && existsSync(join(dir, 'initdb')) && existsSync(join(dir, 'postgres'))) return dir;
+  // On PATH (possibly a link to the versioned folder, which also holds pg_dump and psql).
+  for (const dir of (process.env.PATH ?? '').split(':')) if (dir !== '' && existsSync(join(dir, 'initdb')) && existsSync(join(dir, 'postgres'))) return dirname(realpathSync(join(dir, 'initdb')));
   const root = '/usr/lib/postgresql';
   const versions = existsSync(root) ? readdirSync(root).filter((v) => existsSync(join(root, v, 'bin', 'initdb'))).sort((a, b) => Number(b) - Number(a)) : [];
   if (versions[0] === undefined) throw new Error('PostgreSQL is not installed: apt-get install postgresql (npm test installs it)');
