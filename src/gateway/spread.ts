@@ -79,6 +79,7 @@ export class SpreadTenants {
   readonly #selfId: string | undefined;
   readonly #hot: SpreadHotOptions | undefined;
   readonly #configs = new Map<string, TenantConfig>();
+  readonly #config: LoadedConfig;
   /** Tenants spread because they are in the hot set (or were, until their owner has taken them back). */
   readonly #dynamic = new Map<string, SpreadTenant & { cooling: boolean }>();
 
@@ -87,6 +88,7 @@ export class SpreadTenants {
     this.#ring = opts.ring;
     this.#selfId = opts.selfId;
     this.#hot = opts.hot;
+    this.#config = opts.config;
     for (const t of opts.config.config.tenants) {
       this.#configs.set(t.id, t);
       if (t.spread !== undefined) this.#tenants.set(t.id, { config: t, k: t.spread, policies: new Map() });
@@ -103,7 +105,7 @@ export class SpreadTenants {
     const k = this.#hot.set.spreadOf(tenant);
     const known = this.#dynamic.get(tenant);
     if (k !== undefined) {
-      const config = this.#configs.get(tenant);
+      const config = this.#configOf(tenant);
       if (config === undefined) return false;
       if (known === undefined || known.k !== k) this.#dynamic.set(tenant, { config, k, policies: new Map(), cooling: false });
       return true;
@@ -111,6 +113,11 @@ export class SpreadTenants {
     if (known === undefined) return false;
     this.#cool(tenant, known);
     return this.#dynamic.has(tenant);
+  }
+
+  /** A tenant of the YAML list, else of the catalogue (as it is when the tenant is found hot). */
+  #configOf(tenant: string): TenantConfig | undefined {
+    return this.#configs.get(tenant) ?? this.#config.catalogue.tenant(tenant);
   }
 
   /** The tenant's k (configured or hot), or undefined when it is not spread. */
@@ -137,7 +144,7 @@ export class SpreadTenants {
    * owner); rejects when the hot set could not be written.
    */
   async promote(tenant: string, k: number, ttlMs: number): Promise<boolean> {
-    const config = this.#configs.get(tenant);
+    const config = this.#configOf(tenant);
     const hot = this.#hot;
     if (config === undefined || hot === undefined) return false;
     const group = this.#allGroup(tenant, config);
