@@ -80,6 +80,7 @@ export function clusterBanner(info: BannerInfo): string {
       `Operations (admin token: ${a.token}, in ${a.tokenEnv} of every process):`,
       `  dashboard  ${a.routers[0] ?? ''}/dashboard#token=${a.token}`,
       `  top        ${a.tokenEnv}=${a.token} npx quotaring top --url ${a.routers[0] ?? ''}`,
+      `  tenants    ${a.tokenEnv}=${a.token} npx quotaring tenants add <id> --plan free --url ${a.routers[0] ?? ''}   (docs/tenants.md)`,
       `  admin API  routers ${a.routers.join('  ')}   nodes ${a.nodes.join('  ')}`,
       `             curl -s -H 'Authorization: Bearer ${a.token}' ${a.routers[0] ?? ''}/admin/v1/ring`,
       `  metrics    ${base}/metrics and each node's /metrics`,
