@@ -81,10 +81,11 @@ async function upPorts(nodes: number): Promise<{ routerPort: number; simPort: nu
  * Starts `quotaring up --nodes N` on free ports (with `extra` arguments) and waits for its banner.
  * @throws with its output if it exits first.
  */
-async function startUp(nodes: number, extra: readonly string[] = [], ports?: Awaited<ReturnType<typeof upPorts>>, env?: Record<string, string>): Promise<RunningUp> {
+async function startUp(nodes: number, extra: readonly string[] = [], ports?: Awaited<ReturnType<typeof upPorts>>, env?: Record<string, string>, cwd?: string): Promise<RunningUp> {
   const { routerPort, simPort, nodePort, adminPort, args } = ports ?? (await upPorts(nodes));
   const proc = spawn(process.execPath, [CLI, 'up', ...args, ...extra], {
     stdio: ['ignore', 'pipe', 'pipe'],
+    ...(cwd === undefined ? {} : { cwd }),
     ...(env === undefined ? {} : { env: { ...process.env, ...env } }),
   });
   let out = '';
@@ -140,6 +141,53 @@ async function closedWithin(ports: readonly number[], ms: number): Promise<numbe
 }
 
 describe('quotaring up', () => {
+  test('the embedded catalogue: a tenant added with the CLI serves at once; after a restart of up it is still there', { timeout: 60_000 }, async () => {
+    const cwd = mkdtempSync(join(tmpdir(), 'quotaring-up-catalogue-'));
+    const cli = async (args: string[], token: string): Promise<{ code: number | null; stdout: string; stderr: string }> => {
+      const proc = spawn(process.execPath, [CLI, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, QUOTARING_ADMIN_TOKEN: token } });
+      let stdout = '';
+      let stderr = '';
+      proc.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+      proc.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+      const [code] = (await once(proc, 'exit')) as [number | null];
+      return { code, stdout, stderr };
+    };
+    const ask = async (port: number, key: string): Promise<number> => {
+      const client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: key, maxRetries: 0 });
+      try {
+        await client.chat.completions.create({ model: 'gpt-4o-mini', max_tokens: 5, messages: [{ role: 'user', content: 'Hi' }] });
+        return 200;
+      } catch (err) {
+        return (err as { status?: number }).status ?? -1;
+      }
+    };
+    const ports = await upPorts(1);
+    let up = await startUp(1, [], ports, undefined, cwd);
+    try {
+      const token = /admin token: ([0-9a-f]+)/.exec(up.out())?.[1] ?? '';
+      const admin = `http://127.0.0.1:${ports.adminPort}`;
+      const added = await cli(['tenants', 'add', 'acme', '--plan', 'free', '--url', admin], token);
+      assert.equal(added.code, 0, added.stderr);
+      const key = (JSON.parse(added.stdout) as { key: { key: string } }).key.key;
+      assert.match(key, /^qr_[a-z0-9]{16}_/);
+      assert.equal(await ask(ports.routerPort, key), 200, 'the key serves at once');
+      assert.equal(readFileSync(join(cwd, '.quotaring-state', 'catalogue.ndjson'), 'utf8').includes(key), false, 'the file holds the hash, never the key');
+      up.proc.kill('SIGINT');
+      assert.deepEqual(await up.exited, [0, null]);
+      up = await startUp(1, [], ports, undefined, cwd);
+      const again = /admin token: ([0-9a-f]+)/.exec(up.out())?.[1] ?? '';
+      assert.equal(await ask(ports.routerPort, key), 200, 'still there after a restart');
+      const shown = await cli(['tenants', 'show', 'acme', '--url', admin], again);
+      assert.equal((JSON.parse(shown.stdout) as { plan: string }).plan, 'free');
+      const refused = await cli(['tenants', 'add', 'acme', '--url', admin], again);
+      assert.equal(refused.code, 1);
+      assert.match(refused.stderr, /^error: 409: /);
+    } finally {
+      await up.kill();
+      rmSync(cwd, { recursive: true, force: true });
+    }
+  });
+
   test('2 nodes + 1 router with --logs: banner, SDK calls through the router, a log line per request, SIGINT stops every child and exits 0', { timeout: 20_000 }, async () => {
     const up = await startUp(2, ['--logs']);
     const { proc, routerPort, nodePort, simPort, adminPort, exited } = up;
