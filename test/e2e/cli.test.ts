@@ -31,7 +31,7 @@ describe('the CLI a newcomer meets first', () => {
   test('config check cluster/demo.yaml passes without QUOTARING_SIM_KEY, warning that nodes will need it', () => {
     const r = cli(['config', 'check', DEMO]);
     assert.equal(r.code, 0, r.stderr);
-    assert.match(r.stdout, /demo\.yaml: ok \(tenants: 2, keys: 2, models: 3, deployments: 2\)/);
+    assert.match(r.stdout, /demo\.yaml: ok \(tenants: 2, keys: 2, plans: 2, models: 3, deployments: 2\)/);
     assert.equal(r.stderr, 'warning: environment variable QUOTARING_SIM_KEY is not set here; nodes and routers started with this config need it (--require-env makes this an error)\n');
   });
 
