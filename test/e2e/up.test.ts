@@ -42,8 +42,8 @@ async function freeRange(n: number, avoid: readonly number[]): Promise<number> {
 }
 
 /** Runs the CLI to completion; @returns its exit code and output. */
-async function runToExit(args: readonly string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const proc = spawn(process.execPath, [CLI, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+async function runToExit(args: readonly string[], env?: Record<string, string>): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const proc = spawn(process.execPath, [CLI, ...args], { stdio: ['ignore', 'pipe', 'pipe'], ...(env === undefined ? {} : { env: { ...process.env, ...env } }) });
   let stdout = '';
   let stderr = '';
   proc.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
@@ -143,15 +143,7 @@ async function closedWithin(ports: readonly number[], ms: number): Promise<numbe
 describe('quotaring up', () => {
   test('the embedded catalogue: a tenant added with the CLI serves at once; after a restart of up it is still there', { timeout: 60_000 }, async () => {
     const cwd = mkdtempSync(join(tmpdir(), 'quotaring-up-catalogue-'));
-    const cli = async (args: string[], token: string): Promise<{ code: number | null; stdout: string; stderr: string }> => {
-      const proc = spawn(process.execPath, [CLI, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, QUOTARING_ADMIN_TOKEN: token } });
-      let stdout = '';
-      let stderr = '';
-      proc.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-      proc.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-      const [code] = (await once(proc, 'exit')) as [number | null];
-      return { code, stdout, stderr };
-    };
+    const cli = (args: string[], token: string) => runToExit(args, { QUOTARING_ADMIN_TOKEN: token });
     const ask = async (port: number, key: string): Promise<number> => {
       const client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: key, maxRetries: 0 });
       try {
