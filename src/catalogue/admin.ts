@@ -16,6 +16,7 @@ import { CatalogueConflict, CatalogueUnavailable } from './store.ts';
 import type { CatalogueStore, RowCondition, RowWrite } from './store.ts';
 import { CATALOGUE_ID } from '../config/catalogue-schema.ts';
 import { limitName } from '../config/policy.ts';
+import type { Config } from '../config/schema.ts';
 
 /** An admin answer: HTTP status and JSON body. */
 export interface AdminAnswer {
@@ -81,25 +82,32 @@ export class CatalogueAdmin {
    * `plan`, with label `label` (`name:value`), or whose id starts with `prefix`. Scans the tenants
    * held (YAML and catalogue): O(tenants), yielding to the event loop every 50,000.
    */
-  async listTenants(q: { after?: string; limit?: number; plan?: string; label?: string; prefix?: string }): Promise<AdminAnswer> {
+  async listTenants(q: { after?: unknown; limit?: number; plan?: unknown; label?: unknown; prefix?: unknown }): Promise<AdminAnswer> {
+    for (const name of ['after', 'plan', 'label', 'prefix'] as const) if (q[name] !== undefined && typeof q[name] !== 'string') return error(400, 'invalid_field', `${name}: give it once`, name);
+    const after = q.after as string | undefined;
+    const plan = q.plan as string | undefined;
+    const prefix = q.prefix as string | undefined;
+    const label = q.label as string | undefined;
     const limit = q.limit ?? 100;
     if (!Number.isInteger(limit) || limit < 1 || limit > LIST_MAX) return error(400, 'invalid_field', `limit: 1 ..= ${LIST_MAX}`, 'limit');
-    const [labelName, labelValue] = q.label === undefined ? [undefined, undefined] : q.label.split(':', 2);
-    if (q.label !== undefined && (labelName === '' || labelValue === undefined)) return error(400, 'invalid_field', 'label: name:value', 'label');
+    const colon = label === undefined ? -1 : label.indexOf(':');
+    const labelName = label === undefined || colon < 0 ? undefined : label.slice(0, colon);
+    const labelValue = label === undefined || colon < 0 ? undefined : label.slice(colon + 1);
+    if (label !== undefined && (labelName === undefined || labelName === '')) return error(400, 'invalid_field', 'label: name:value', 'label');
     const page: string[] = [];
     let scanned = 0;
     let total = 0;
     for (const id of this.#c.tenantIds()) {
       if (++scanned % 50_000 === 0) await new Promise((r) => setImmediate(r));
-      if (q.prefix !== undefined && !id.startsWith(q.prefix)) continue;
-      if (q.plan !== undefined || labelName !== undefined) {
+      if (prefix !== undefined && !id.startsWith(prefix)) continue;
+      if (plan !== undefined || labelName !== undefined) {
         const t = this.#c.entry(id);
-        const plan = t?.plan ?? this.#c.tenant(id)?.plan;
-        if (q.plan !== undefined && plan !== q.plan) continue;
+        const itsPlan = t?.plan ?? this.#c.tenant(id)?.plan;
+        if (plan !== undefined && itsPlan !== plan) continue;
         if (labelName !== undefined && t?.doc?.labels?.[labelName] !== labelValue) continue;
       }
       total += 1;
-      if (q.after !== undefined && id <= q.after) continue;
+      if (after !== undefined && id <= after) continue;
       // Keep the `limit` smallest ids after the cursor (insertion into a short sorted array).
       if (page.length === limit && id >= (page[limit - 1] as string)) continue;
       let i = page.length;
@@ -114,6 +122,8 @@ export class CatalogueAdmin {
   /** Creates a tenant (`body`: `{ id, plan?, limits?, priority?, priorities?, estimator?, metrics?, labels?, issue_key? }`); 201 with its view and, with `issue_key: true`, its first key. */
   async createTenant(body: unknown, actor: string): Promise<AdminAnswer> {
     if (typeof body !== 'object' || body === null || Array.isArray(body)) return invalid([{ field: '(body)', message: 'a JSON object' }]);
+    const proto = protoKeyPath(body);
+    if (proto !== undefined) return invalid([{ field: proto, message: 'a reserved name (__proto__, constructor, prototype)' }]);
     const { id, issue_key: issue, ...doc } = body as Record<string, unknown>;
     if (typeof id !== 'string' || !CATALOGUE_ID.test(id)) return invalid([{ field: 'id', message: 'tenant id: 1-64 of A-Z a-z 0-9 . _ -' }]);
     if (issue !== undefined && typeof issue !== 'boolean') return invalid([{ field: 'issue_key', message: 'true or false' }]);
@@ -133,6 +143,8 @@ export class CatalogueAdmin {
     const t = this.#c.entry(id);
     if (t === undefined) return this.#c.isYamlTenant(id) ? error(409, 'tenant_in_config', `Tenant ${id} is in the config file's tenants list: change it there.`) : error(404, 'not_found', `No tenant ${id}.`);
     if (typeof patch !== 'object' || patch === null || Array.isArray(patch)) return invalid([{ field: '(body)', message: 'a JSON object of the fields to change' }]);
+    const proto = protoKeyPath(patch);
+    if (proto !== undefined) return invalid([{ field: proto, message: 'a reserved name (__proto__, constructor, prototype)' }]);
     if ('id' in patch && (patch as { id: unknown }).id !== id) return invalid([{ field: 'id', message: 'a tenant id cannot change: create a new tenant' }]);
     const doc: Record<string, unknown> = { ...(t.raw ?? (t.plan === undefined ? {} : { plan: t.plan })) };
     for (const [k, v] of Object.entries(patch)) {
@@ -159,7 +171,8 @@ export class CatalogueAdmin {
   async issue(tenant: string, body: unknown, actor: string): Promise<AdminAnswer> {
     const t = this.#c.entry(tenant);
     if (t === undefined) return this.#c.isYamlTenant(tenant) ? error(409, 'tenant_in_config', `Tenant ${tenant} is in the config file's tenants list: give it keys there.`) : error(404, 'not_found', `No tenant ${tenant}.`);
-    const doc = body ?? {};
+    const doc = body === undefined ? {} : body;
+    if (typeof doc !== 'object' || doc === null || Array.isArray(doc)) return invalid([{ field: '(body)', message: 'a JSON object (or no body)' }]);
     const parsed = KeyDocSchema.safeParse(doc);
     if (!parsed.success) return invalid(problemsOf(parsed.error));
     if (parsed.data.literal) return invalid([{ field: 'literal', message: 'issued keys are qr_<id>_<secret>; import a key of another form with POST /admin/v1/catalogue/import' }]);
@@ -235,10 +248,13 @@ export class CatalogueAdmin {
     const lines = text.split('\n').map((l) => l.trim()).filter((l) => l !== '');
     if (lines.length > IMPORT_MAX_LINES) return error(413, 'too_many_lines', `At most ${IMPORT_MAX_LINES} lines per import; split the file.`);
     const rows: RowWrite[] = [];
+    const conditions: RowCondition[] = [];
     const seen = new Set<string>();
     let tenants = 0;
     let plans = 0;
     let keys = 0;
+    const parsedLines: { at: string; kind: unknown; rest: Record<string, unknown> }[] = [];
+    const importedPlans = new Set<string>();
     for (let i = 0; i < lines.length; i++) {
       const at = `line ${i + 1}`;
       let v: unknown;
@@ -248,12 +264,24 @@ export class CatalogueAdmin {
         return invalid([{ field: at, message: 'not JSON' }]);
       }
       if (typeof v !== 'object' || v === null || Array.isArray(v)) return invalid([{ field: at, message: 'a JSON object' }]);
+      const proto = protoKeyPath(v);
+      if (proto !== undefined) return invalid([{ field: `${at}: ${proto}`, message: 'a reserved name (__proto__, constructor, prototype)' }]);
       const { kind, ...rest } = v as Record<string, unknown>;
+      parsedLines.push({ at, kind, rest });
+      if (kind === 'plan' && typeof rest.name === 'string') importedPlans.add(rest.name);
+    }
+    // Keys of this import: id → tenant, hash → tenant (one key never on two tenants).
+    const keyIds = new Map<string, string>();
+    const keyHashes = new Map<string, string>();
+    for (const { at, kind, rest } of parsedLines) {
       if (kind === 'plan') {
         const { name, ...doc } = rest;
         if (typeof name !== 'string' || !CATALOGUE_ID.test(name)) return invalid([{ field: `${at}: name`, message: 'plan name: 1-64 of A-Z a-z 0-9 . _ -' }]);
+        if (this.#c.isYamlPlan(name)) return error(409, 'plan_in_config', `${at}: plan ${name} is in the config file's plans list: change it there.`, `${at}: name`);
         const parsed = PlanDocSchema.safeParse(doc);
         if (!parsed.success) return invalid(problemsOf(parsed.error, `${at}: `));
+        const problems = configProblems(this.#c.config, parsed.data);
+        if (problems.length > 0) return invalid(problems.map((p) => ({ field: `${at}: ${p.field}`, message: p.message })));
         rows.unshift({ kind: 'plan', id: name, deleted: false, doc });
         plans += 1;
         continue;
@@ -263,26 +291,39 @@ export class CatalogueAdmin {
       if (typeof id !== 'string' || !CATALOGUE_ID.test(id)) return invalid([{ field: `${at}: id`, message: 'tenant id: 1-64 of A-Z a-z 0-9 . _ -' }]);
       if (seen.has(id)) return invalid([{ field: `${at}: id`, message: `tenant ${id} twice in the import` }]);
       seen.add(id);
-      if (this.#c.isYamlTenant(id)) return error(409, 'tenant_in_config', `${at}: tenant ${id} is in the config file's tenants list.`);
+      if (this.#c.isYamlTenant(id)) return error(409, 'tenant_in_config', `${at}: tenant ${id} is in the config file's tenants list.`, `${at}: id`);
       const parsed = TenantDocSchema.safeParse(doc);
       if (!parsed.success) return invalid(problemsOf(parsed.error, `${at}: `));
       const problems = configProblems(this.#c.config, parsed.data);
       if (problems.length > 0) return invalid(problems.map((p) => ({ field: `${at}: ${p.field}`, message: p.message })));
+      const plan = parsed.data.plan;
+      if (plan !== undefined && this.#c.plan(plan) === undefined && !importedPlans.has(plan)) return invalid([{ field: `${at}: plan`, message: `no plan named "${plan}"` }]);
       rows.push({ kind: 'tenant', id, deleted: false, doc });
       tenants += 1;
       const old = this.#c.entry(id);
       const kept = new Set<string>();
       if (keyList !== undefined && !Array.isArray(keyList)) return invalid([{ field: `${at}: keys`, message: 'a list' }]);
       for (const [j, k] of ((keyList ?? []) as unknown[]).entries()) {
-        const key = importedKey(k);
-        if (typeof key === 'string') return invalid([{ field: `${at}: keys[${j}]`, message: key }]);
+        const field = `${at}: keys[${j}]`;
+        const key = importedKey(k, this.#c.config);
+        if (typeof key === 'string') return invalid([{ field, message: key }]);
+        const held = this.#c.keyEntry(key.id);
+        if (held !== undefined && held.tenant !== id) return error(409, 'key_taken', `${field}: key ${key.id} belongs to another tenant: revoke it there first.`, field);
+        if (held !== undefined && held.hash !== key.hash) return error(409, 'key_taken', `${field}: key ${key.id} exists with another secret: import it under another id, or rotate it.`, field);
+        if (this.#c.tombstone('key', key.id) !== undefined) return error(409, 'key_revoked', `${field}: key ${key.id} was revoked; a revoked key is never brought back (issue a new one).`, field);
+        const owner = this.#c.keyHashOwner(key.hash);
+        if (owner !== undefined && owner !== id) return error(409, 'key_taken', `${field}: this key is already given to ${owner === '' ? 'a tenant of the config file' : 'another tenant'}.`, field);
+        if ((keyIds.get(key.id) ?? id) !== id || (keyHashes.get(key.hash) ?? id) !== id || kept.has(key.id)) return invalid([{ field, message: 'the same key twice in the import' }]);
+        keyIds.set(key.id, id);
+        keyHashes.set(key.hash, id);
         kept.add(key.id);
+        if (held === undefined) conditions.push({ kind: 'key', id: key.id, live: false });
         rows.push({ kind: 'key', id: key.id, tenant: id, hash: key.hash, deleted: false, doc: key.doc });
         keys += 1;
       }
       for (const k of old?.keys ?? []) if (!kept.has(k.id)) rows.push({ kind: 'key', id: k.id, tenant: id, deleted: true, doc: {} });
     }
-    const written = await this.#write(rows, [], actor);
+    const written = await this.#write(rows, conditions, actor);
     return written ?? { status: 200, body: { imported: { plans, tenants, keys } } };
   }
 
@@ -352,6 +393,24 @@ function rawPlan(c: Catalogue, name: string): Record<string, unknown> {
   return {};
 }
 
+/** A stored key hash: base64url SHA-256, 43 characters. */
+const HASH = /^[A-Za-z0-9_-]{43}$/;
+
+/** The path of the first own key named __proto__, constructor or prototype in `v` or undefined. Iterative: any depth. */
+function protoKeyPath(v: unknown): string | undefined {
+  const stack: { value: unknown; path: string }[] = [{ value: v, path: '' }];
+  for (let item = stack.pop(); item !== undefined; item = stack.pop()) {
+    const { value, path } = item;
+    if (typeof value !== 'object' || value === null) continue;
+    for (const k of Object.keys(value)) {
+      const here = Array.isArray(value) ? `${path}[${k}]` : path === '' ? k : `${path}.${k}`;
+      if (k === '__proto__' || k === 'constructor' || k === 'prototype') return here;
+      stack.push({ value: (value as Record<string, unknown>)[k], path: here });
+    }
+  }
+  return undefined;
+}
+
 function off(): AdminAnswer {
   return error(409, 'catalogue_off', 'This gateway has no catalogue store (catalogue.store: none): tenants come from the config file only. Set catalogue.store to file or postgres.');
 }
@@ -361,15 +420,17 @@ function unavailable(err: Error): AdminAnswer {
 }
 
 /** A key of an import line: exported (`{id, hash, …}`) or in the clear (a string, or `{key, id?, …}`), else a problem. */
-function importedKey(k: unknown): { id: string; hash: string; doc: Record<string, unknown> } | string {
+function importedKey(k: unknown, config: Config): { id: string; hash: string; doc: Record<string, unknown> } | string {
   if (typeof k === 'string') k = { key: k };
   if (typeof k !== 'object' || k === null || Array.isArray(k)) return 'a key string or object';
   const { id, hash, key, ...doc } = k as Record<string, unknown>;
   if (id !== undefined && (typeof id !== 'string' || !CATALOGUE_ID.test(id))) return 'id: 1-64 of A-Z a-z 0-9 . _ -';
   const parsed = KeyDocSchema.safeParse(doc);
   if (!parsed.success) return problemsOf(parsed.error).map((p) => `${p.field}: ${p.message}`).join('; ');
+  const problems = configProblems(config, parsed.data, parsed.data.limits.length > 0);
+  if (problems.length > 0) return problems.map((p) => `${p.field}: ${p.message}`).join('; ');
   if (typeof hash === 'string') {
-    if (Buffer.from(hash, 'base64url').length !== 32 || typeof id !== 'string') return 'an exported key needs its id and a 43-character hash';
+    if (!HASH.test(hash) || typeof id !== 'string') return 'an exported key needs its id and a hash of 43 base64url characters';
     return { id, hash, doc };
   }
   if (typeof key !== 'string' || key.length < 8) return 'key: the key itself, at least 8 characters (or hash and id of an exported key)';

@@ -189,6 +189,15 @@ export class Catalogue {
     return this.#tenants.get(id);
   }
 
+  /**
+   * Who holds a key of this hash among those found by hash: `''` for a YAML key, a tenant id for an
+   * imported key of another form than `qr_<id>_<secret>`, undefined when none.
+   */
+  keyHashOwner(hash: string): string | undefined {
+    if (this.#base.yamlAccess.has(hash)) return '';
+    return this.#literal.get(hash)?.tenant;
+  }
+
   /** A catalogue key's entry by public id. */
   keyEntry(id: string): KeyEntry | undefined {
     return this.#keys.get(id);
@@ -319,7 +328,7 @@ export class Catalogue {
       }
       return undefined;
     }
-    if (row.tenant === undefined || row.hash === undefined || Buffer.from(row.hash, 'base64url').length !== 32) return 'a key row needs its tenant and a 32-byte hash';
+    if (row.tenant === undefined || row.hash === undefined || !/^[A-Za-z0-9_-]{43}$/.test(row.hash)) return 'a key row needs its tenant and a 32-byte hash';
     const parsed = KeyDocSchema.safeParse(row.doc);
     if (!parsed.success) return parsed.error.issues[0]?.message ?? 'invalid doc';
     const doc = parsed.data;

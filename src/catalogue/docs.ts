@@ -63,10 +63,12 @@ export interface DocProblem {
 /** The problems of a zod error, each naming its field (`limits[0].window`). */
 export function problemsOf(error: z.ZodError, prefix = ''): DocProblem[] {
   return error.issues.map((issue) => {
-    let field = prefix;
-    for (const part of issue.path) field += typeof part === 'number' ? `[${part}]` : `${field === '' ? '' : '.'}${String(part)}`;
+    let path = '';
+    for (const part of issue.path) path += typeof part === 'number' ? `[${part}]` : `${path === '' ? '' : '.'}${String(part)}`;
+    // An unknown field is named by the field itself.
+    if (issue.code === 'unrecognized_keys' && issue.keys.length === 1) path += `${path === '' ? '' : '.'}${issue.keys[0] ?? ''}`;
     const message = issue.code === 'unrecognized_keys' ? `unknown field${issue.keys.length > 1 ? 's' : ''} ${issue.keys.map((k) => `"${k}"`).join(', ')}` : issue.message;
-    return { field: field === '' ? '(body)' : field, message };
+    return { field: path === '' ? (prefix === '' ? '(body)' : prefix.replace(/: $/, '')) : `${prefix}${path}`, message };
   });
 }
 

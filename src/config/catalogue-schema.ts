@@ -8,8 +8,8 @@ import { parseDuration } from './duration.ts';
 
 const envName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'an environment variable name');
 
-/** Plan names, tenant ids and key ids share one alphabet. */
-export const CATALOGUE_ID = /^[A-Za-z0-9._-]{1,64}$/;
+/** Plan names, tenant ids and key ids share one alphabet (`.` and `..` alone excepted: they are path segments). */
+export const CATALOGUE_ID = /^(?!\.\.?$)[A-Za-z0-9._-]{1,64}$/;
 
 /**
  * Where tenants managed at runtime live (admin API `/admin/v1/tenants`, `quotaring tenants …`):

@@ -69,7 +69,7 @@ export function catalogueRoutes(admin: FastifyInstance, catalogue: CatalogueAdmi
   admin.get('/admin/v1/catalogue/plans', async (_request, reply) => send(reply, catalogue.listPlans()));
   admin.put<Id>('/admin/v1/catalogue/plans/:id', change((r, actor) => catalogue.putPlan(id(r), r.body, actor)));
   admin.delete<Id>('/admin/v1/catalogue/plans/:id', change((r, actor) => catalogue.deletePlan(id(r), actor)));
-  admin.post('/admin/v1/catalogue/import', { bodyLimit: IMPORT_BODY_LIMIT }, change((r, actor) => (typeof r.body === 'string' ? catalogue.importLines(r.body, actor) : Promise.resolve({ status: 415, body: adminError('Send the import as NDJSON (Content-Type: application/x-ndjson), one plan or tenant a line.', 'unsupported_media_type') }))));
+  admin.post('/admin/v1/catalogue/import', { bodyLimit: IMPORT_BODY_LIMIT }, change((r, actor) => (typeof r.body === 'string' && !/^\s*application\/([\w.-]+\+)?json\s*(;|$)/i.test(r.headers['content-type'] ?? '') ? catalogue.importLines(r.body, actor) : Promise.resolve({ status: 415, body: adminError('Send the import as NDJSON (Content-Type: application/x-ndjson), one plan or tenant a line.', 'unsupported_media_type') }))));
   admin.get('/admin/v1/catalogue/export', async (_request, reply) => {
     let out = '';
     for (const line of catalogue.exportLines()) out += `${line}\n`;

@@ -9,7 +9,7 @@
  * rows (`readSince(0)`), the file's size, the catalogue's `size` and head are compared before and
  * after each probe.
  *
- * Assertions under a `// BUG:` comment state the correct behaviour of a bug found in src/ (they fail
+ * Assertions under a `// Found by the hostile review, fixed:` comment state the correct behaviour of a bug found in src/ (they fail
  * until it is fixed); each such bug has its own test, so that one bug fails one test.
  */
 import assert from 'node:assert/strict';
@@ -223,7 +223,7 @@ describe('catalogue: hostile admin and API clients', () => {
   });
 
   test('issuing a key with a JSON null body is refused like any other non-object', async () => {
-    // BUG: src/catalogue/admin.ts issue(): `body ?? {}` takes an explicit JSON `null` body for "no body" and issues a key (201).
+    // Found by the hostile review, fixed: src/catalogue/admin.ts issue(): `body ?? {}` takes an explicit JSON `null` body for "no body" and issues a key (201).
     await probe('POST keys: null', () => send('POST', '/admin/v1/catalogue/tenants/acme/keys', { raw: 'null' }), { status: 400, param: '(body)' });
   });
 
@@ -242,7 +242,7 @@ describe('catalogue: hostile admin and API clients', () => {
   });
 
   test('an import sent as application/json whose body is a JSON string is refused (415), not imported', async () => {
-    // BUG: src/ops/catalogue-routes.ts import route: `typeof r.body === 'string'` is the only content-type check, so a JSON
+    // Found by the hostile review, fixed: src/ops/catalogue-routes.ts import route: `typeof r.body === 'string'` is the only content-type check, so a JSON
     // string body under application/json (fastify parses it to a string) is imported as NDJSON (200, rows written).
     await probe('import: JSON string under application/json', () => send('POST', '/admin/v1/catalogue/import', { json: JSON.stringify({ id: 'json-string-import' }) }), { status: 415 });
   });
@@ -304,7 +304,7 @@ describe('catalogue: hostile admin and API clients', () => {
   });
 
   test('import: a label named __proto__ is refused as over HTTP, not stored and dropped in RAM', async () => {
-    // BUG: src/catalogue/admin.ts importLines() parses lines with JSON.parse (not fastify's secure parser), and zod's record
+    // Found by the hostile review, fixed: src/catalogue/admin.ts importLines() parses lines with JSON.parse (not fastify's secure parser), and zod's record
     // drops a "__proto__" key: the line is accepted (200), the store keeps labels.__proto__, RAM holds labels {}.
     await probe('import: labels.__proto__', () => importLines(['{"id":"pp-label","labels":{"__proto__":"x"}}']), { status: 400, param: /^line 1: \.?labels/ });
   });
@@ -313,7 +313,7 @@ describe('catalogue: hostile admin and API clients', () => {
     probes += 1;
     const before = await snap();
     const answer = await admin.updateTenant('acme', JSON.parse('{"__proto__":{"metrics":true}}'), 'hostile-test');
-    // BUG: src/catalogue/admin.ts updateTenant(): `doc[k] = v` with k === "__proto__" sets the doc's prototype; zod validates the
+    // Found by the hostile review, fixed: src/catalogue/admin.ts updateTenant(): `doc[k] = v` with k === "__proto__" sets the doc's prototype; zod validates the
     // inherited `metrics: true`, the store gets `{}` (JSON.stringify skips the prototype): 200 for a change that did nothing.
     assert.equal(answer.status, 400, JSON.stringify(answer.body));
     assert.deepEqual(await snap(), before, 'nothing written');
@@ -344,7 +344,7 @@ describe('catalogue: hostile admin and API clients', () => {
 
   test('ids "." and "..": refused, since no URL client can address them (dot segments)', async () => {
     for (const id of ['.', '..']) {
-      // BUG: src/config/catalogue-schema.ts CATALOGUE_ID (/^[A-Za-z0-9._-]{1,64}$/) accepts "." and "..": the tenant (or plan) is
+      // Found by the hostile review, fixed: src/config/catalogue-schema.ts CATALOGUE_ID (/^[A-Za-z0-9._-]{1,64}$/) accepts "." and "..": the tenant (or plan) is
       // created (201), but /admin/v1/catalogue/tenants/.. is a dot segment every WHATWG URL client (the CLI's `new URL(path, url)`)
       // removes: `quotaring tenants delete ..` sends DELETE /admin/v1/catalogue/ and `keys issue ..` POST /admin/v1/catalogue/keys.
       await probe(`create: id ${id}`, () => send('POST', '/admin/v1/catalogue/tenants', { json: { id } }), { status: 400, param: 'id' });
@@ -471,7 +471,7 @@ describe('catalogue: hostile admin and API clients', () => {
       ['a space inside', `${'A'.repeat(20)} ${'A'.repeat(23)}`],
       ['a trailing é', `${'A'.repeat(43)}é`],
     ] as const) {
-      // BUG: src/catalogue/admin.ts importedKey() checks `Buffer.from(hash, 'base64url').length !== 32`, which skips characters
+      // Found by the hostile review, fixed: src/catalogue/admin.ts importedKey() checks `Buffer.from(hash, 'base64url').length !== 32`, which skips characters
       // outside the alphabet: such a hash is stored as given; a literal key stored with it is never found (catalogue #literal is
       // keyed by the hash string).
       await probe(`import: exported hash ${what}`, () => importLines([{ id: 'bad-hash', keys: [{ id: 'aaaaaaaaaaaaaaaa', hash }] }]), { status: 400, param: 'line 1: keys[0]' });
@@ -484,17 +484,17 @@ describe('catalogue: hostile admin and API clients', () => {
       { id: 'share-1', keys: [{ id: k.id, hash: k.hash }] },
       { id: 'share-2', keys: [{ id: k.id, hash: keyHash('another-secret') }] },
     ];
-    // BUG: src/catalogue/admin.ts importLines() does not track key ids across lines: both rows are written (200), the second
+    // Found by the hostile review, fixed: src/catalogue/admin.ts importLines() does not track key ids across lines: both rows are written (200), the second
     // silently takes the key from share-1 (one id, two tenants in the same write).
     await probe('import: one key id on two tenants', () => importLines(lines), { status: 400, param: /^line 2: keys\[0\]/ });
   });
 
   test('import: one key in the clear given to two tenants (or to a tenant of the YAML list) is refused', async () => {
-    // BUG: src/catalogue/admin.ts importLines(): the same literal key on two tenants gets two ids and one hash; the catalogue's
+    // Found by the hostile review, fixed: src/catalogue/admin.ts importLines(): the same literal key on two tenants gets two ids and one hash; the catalogue's
     // #literal map (hash → key) keeps the last, so the key silently authenticates as lit-2 only (the YAML loader refuses this:
     // "this key is already given to tenant").
     await probe('import: one clear key on two tenants', () => importLines([{ id: 'lit-1', keys: ['Shared-Literal-Key-01'] }, { id: 'lit-2', keys: ['Shared-Literal-Key-01'] }]), { status: 400, param: /^line 2: keys\[0\]/ });
-    // BUG: same function: a clear key equal to a key of the YAML list is stored (200) but never authenticates as its tenant
+    // Found by the hostile review, fixed: same function: a clear key equal to a key of the YAML list is stored (200) but never authenticates as its tenant
     // (catalogue.access looks the YAML keys up first).
     await probe('import: the YAML tenant\'s key', () => importLines([{ id: 'lit-3', keys: [YAML_KEY] }]), { status: [400, 409] });
     assert.equal(loaded.catalogue.access(YAML_KEY)?.tenant.id, 'yaml-t');
@@ -504,7 +504,7 @@ describe('catalogue: hostile admin and API clients', () => {
     const victim = await tenantWithKey('victim-1');
     // The attacker knows the victim's public key id and its hash (an export), not its secret.
     const row = { id: 'mallory-1', keys: [{ id: victim.id, hash: keyHash(victim.key) }] };
-    // BUG: src/catalogue/admin.ts importLines() writes a key row for an id owned by another tenant with no condition; the catalogue
+    // Found by the hostile review, fixed: src/catalogue/admin.ts importLines() writes a key row for an id owned by another tenant with no condition; the catalogue
     // (#applyKey) detaches it from victim-1 and attaches it to mallory-1: victim-1's own secret now authenticates as mallory-1.
     await probe('import: take over a key id', () => importLines([row]), { status: [400, 409], param: /^line 1: keys\[0\]/ });
     assert.equal(loaded.catalogue.access(victim.key)?.tenant.id, 'victim-1', 'the victim\'s key still gives the victim');
@@ -514,7 +514,7 @@ describe('catalogue: hostile admin and API clients', () => {
   test('import: a key in the clear of the issued form with the id of another tenant\'s key does not replace it', async () => {
     const victim = await tenantWithKey('victim-2');
     const forged = `qr_${victim.id}_${'A'.repeat(43)}`;
-    // BUG: src/catalogue/admin.ts importedKey() keeps the id an issued-form key carries; importLines() writes it over victim-2's
+    // Found by the hostile review, fixed: src/catalogue/admin.ts importedKey() keeps the id an issued-form key carries; importLines() writes it over victim-2's
     // key: victim-2's real key stops working, the forged one authenticates as mallory-2.
     await probe('import: forged issued key over a live id', () => importLines([{ id: 'mallory-2', keys: [forged] }]), { status: [400, 409], param: /^line 1: keys\[0\]/ });
     assert.equal(loaded.catalogue.access(victim.key)?.tenant.id, 'victim-2');
@@ -527,7 +527,7 @@ describe('catalogue: hostile admin and API clients', () => {
     assert.ok(exported !== undefined);
     assert.equal((await send('DELETE', `/admin/v1/catalogue/keys/${leaked.id}`)).status, 200);
     assert.equal(loaded.catalogue.access(leaked.key), undefined);
-    // BUG: src/catalogue/admin.ts importLines() writes the exported `{id, hash}` of a key revoked since the export at a new
+    // Found by the hostile review, fixed: src/catalogue/admin.ts importLines() writes the exported `{id, hash}` of a key revoked since the export at a new
     // version, over its tombstone: the revoked (leaked) key authenticates again (200). The store-restore path guarantees "a
     // revoked key stays revoked"; an import of an old backup should refuse the revoked id (or skip it), not silently revive it.
     await probe('import: an export taken before a revocation', () => importLines([exported]), { status: [400, 409], param: /^line 1: keys\[0\]/ });
@@ -535,13 +535,13 @@ describe('catalogue: hostile admin and API clients', () => {
   });
 
   test('import: plans named as a plan of the YAML list are refused (409 plan_in_config, as PUT)', async () => {
-    // BUG: src/catalogue/admin.ts importLines() plan lines skip the isYamlPlan check of putPlan(): the plan is written (200) and
+    // Found by the hostile review, fixed: src/catalogue/admin.ts importLines() plan lines skip the isYamlPlan check of putPlan(): the plan is written (200) and
     // shadows the YAML plan for catalogue tenants (Catalogue.plan() and #build() prefer the catalogue's).
     await probe('import: shadow yaml-plan', () => importLines([{ kind: 'plan', name: 'yaml-plan', limits: [{ requests: 1_000_000, window: '1m' }] }]), { status: 409, code: 'plan_in_config' });
   });
 
   test('import: a tenant on a plan that does not exist (nor in the import) is refused', async () => {
-    // BUG: src/catalogue/admin.ts importLines() never checks that a tenant's plan exists (createTenant/updateTenant do): the tenant
+    // Found by the hostile review, fixed: src/catalogue/admin.ts importLines() never checks that a tenant's plan exists (createTenant/updateTenant do): the tenant
     // is written (200) with no limits at all (Catalogue #build finds no plan), i.e. unlimited.
     await probe('import: plan nope', () => importLines([{ id: 'planless', plan: 'nope', keys: ['planless-key-0001'] }]), { status: 400, param: lineParam(1, 'plan') });
     // A plan given in the same import is fine (positive control).
@@ -552,7 +552,7 @@ describe('catalogue: hostile admin and API clients', () => {
 
   test('import: plan lines get the config checks of PUT (tiers, models, prices, one limit per name)', async () => {
     const plan = (doc: Record<string, unknown>) => [{ kind: 'plan', name: 'imp-plan', ...doc }];
-    // BUG: src/catalogue/admin.ts importLines() plan lines are only schema-checked (PlanDocSchema), never configProblems(): each of
+    // Found by the hostile review, fixed: src/catalogue/admin.ts importLines() plan lines are only schema-checked (PlanDocSchema), never configProblems(): each of
     // these is written (200).
     await probe('import plan: a tier that does not exist', () => importLines(plan({ priority: 'nope' })), { status: 400, param: lineParam(1, 'priority') });
     await probe('import plan: a cost limit over an unpriced model', () => importLines(plan({ limits: [{ usd: 1, window: '1d' }] })), { status: 400, param: lineParam(1, 'limits[0].usd') });
@@ -562,7 +562,7 @@ describe('catalogue: hostile admin and API clients', () => {
 
   test('import: key docs get the config checks of POST keys (tiers, models, prices, one limit per name)', async () => {
     const withKey = (doc: Record<string, unknown>) => [{ id: 'imp-key-doc', keys: [{ key: 'imp-key-doc-secret-1', ...doc }] }];
-    // BUG: src/catalogue/admin.ts importedKey() only schema-checks a key's doc (KeyDocSchema), never configProblems(..., isKey):
+    // Found by the hostile review, fixed: src/catalogue/admin.ts importedKey() only schema-checks a key's doc (KeyDocSchema), never configProblems(..., isKey):
     // each of these is written (200).
     await probe('import key: a tier that does not exist', () => importLines(withKey({ priority: 'nope' })), { status: 400, param: /^line 1: keys\[0\]/ });
     await probe('import key: a cost limit over an unpriced model', () => importLines(withKey({ limits: [{ usd: 1, window: '1d' }] })), { status: 400, param: /^line 1: keys\[0\]/ });
@@ -570,7 +570,7 @@ describe('catalogue: hostile admin and API clients', () => {
   });
 
   test('import: a field problem names "line N: field" (no stray dot)', async () => {
-    // BUG: src/catalogue/docs.ts problemsOf(error, prefix): with a prefix the first path part is joined with "." ("line 1: " +
+    // Found by the hostile review, fixed: src/catalogue/docs.ts problemsOf(error, prefix): with a prefix the first path part is joined with "." ("line 1: " +
     // ".limits"), so param reads "line 1: .limits[0].window"; with an empty path it is "line 1: " (trailing space, no field).
     await probe('import: a bad window', () => importLines([{ id: 'dot', limits: [{ requests: 1, window: 'forever' }] }]), { status: 400, param: 'line 1: limits[0].window' });
     await probe('import plan: a bad window', () => importLines([{ kind: 'plan', name: 'dot', limits: [{ requests: 1, window: 'forever' }] }]), { status: 400, param: 'line 1: limits[0].window' });
@@ -769,7 +769,7 @@ describe('catalogue: hostile admin and API clients', () => {
   });
 
   test('listing: two label filters are a 400, not a 500', async () => {
-    // BUG: src/catalogue/admin.ts listTenants() calls `q.label.split` on a repeated query parameter, which fastify gives as an
+    // Found by the hostile review, fixed: src/catalogue/admin.ts listTenants() calls `q.label.split` on a repeated query parameter, which fastify gives as an
     // array (src/ops/catalogue-routes.ts types it string | undefined): TypeError, 500 internal_error.
     await probe('list ?label=a:b&label=c:d', () => send('GET', '/admin/v1/catalogue/tenants?label=team:a&label=team:b'), { status: 400, param: 'label' });
   });
@@ -779,7 +779,7 @@ describe('catalogue: hostile admin and API clients', () => {
     assert.equal((await send('POST', '/admin/v1/catalogue/tenants', { json: { id: 'lbl-plain', labels: { team: 'a' } } })).status, 201);
     const res = await send('GET', '/admin/v1/catalogue/tenants?label=team:a:b');
     assert.equal(res.status, 200, res.text);
-    // BUG: src/catalogue/admin.ts listTenants(): `q.label.split(':', 2)` drops everything after a second ":", so `team:a:b`
+    // Found by the hostile review, fixed: src/catalogue/admin.ts listTenants(): `q.label.split(':', 2)` drops everything after a second ":", so `team:a:b`
     // filters on team = "a": it lists lbl-plain and misses lbl-colon.
     assert.deepEqual((res.body as { tenants: { id: string }[] }).tenants.map((t) => t.id), ['lbl-colon']);
   });
