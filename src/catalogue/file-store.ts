@@ -1,78 +1,154 @@
 /**
- * The embedded catalogue store: one append-only NDJSON file that every process on the machine
- * shares (`npm start`, a single node, a few processes on one host). No server.
+ * The embedded catalogue store: one append-only NDJSON file that the processes of one machine
+ * share (`npm start`, a single node, a few processes on one host). No server.
  *
- * Each line is a {@link CatalogueRow}; the latest line of a `(kind, id)` is its row. A write takes
- * an inter-process lock (`proper-lockfile`, a lock directory beside the file), reads the lines other
- * processes appended, checks its conditions, appends its rows at the next versions in one write,
- * fsyncs and releases the lock: after `write` resolves the rows survive a crash, and versions are
- * assigned in file order. Readers tail the file (a watch, and a size check every `pollMs`), reading
- * only appended bytes; a torn last line waits until it is complete; a line that does not parse is
- * skipped and reported. A file that shrank or was replaced (restored from an older copy) is read
- * again from the start, and `head` reports it as gone back in time.
+ * Format: each line is one JSON object, one of
+ * - a {@link CatalogueRow} (`kind, id, version, deleted, tenant?, hash?, doc, at, actor`); the
+ *   latest line of a `(kind, id)` is its row, and every row line is an audit entry;
+ * - `{"advance": v}`: the next version assigned is > v (written by `advanceTo`);
+ * - `{"compacted": v}`: this file was compacted when its head was v (first line of a compacted file).
+ * A line that does not parse, is not one of those (id 1-64 of A-Z a-z 0-9 . _ -, integer versions)
+ * or whose version is not above the previous row's is skipped and reported ({@link FileStore.problems},
+ * `onProblem`); the store never throws on it.
  *
- * `{"advance": v}` lines move the next version past `v` (see `advanceTo`). There is no compaction:
- * the file grows by one line per change (about 200 bytes); a million changes are 200 MB read at start.
+ * Multi-process rules:
+ * - Writers (`write`, `advanceTo`, `compact`) hold an inter-process lock (`proper-lockfile`: a
+ *   directory `<path>.lock`, waited for at most 2 s, then {@link CatalogueUnavailable}), within a
+ *   process one at a time. Under it a writer reads what others appended, checks its conditions,
+ *   appends all its lines in one write and fsyncs, then releases. So versions are assigned in file
+ *   order, and a reader that has read up to byte N has every version below the ones after N.
+ *   A lock left by a crashed process is taken over after 10 s (stale); writes meanwhile answer 503.
+ * - Readers tail the file: a directory watch, and a size check every `pollMs`, read only the bytes
+ *   appended since the last read; a torn last line (a write in progress, or one cut by a crash)
+ *   waits until its newline. A writer that finds a torn tail under the lock (its writer crashed)
+ *   ends it with a newline first, so that line is skipped, never glued to the next row.
+ * - A file that shrank or was replaced (another inode: compaction, a restore from an older copy) is
+ *   read again from the start; `head` then reports a restore as gone back in time.
+ *
+ * Durability: `write` resolves only after the lines are fsynced (and the folder once, when the file
+ * was created): a crash after that loses nothing. A write that fails part way is truncated back.
+ *
+ * Compaction (`compact`, and at `open` when the file has more than 10,000 row lines and more than
+ * twice as many as rows): rewrites the file with the latest line of each row only (tombstones kept:
+ * followers behind still learn of the deletion), through a temporary file, fsync and rename, under
+ * the lock. Trade-off: the audit history of superseded lines is gone (`audit` then lists each row's
+ * last write only), and `head(known)` must trust that a version at or below the compaction point
+ * that has no line any more was superseded rather than lost. Without it the file grows by one line
+ * (about 200 bytes) per change and every process reads all of it at start.
  */
-import { closeSync, fstatSync, fsyncSync, mkdirSync, openSync, readSync, watch, writeSync } from 'node:fs';
-import type { FSWatcher } from 'node:fs';
-import { dirname } from 'node:path';
+import { closeSync, fstatSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readSync, renameSync, unlinkSync, watch, writeSync } from 'node:fs';
+import type { FSWatcher, Stats } from 'node:fs';
+import { basename, dirname } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import lockfile from 'proper-lockfile';
 import { isRow } from './follower.ts';
-import { CatalogueConflict, CatalogueUnavailable } from './store.ts';
+import { checkWrite, conflictOf } from './store-checks.ts';
+import { CatalogueUnavailable } from './store.ts';
 import type { AuditEntry, CatalogueRow, CatalogueStore, CatalogueWrite, StoreHead } from './store.ts';
+
+/** Longest wait for the inter-process lock, ms. */
+const LOCK_WAIT_MS = 2_000;
+/** A lock not refreshed for this long (ms) belongs to a dead process and is taken over (proper-lockfile refreshes it every half of it). */
+const LOCK_STALE_MS = 10_000;
+/** `open` compacts when the file has more row lines than this, and more than twice its rows. */
+const COMPACT_MIN_LINES = 10_000;
+/** Bytes read per `readSync` while catching up. */
+const READ_CHUNK = 4 << 20;
+/** Problems kept for {@link FileStore.problems} (later ones only counted and passed to `onProblem`). */
+const MAX_PROBLEMS = 1_000;
 
 /** Options of a {@link FileStore}. */
 export interface FileStoreOptions {
-  /** The catalogue file; created (with its folder) when missing. */
+  /** The catalogue file; created (with its folder, mode 0600) when missing. */
   readonly path: string;
-  /** Period of the size check that notices other processes' writes, ms. @default 200 */
+  /** Period of the size check that notices other processes' writes, ms (a directory watch notices most sooner). @default 200 */
   readonly pollMs?: number;
+  /** Called with each skipped line's reason (path, byte offset, why). */
+  readonly onProblem?: (problem: string) => void;
 }
+
+/** What {@link FileStore.compact} did. */
+export interface Compaction {
+  /** Row lines before and after. */
+  readonly before: number;
+  readonly after: number;
+}
+
+const rowKey = (r: { readonly kind: string; readonly id: string }): string => `${r.kind}/${r.id}`;
 
 /** The embedded store: an append-only file shared by the processes of one machine. */
 export class FileStore implements CatalogueStore {
   readonly kind = 'file';
   readonly #path: string;
   readonly #pollMs: number;
-  /** `kind/id` → latest row. */
+  readonly #onProblem: ((problem: string) => void) | undefined;
+
+  // What has been read of the file.
+  /** `kind/id` → latest row line (the same object as in `#log`). */
   #rows = new Map<string, CatalogueRow>();
-  /** Every row line read, in file order (the audit log). */
+  /** Every row line read, in file order, which is version order. */
   #log: CatalogueRow[] = [];
-  #offset = 0;
   #ino = -1;
-  #partial = '';
+  #birthMs = -1;
+  #offset = 0;
+  /** Bytes after the last newline read (a torn or in-progress line). */
+  #partial: Buffer = Buffer.alloc(0);
+  /** Version of the last row line. */
   #version = 0;
+  /** Highest `advance` line. */
   #floor = 0;
+  /** Highest `compacted` line. */
+  #compactedThrough = 0;
+
   readonly #problems: string[] = [];
   readonly #listeners: ((version: number) => void)[] = [];
+  #announced = 0;
+  #announcing: NodeJS.Immediate | undefined;
   #watcher: FSWatcher | undefined;
   #timer: NodeJS.Timeout | undefined;
+  /** Serializes this process's lock holders (the file lock is for other processes). */
+  #queue: Promise<void> = Promise.resolve();
+  #closed = false;
 
+  /** @throws Error when `pollMs` is not a positive integer. */
   constructor(opts: FileStoreOptions) {
     this.#path = opts.path;
     this.#pollMs = opts.pollMs ?? 200;
+    if (!Number.isSafeInteger(this.#pollMs) || this.#pollMs <= 0) throw new Error(`FileStore: pollMs must be a positive integer, got ${this.#pollMs}`);
+    this.#onProblem = opts.onProblem;
   }
 
-  /** Lines skipped so far, each with its reason. */
+  /** Lines skipped so far, each with its reason (the first {@link MAX_PROBLEMS}). */
   problems(): readonly string[] {
     return this.#problems;
   }
 
+  /**
+   * Creates the file when missing, reads it, compacts it when it is mostly superseded lines (see
+   * the header; skipped with a problem when the lock is busy), and starts tailing it.
+   * @throws CatalogueUnavailable when the file cannot be created or read.
+   */
   async open(): Promise<void> {
-    try {
-      mkdirSync(dirname(this.#path), { recursive: true });
-      closeSync(openSync(this.#path, 'a', 0o600));
-    } catch (err) {
-      throw new CatalogueUnavailable(`cannot open ${this.#path}: ${(err as NodeJS.ErrnoException).code ?? String(err)}`);
-    }
+    this.#ensureFile();
     this.#catchUp();
-    if (this.#timer === undefined) {
+    if (this.#log.length > COMPACT_MIN_LINES && this.#log.length > 2 * this.#rows.size) {
+      try {
+        await this.compact();
+      } catch (err) {
+        if (!(err instanceof CatalogueUnavailable)) throw err;
+        this.#problem(`${this.#path}: not compacted at open: ${err.message}`);
+      }
+    }
+    this.#announced = this.#version;
+    if (this.#timer === undefined && !this.#closed) {
       this.#timer = setInterval(() => this.#poll(), this.#pollMs);
       this.#timer.unref();
       try {
-        this.#watcher = watch(this.#path, () => this.#poll());
-        this.#watcher.unref();
+        // The folder, not the file: a compaction or restore replaces the file's inode.
+        const name = basename(this.#path);
+        this.#watcher = watch(dirname(this.#path), { persistent: false }, (_event, file) => {
+          if (file === null || file === name) this.#poll();
+        });
         this.#watcher.on('error', () => {});
       } catch {
         // No watch on this file system: the size check alone.
@@ -80,163 +156,372 @@ export class FileStore implements CatalogueStore {
     }
   }
 
+  /** Rows with version > `since`, in version order, at most `max` (reads what was appended first). @throws CatalogueUnavailable */
   async readSince(since: number, max: number): Promise<CatalogueRow[]> {
     this.#catchUp();
     const out: CatalogueRow[] = [];
-    for (const row of this.#rows.values()) if (row.version > since) out.push(row);
-    out.sort((a, b) => a.version - b.version);
-    return out.slice(0, max);
+    for (let i = this.#firstAbove(since); i < this.#log.length && out.length < max; i++) {
+      const r = this.#log[i] as CatalogueRow;
+      if (this.#rows.get(rowKey(r)) === r) out.push(r);
+    }
+    return out;
   }
 
+  /**
+   * The last row line's version; `consistent` when the file has the line `known` names with the
+   * same `at`, or has no line for it but was compacted at or above it (superseded, see the header).
+   * @throws CatalogueUnavailable
+   */
   async head(known?: { readonly version: number; readonly at: number }): Promise<StoreHead> {
     this.#catchUp();
-    if (known === undefined || known.version === 0) return { version: this.#version, consistent: true };
-    const line = this.#log.find((r) => r.version === known.version);
-    return { version: this.#version, consistent: line !== undefined && line.at === known.at };
+    if (known === undefined) return { version: this.#version, consistent: true };
+    const line = this.#log[this.#firstAbove(known.version - 1)];
+    const consistent = line !== undefined && line.version === known.version ? line.at === known.at : known.version <= this.#compactedThrough;
+    return { version: this.#version, consistent };
   }
 
+  /**
+   * Under the lock: catches up, checks the conditions, appends the rows at the next versions
+   * (`at` = this machine's clock, once per write) in one write, fsyncs. A `(kind, id)` given twice
+   * is stored at its last occurrence (both lines are in the audit log).
+   * @throws CatalogueConflict on the first condition that does not hold (nothing written).
+   * @throws CatalogueUnavailable when the lock stays busy for 2 s or the file cannot be written (nothing written).
+   * @throws Error when a row is malformed or the actor is not 1-128 characters.
+   */
   async write(write: CatalogueWrite): Promise<CatalogueRow[]> {
-    const release = await this.#lock();
-    try {
+    checkWrite(write);
+    return this.#exclusive(() => {
       this.#catchUp();
-      for (const c of write.conditions ?? []) {
-        const row = this.#rows.get(`${c.kind}/${c.id}`);
-        const live = row !== undefined && !row.deleted;
-        if (c.live !== undefined && live !== c.live) throw new CatalogueConflict(c, `${c.kind} ${c.id} ${c.live ? 'does not exist' : 'exists already'}`);
-        if (c.version !== undefined && row?.version !== c.version) throw new CatalogueConflict(c, `${c.kind} ${c.id} is at version ${row?.version ?? 'none'}, not ${c.version}`);
-      }
+      for (const c of write.conditions ?? []) conflictOf(c, this.#rows.get(rowKey(c)));
+      if (write.rows.length === 0) return [];
       let next = Math.max(this.#version, this.#floor);
       const at = Date.now();
-      const rows = write.rows.map((r): CatalogueRow => ({ ...r, version: ++next, at, actor: write.actor }));
-      if (rows.length > 0) this.#append(rows.map((r) => JSON.stringify(r)).join('\n') + '\n');
+      const lines = write.rows.map((r) => {
+        const { kind, id, deleted, tenant, hash, doc } = r;
+        return JSON.stringify({ kind, id, version: ++next, deleted, ...(tenant === undefined ? {} : { tenant }), ...(hash === undefined ? {} : { hash }), doc, at, actor: write.actor });
+      });
+      const from = this.#log.length;
+      this.#append(lines.join('\n') + '\n');
       this.#catchUp();
-      return rows;
-    } finally {
-      await release();
-    }
+      const stored = this.#log.slice(from);
+      if (stored.length !== lines.length || stored[0]?.version !== next - lines.length + 1) {
+        throw new CatalogueUnavailable(`catalogue store: ${this.#path} changed under the lock while writing (another program edits it?)`);
+      }
+      return stored;
+    });
   }
 
+  /** Audit entries (row lines) with version < `before`, newest first, at most `max`. @throws CatalogueUnavailable */
   async audit(before: number | undefined, max: number): Promise<AuditEntry[]> {
     this.#catchUp();
     const out: AuditEntry[] = [];
-    for (let i = this.#log.length - 1; i >= 0 && out.length < max; i--) {
+    const end = before === undefined ? this.#log.length : this.#firstAbove(before - 1);
+    for (let i = end - 1; i >= 0 && out.length < max; i--) {
       const r = this.#log[i] as CatalogueRow;
-      if (before !== undefined && r.version >= before) continue;
       out.push({ version: r.version, at: r.at, actor: r.actor, kind: r.kind, id: r.id, op: r.deleted ? 'delete' : 'put' });
     }
     return out;
   }
 
+  /** Appends `{"advance": version}` under the lock unless the next version is already above it. @throws CatalogueUnavailable */
   async advanceTo(version: number): Promise<void> {
-    const release = await this.#lock();
-    try {
+    if (!Number.isSafeInteger(version)) throw new Error(`advanceTo: not a safe integer: ${version}`);
+    await this.#exclusive(() => {
       this.#catchUp();
       if (Math.max(this.#version, this.#floor) < version) this.#append(`${JSON.stringify({ advance: version })}\n`);
       this.#catchUp();
-    } finally {
-      await release();
-    }
+    });
   }
 
+  /**
+   * Rewrites the file with the latest line of each row (see the header): a temporary file beside
+   * it, fsynced, renamed over it, the folder fsynced; other processes notice the new inode and
+   * read it again. Under the lock.
+   * @throws CatalogueUnavailable when the lock stays busy or the file cannot be written (the old file stays).
+   */
+  async compact(): Promise<Compaction> {
+    return this.#exclusive(() => {
+      this.#catchUp();
+      const before = this.#log.length;
+      const kept = this.#log.filter((r) => this.#rows.get(rowKey(r)) === r);
+      const lines = [JSON.stringify({ compacted: this.#version })];
+      if (this.#floor > this.#version) lines.push(JSON.stringify({ advance: this.#floor }));
+      for (const r of kept) lines.push(JSON.stringify(r));
+      const tmp = `${this.#path}.compact-${process.pid}-${Date.now()}`;
+      try {
+        const fd = openSync(tmp, 'wx', 0o600);
+        try {
+          writeAll(fd, Buffer.from(lines.join('\n') + '\n'));
+          fsyncSync(fd);
+        } finally {
+          closeSync(fd);
+        }
+        renameSync(tmp, this.#path);
+        fsyncDir(dirname(this.#path));
+      } catch (err) {
+        try {
+          unlinkSync(tmp);
+        } catch {
+          // not created, or already renamed
+        }
+        throw new CatalogueUnavailable(`catalogue store: cannot compact ${this.#path}: ${(err as NodeJS.ErrnoException).code ?? String(err)}`);
+      }
+      this.#catchUp();
+      return { before, after: kept.length };
+    });
+  }
+
+  /** Calls `listener` with the new head after a catch-up read new lines (this process's writes too), soon after, not inside the call that read them. */
   onChange(listener: (version: number) => void): void {
     this.#listeners.push(listener);
   }
 
+  /** Stops tailing; waits for this process's write in progress. Idempotent. */
   async close(): Promise<void> {
+    this.#closed = true;
     if (this.#timer !== undefined) clearInterval(this.#timer);
     this.#timer = undefined;
+    if (this.#announcing !== undefined) clearImmediate(this.#announcing);
+    this.#announcing = undefined;
     this.#watcher?.close();
+    this.#watcher = undefined;
+    await this.#queue;
   }
 
-  async #lock(): Promise<() => Promise<void>> {
+  /** Index of the first row line with version > `version` (binary search: lines are in version order). */
+  #firstAbove(version: number): number {
+    let lo = 0;
+    let hi = this.#log.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if ((this.#log[mid] as CatalogueRow).version > version) hi = mid;
+      else lo = mid + 1;
+    }
+    return lo;
+  }
+
+  #ensureFile(): void {
     try {
-      return await lockfile.lock(this.#path, { retries: { retries: 40, minTimeout: 10, maxTimeout: 100 }, stale: 10_000, realpath: false });
+      mkdirSync(dirname(this.#path), { recursive: true });
+      try {
+        closeSync(openSync(this.#path, 'wx', 0o600));
+        fsyncDir(dirname(this.#path));
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+      }
     } catch (err) {
-      throw new CatalogueUnavailable(`cannot lock ${this.#path}: ${(err as Error).message}`);
+      throw new CatalogueUnavailable(`catalogue store: cannot create ${this.#path}: ${(err as NodeJS.ErrnoException).code ?? String(err)}`);
     }
   }
 
-  #append(text: string): void {
-    const fd = openSync(this.#path, 'a');
+  /** Runs `fn` holding this process's turn and the file lock. */
+  async #exclusive<T>(fn: () => T): Promise<T> {
+    if (this.#closed) throw new CatalogueUnavailable('catalogue store: closed');
+    const previous = this.#queue;
+    let done = (): void => {};
+    this.#queue = new Promise<void>((resolve) => (done = resolve));
+    await previous;
     try {
-      writeSync(fd, text);
+      const release = await this.#lock();
+      try {
+        return fn();
+      } finally {
+        await release().catch(() => {});
+      }
+    } finally {
+      done();
+    }
+  }
+
+  /** The inter-process lock, waited for at most {@link LOCK_WAIT_MS}. @throws CatalogueUnavailable */
+  async #lock(): Promise<() => Promise<void>> {
+    this.#ensureFile();
+    const deadline = Date.now() + LOCK_WAIT_MS;
+    let backoffMs = 2;
+    for (;;) {
+      try {
+        return await lockfile.lock(this.#path, {
+          stale: LOCK_STALE_MS,
+          realpath: false,
+          retries: 0,
+          // Default: throw from a timer (a crash). Our lock taken over means we were stalled > 10 s.
+          onCompromised: (err) => this.#problem(`${this.#path}: lock compromised: ${err.message}`),
+        });
+      } catch (err) {
+        const code = (err as NodeJS.ErrnoException).code;
+        if (code !== 'ELOCKED') throw new CatalogueUnavailable(`catalogue store: cannot lock ${this.#path}: ${code ?? String(err)}`);
+        if (Date.now() >= deadline) throw new CatalogueUnavailable(`catalogue store: ${this.#path} stayed locked by another process for ${LOCK_WAIT_MS} ms`);
+        await sleep(backoffMs * (0.5 + Math.random()));
+        backoffMs = Math.min(backoffMs * 2, 50);
+      }
+    }
+  }
+
+  /** Appends `text` in one write and fsyncs, ending a torn tail first; truncates back on failure. Under the lock. */
+  #append(text: string): void {
+    let fd: number;
+    try {
+      fd = openSync(this.#path, 'a');
+    } catch (err) {
+      throw new CatalogueUnavailable(`catalogue store: cannot write ${this.#path}: ${(err as NodeJS.ErrnoException).code ?? String(err)}`);
+    }
+    let size = -1;
+    try {
+      size = fstatSync(fd).size;
+      // A torn last line under the lock is a crashed writer's: end it (skipped as a problem) so our first line stays whole.
+      writeAll(fd, Buffer.from(this.#partial.length > 0 ? `\n${text}` : text));
       fsyncSync(fd);
+    } catch (err) {
+      try {
+        if (size >= 0) ftruncateSync(fd, size);
+      } catch {
+        // the next writer ends the torn line
+      }
+      throw new CatalogueUnavailable(`catalogue store: cannot write ${this.#path}: ${(err as NodeJS.ErrnoException).code ?? String(err)}`);
     } finally {
       closeSync(fd);
     }
   }
 
   #poll(): void {
-    const before = this.#version;
+    if (this.#closed) return;
     try {
       this.#catchUp();
     } catch {
-      return;
+      // Unreadable for now (being replaced, a permission change): the next poll tries again.
     }
-    if (this.#version !== before) for (const l of this.#listeners) l(this.#version);
   }
 
-  /** Reads what was appended since the last read (all of it again when the file shrank or was replaced). */
+  /** Reads what was appended since the last read (everything again when the file shrank or was replaced). @throws CatalogueUnavailable */
   #catchUp(): void {
     let fd: number;
     try {
       fd = openSync(this.#path, 'r');
     } catch (err) {
-      throw new CatalogueUnavailable(`cannot read ${this.#path}: ${(err as NodeJS.ErrnoException).code ?? String(err)}`);
+      throw new CatalogueUnavailable(`catalogue store: cannot read ${this.#path}: ${(err as NodeJS.ErrnoException).code ?? String(err)}`);
     }
     try {
       const st = fstatSync(fd);
-      if (st.ino !== this.#ino || st.size < this.#offset) {
-        this.#ino = st.ino;
-        this.#offset = 0;
-        this.#partial = '';
-        this.#rows = new Map();
-        this.#log = [];
-        this.#version = 0;
-        this.#floor = 0;
-      }
-      if (st.size === this.#offset) return;
-      const buf = Buffer.alloc(st.size - this.#offset);
-      let read = 0;
-      while (read < buf.length) {
-        const n = readSync(fd, buf, read, buf.length - read, this.#offset + read);
+      if (st.ino !== this.#ino || st.birthtimeMs !== this.#birthMs || st.size < this.#offset) this.#reset(st);
+      const chunk = Buffer.allocUnsafe(Math.min(READ_CHUNK, Math.max(st.size - this.#offset, 1)));
+      while (this.#offset < st.size) {
+        const n = readSync(fd, chunk, 0, Math.min(chunk.length, st.size - this.#offset), this.#offset);
         if (n === 0) break;
-        read += n;
+        this.#take(chunk.subarray(0, n));
       }
-      this.#offset += read;
-      const text = this.#partial + buf.subarray(0, read).toString('utf8');
-      const lines = text.split('\n');
-      this.#partial = lines.pop() ?? '';
-      for (const line of lines) this.#line(line);
+    } catch (err) {
+      if (err instanceof CatalogueUnavailable) throw err;
+      throw new CatalogueUnavailable(`catalogue store: cannot read ${this.#path}: ${(err as NodeJS.ErrnoException).code ?? String(err)}`);
     } finally {
       closeSync(fd);
     }
+    this.#announce();
   }
 
-  #line(line: string): void {
-    if (line.trim() === '') return;
+  #reset(st: Stats): void {
+    this.#ino = st.ino;
+    this.#birthMs = st.birthtimeMs;
+    this.#offset = 0;
+    this.#partial = Buffer.alloc(0);
+    this.#rows = new Map();
+    this.#log = [];
+    this.#version = 0;
+    this.#floor = 0;
+    this.#compactedThrough = 0;
+  }
+
+  /** Parses the complete lines of `bytes` (after what was left of the previous read); keeps the rest, undecoded, for later. */
+  #take(bytes: Buffer): void {
+    const data = this.#partial.length === 0 ? bytes : Buffer.concat([this.#partial, bytes]);
+    const base = this.#offset - this.#partial.length;
+    let start = 0;
+    for (let nl = data.indexOf(0x0a); nl !== -1; nl = data.indexOf(0x0a, start)) {
+      this.#line(data.toString('utf8', start, nl), base + start);
+      start = nl + 1;
+    }
+    this.#partial = Buffer.from(data.subarray(start));
+    this.#offset += bytes.length;
+  }
+
+  #line(text: string, at: number): void {
+    if (text.trim() === '') return;
     let v: unknown;
     try {
-      v = JSON.parse(line);
+      v = JSON.parse(text);
     } catch {
-      this.#problem(`line at version ${this.#version}: not JSON`);
+      this.#problem(`${this.#path}: line at byte ${at}: not JSON, skipped`);
       return;
     }
-    const advance = (v as { advance?: unknown }).advance;
-    if (typeof advance === 'number' && Number.isSafeInteger(advance)) {
-      this.#floor = Math.max(this.#floor, advance);
+    if (typeof v === 'object' && v !== null && !Array.isArray(v)) {
+      const o = v as Record<string, unknown>;
+      const keys = Object.keys(o);
+      if (keys.length === 1 && (keys[0] === 'advance' || keys[0] === 'compacted')) {
+        const n = o[keys[0]];
+        if (typeof n === 'number' && Number.isSafeInteger(n) && n >= 0) {
+          if (keys[0] === 'advance') this.#floor = Math.max(this.#floor, n);
+          else this.#compactedThrough = Math.max(this.#compactedThrough, n);
+          return;
+        }
+      }
+    }
+    if (!isRow(v)) {
+      this.#problem(`${this.#path}: line at byte ${at}: not a catalogue row (kind plan|tenant|key, id 1-64 of A-Z a-z 0-9 . _ -, integer version and at, doc an object), skipped`);
       return;
     }
-    if (!isRow(v) || v.version <= this.#version) {
-      this.#problem(`line after version ${this.#version}: not a catalogue row, or not a newer version`);
+    if (v.version <= this.#version) {
+      this.#problem(`${this.#path}: line at byte ${at}: version ${v.version} is not after ${this.#version}, skipped`);
       return;
     }
-    this.#version = v.version;
-    this.#rows.set(`${v.kind}/${v.id}`, v);
-    this.#log.push(v);
+    const { kind, id, version, deleted, tenant, hash, doc, at: when, actor } = v;
+    const row: CatalogueRow = { kind, id, version, deleted, ...(tenant === undefined ? {} : { tenant }), ...(hash === undefined ? {} : { hash }), doc, at: when, actor };
+    this.#version = version;
+    this.#rows.set(rowKey(row), row);
+    this.#log.push(row);
   }
 
   #problem(p: string): void {
-    if (this.#problems.length < 1_000) this.#problems.push(p);
+    if (this.#problems.length < MAX_PROBLEMS) this.#problems.push(p);
+    this.#onProblem?.(p);
+  }
+
+  /** Tells the listeners of a new head, once, after the current call (a listener may call back in). */
+  #announce(): void {
+    if (this.#version === this.#announced || this.#announcing !== undefined || this.#closed || this.#listeners.length === 0) {
+      if (this.#listeners.length === 0) this.#announced = this.#version;
+      return;
+    }
+    this.#announcing = setImmediate(() => {
+      this.#announcing = undefined;
+      if (this.#closed || this.#version === this.#announced) return;
+      this.#announced = this.#version;
+      for (const l of this.#listeners) {
+        try {
+          l(this.#version);
+        } catch {
+          // A listener's fault is its own.
+        }
+      }
+    });
+  }
+}
+
+function writeAll(fd: number, buf: Buffer): void {
+  for (let off = 0; off < buf.length; ) off += writeSync(fd, buf, off, buf.length - off);
+}
+
+/** fsync of a folder, so that a file created or renamed in it survives a crash (a no-op where folders cannot be opened). */
+function fsyncDir(dir: string): void {
+  let fd: number;
+  try {
+    fd = openSync(dir, 'r');
+  } catch {
+    return;
+  }
+  try {
+    fsyncSync(fd);
+  } catch {
+    // not supported here
+  } finally {
+    closeSync(fd);
   }
 }
