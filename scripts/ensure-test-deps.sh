@@ -25,8 +25,11 @@ for dep in $DEPS; do
   package=${rest%%:*}
   case "$rest" in *:root) [ "$uid" = 0 ] || continue ;; esac
   if [ "$program" = initdb ]; then
-    # Not on PATH on Debian: /usr/lib/postgresql/<version>/bin.
-    command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$missing $package"
+    # Not on PATH on Debian: /usr/lib/postgresql/<version>/bin (QUOTARING_PG_BIN_GLOB overrides, for tests).
+    found=""
+    command -v initdb >/dev/null 2>&1 && found=1
+    for f in ${QUOTARING_PG_BIN_GLOB:-/usr/lib/postgresql/*/bin}/initdb; do [ -x "$f" ] && found=1; done
+    [ -n "$found" ] || missing="$missing $package"
     continue
   fi
   command -v "$program" >/dev/null 2>&1 || missing="$missing $package"
