@@ -8,34 +8,17 @@
  * Answers are `{ status, body }` in the admin API's shape (`adminError`); no HTTP types here.
  */
 import type { Catalogue, KeyEntry, TenantEntry } from './catalogue.ts';
-import { configProblems, KeyDocSchema, PlanDocSchema, problemsOf, TenantDocSchema } from './docs.ts';
-import type { DocProblem } from './docs.ts';
+import { error, invalid, off, unavailable } from './answers.ts';
+import type { AdminAnswer } from './answers.ts';
+import { configProblems, KeyDocSchema, PlanDocSchema, problemsOf, protoKeyPath, TenantDocSchema } from './docs.ts';
+import { importRows } from './import.ts';
 import type { CatalogueFollower } from './follower.ts';
-import { issuedKeyId, issueKey, keyHash, newKeyId } from './keys.ts';
+import { issueKey } from './keys.ts';
 import { CatalogueConflict, CatalogueUnavailable } from './store.ts';
 import type { CatalogueStore, RowCondition, RowWrite } from './store.ts';
 import { CATALOGUE_ID } from '../config/catalogue-schema.ts';
 import { limitName } from '../config/policy.ts';
-import type { Config } from '../config/schema.ts';
 
-/** An admin answer: HTTP status and JSON body. */
-export interface AdminAnswer {
-  readonly status: number;
-  readonly body: unknown;
-}
-
-function error(status: number, code: string, message: string, param: string | null = null): AdminAnswer {
-  const type = status === 404 ? 'not_found_error' : status === 409 ? 'conflict_error' : status === 503 ? 'service_unavailable' : 'invalid_request_error';
-  return { status, body: { error: { message, type, param, code } } };
-}
-
-function invalid(problems: readonly DocProblem[]): AdminAnswer {
-  const first = problems[0] ?? { field: '(body)', message: 'invalid' };
-  return { status: 400, body: { error: { message: `${first.field}: ${first.message}`, type: 'invalid_request_error', param: first.field, code: 'invalid_field', problems } } };
-}
-
-/** Most rows one import request may hold. */
-export const IMPORT_MAX_LINES = 10_000;
 /** Most tenants one listing page holds. */
 export const LIST_MAX = 1_000;
 
@@ -245,86 +228,10 @@ export class CatalogueAdmin {
    * before anything is written (400 naming the line and field), then written in one write.
    */
   async importLines(text: string, actor: string): Promise<AdminAnswer> {
-    const lines = text.split('\n').map((l) => l.trim()).filter((l) => l !== '');
-    if (lines.length > IMPORT_MAX_LINES) return error(413, 'too_many_lines', `At most ${IMPORT_MAX_LINES} lines per import; split the file.`);
-    const rows: RowWrite[] = [];
-    const conditions: RowCondition[] = [];
-    const seen = new Set<string>();
-    let tenants = 0;
-    let plans = 0;
-    let keys = 0;
-    const parsedLines: { at: string; kind: unknown; rest: Record<string, unknown> }[] = [];
-    const importedPlans = new Set<string>();
-    for (let i = 0; i < lines.length; i++) {
-      const at = `line ${i + 1}`;
-      let v: unknown;
-      try {
-        v = JSON.parse(lines[i] as string);
-      } catch {
-        return invalid([{ field: at, message: 'not JSON' }]);
-      }
-      if (typeof v !== 'object' || v === null || Array.isArray(v)) return invalid([{ field: at, message: 'a JSON object' }]);
-      const proto = protoKeyPath(v);
-      if (proto !== undefined) return invalid([{ field: `${at}: ${proto}`, message: 'a reserved name (__proto__, constructor, prototype)' }]);
-      const { kind, ...rest } = v as Record<string, unknown>;
-      parsedLines.push({ at, kind, rest });
-      if (kind === 'plan' && typeof rest.name === 'string') importedPlans.add(rest.name);
-    }
-    // Keys of this import: id → tenant, hash → tenant (one key never on two tenants).
-    const keyIds = new Map<string, string>();
-    const keyHashes = new Map<string, string>();
-    for (const { at, kind, rest } of parsedLines) {
-      if (kind === 'plan') {
-        const { name, ...doc } = rest;
-        if (typeof name !== 'string' || !CATALOGUE_ID.test(name)) return invalid([{ field: `${at}: name`, message: 'plan name: 1-64 of A-Z a-z 0-9 . _ -' }]);
-        if (this.#c.isYamlPlan(name)) return error(409, 'plan_in_config', `${at}: plan ${name} is in the config file's plans list: change it there.`, `${at}: name`);
-        const parsed = PlanDocSchema.safeParse(doc);
-        if (!parsed.success) return invalid(problemsOf(parsed.error, `${at}: `));
-        const problems = configProblems(this.#c.config, parsed.data);
-        if (problems.length > 0) return invalid(problems.map((p) => ({ field: `${at}: ${p.field}`, message: p.message })));
-        rows.unshift({ kind: 'plan', id: name, deleted: false, doc });
-        plans += 1;
-        continue;
-      }
-      if (kind !== undefined && kind !== 'tenant') return invalid([{ field: `${at}: kind`, message: 'plan or tenant' }]);
-      const { id, keys: keyList, version: _v, source: _s, limits_in_force: _l, ...doc } = rest;
-      if (typeof id !== 'string' || !CATALOGUE_ID.test(id)) return invalid([{ field: `${at}: id`, message: 'tenant id: 1-64 of A-Z a-z 0-9 . _ -' }]);
-      if (seen.has(id)) return invalid([{ field: `${at}: id`, message: `tenant ${id} twice in the import` }]);
-      seen.add(id);
-      if (this.#c.isYamlTenant(id)) return error(409, 'tenant_in_config', `${at}: tenant ${id} is in the config file's tenants list.`, `${at}: id`);
-      const parsed = TenantDocSchema.safeParse(doc);
-      if (!parsed.success) return invalid(problemsOf(parsed.error, `${at}: `));
-      const problems = configProblems(this.#c.config, parsed.data);
-      if (problems.length > 0) return invalid(problems.map((p) => ({ field: `${at}: ${p.field}`, message: p.message })));
-      const plan = parsed.data.plan;
-      if (plan !== undefined && this.#c.plan(plan) === undefined && !importedPlans.has(plan)) return invalid([{ field: `${at}: plan`, message: `no plan named "${plan}"` }]);
-      rows.push({ kind: 'tenant', id, deleted: false, doc });
-      tenants += 1;
-      const old = this.#c.entry(id);
-      const kept = new Set<string>();
-      if (keyList !== undefined && !Array.isArray(keyList)) return invalid([{ field: `${at}: keys`, message: 'a list' }]);
-      for (const [j, k] of ((keyList ?? []) as unknown[]).entries()) {
-        const field = `${at}: keys[${j}]`;
-        const key = importedKey(k, this.#c.config);
-        if (typeof key === 'string') return invalid([{ field, message: key }]);
-        const held = this.#c.keyEntry(key.id);
-        if (held !== undefined && held.tenant !== id) return error(409, 'key_taken', `${field}: key ${key.id} belongs to another tenant: revoke it there first.`, field);
-        if (held !== undefined && held.hash !== key.hash) return error(409, 'key_taken', `${field}: key ${key.id} exists with another secret: import it under another id, or rotate it.`, field);
-        if (this.#c.tombstone('key', key.id) !== undefined) return error(409, 'key_revoked', `${field}: key ${key.id} was revoked; a revoked key is never brought back (issue a new one).`, field);
-        const owner = this.#c.keyHashOwner(key.hash);
-        if (owner !== undefined && owner !== id) return error(409, 'key_taken', `${field}: this key is already given to ${owner === '' ? 'a tenant of the config file' : 'another tenant'}.`, field);
-        if ((keyIds.get(key.id) ?? id) !== id || (keyHashes.get(key.hash) ?? id) !== id || kept.has(key.id)) return invalid([{ field, message: 'the same key twice in the import' }]);
-        keyIds.set(key.id, id);
-        keyHashes.set(key.hash, id);
-        kept.add(key.id);
-        if (held === undefined) conditions.push({ kind: 'key', id: key.id, live: false });
-        rows.push({ kind: 'key', id: key.id, tenant: id, hash: key.hash, deleted: false, doc: key.doc });
-        keys += 1;
-      }
-      for (const k of old?.keys ?? []) if (!kept.has(k.id)) rows.push({ kind: 'key', id: k.id, tenant: id, deleted: true, doc: {} });
-    }
-    const written = await this.#write(rows, conditions, actor);
-    return written ?? { status: 200, body: { imported: { plans, tenants, keys } } };
+    const parsed = importRows(this.#c, text);
+    if ('status' in parsed) return parsed;
+    const written = await this.#write(parsed.rows, parsed.conditions, actor);
+    return written ?? { status: 200, body: { imported: parsed.counts } };
   }
 
   /** Every catalogue plan and tenant as NDJSON lines (keys as their hash, importable elsewhere). */
@@ -391,50 +298,4 @@ export class CatalogueAdmin {
 function rawPlan(c: Catalogue, name: string): Record<string, unknown> {
   for (const row of c.rows()) if (row.kind === 'plan' && row.id === name) return row.doc as Record<string, unknown>;
   return {};
-}
-
-/** A stored key hash: base64url SHA-256, 43 characters. */
-const HASH = /^[A-Za-z0-9_-]{43}$/;
-
-/** The path of the first own key named __proto__, constructor or prototype in `v` or undefined. Iterative: any depth. */
-function protoKeyPath(v: unknown): string | undefined {
-  const stack: { value: unknown; path: string }[] = [{ value: v, path: '' }];
-  for (let item = stack.pop(); item !== undefined; item = stack.pop()) {
-    const { value, path } = item;
-    if (typeof value !== 'object' || value === null) continue;
-    for (const k of Object.keys(value)) {
-      const here = Array.isArray(value) ? `${path}[${k}]` : path === '' ? k : `${path}.${k}`;
-      if (k === '__proto__' || k === 'constructor' || k === 'prototype') return here;
-      stack.push({ value: (value as Record<string, unknown>)[k], path: here });
-    }
-  }
-  return undefined;
-}
-
-function off(): AdminAnswer {
-  return error(409, 'catalogue_off', 'This gateway has no catalogue store (catalogue.store: none): tenants come from the config file only. Set catalogue.store to file or postgres.');
-}
-
-function unavailable(err: Error): AdminAnswer {
-  return error(503, 'catalogue_unavailable', `The catalogue store does not answer (${err.message}); requests are still served from the catalogue held. Try the change again once it is back.`);
-}
-
-/** A key of an import line: exported (`{id, hash, …}`) or in the clear (a string, or `{key, id?, …}`), else a problem. */
-function importedKey(k: unknown, config: Config): { id: string; hash: string; doc: Record<string, unknown> } | string {
-  if (typeof k === 'string') k = { key: k };
-  if (typeof k !== 'object' || k === null || Array.isArray(k)) return 'a key string or object';
-  const { id, hash, key, ...doc } = k as Record<string, unknown>;
-  if (id !== undefined && (typeof id !== 'string' || !CATALOGUE_ID.test(id))) return 'id: 1-64 of A-Z a-z 0-9 . _ -';
-  const parsed = KeyDocSchema.safeParse(doc);
-  if (!parsed.success) return problemsOf(parsed.error).map((p) => `${p.field}: ${p.message}`).join('; ');
-  const problems = configProblems(config, parsed.data, parsed.data.limits.length > 0);
-  if (problems.length > 0) return problems.map((p) => `${p.field}: ${p.message}`).join('; ');
-  if (typeof hash === 'string') {
-    if (!HASH.test(hash) || typeof id !== 'string') return 'an exported key needs its id and a hash of 43 base64url characters';
-    return { id, hash, doc };
-  }
-  if (typeof key !== 'string' || key.length < 8) return 'key: the key itself, at least 8 characters (or hash and id of an exported key)';
-  // A key of the issued form keeps the id it carries (it is found by it); any other is found by its hash.
-  const issued = issuedKeyId(key);
-  return { id: issued ?? (id as string | undefined) ?? newKeyId(), hash: keyHash(key), doc: issued === undefined ? { ...doc, literal: true } : doc };
 }

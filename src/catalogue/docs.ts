@@ -112,3 +112,18 @@ export function configProblems(config: Config, doc: { readonly limits: readonly 
   });
   return out;
 }
+
+/** The path of the first own key named __proto__, constructor or prototype in `v` or undefined. Iterative: any depth. */
+export function protoKeyPath(v: unknown): string | undefined {
+  const stack: { value: unknown; path: string }[] = [{ value: v, path: '' }];
+  for (let item = stack.pop(); item !== undefined; item = stack.pop()) {
+    const { value, path } = item;
+    if (typeof value !== 'object' || value === null) continue;
+    for (const k of Object.keys(value)) {
+      const here = Array.isArray(value) ? `${path}[${k}]` : path === '' ? k : `${path}.${k}`;
+      if (k === '__proto__' || k === 'constructor' || k === 'prototype') return here;
+      stack.push({ value: (value as Record<string, unknown>)[k], path: here });
+    }
+  }
+  return undefined;
+}

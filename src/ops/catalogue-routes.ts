@@ -21,7 +21,8 @@
  * declared by the caller, who holds the admin token: it names, it does not authenticate.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import type { AdminAnswer, CatalogueAdmin } from '../catalogue/admin.ts';
+import type { CatalogueAdmin } from '../catalogue/admin.ts';
+import type { AdminAnswer } from '../catalogue/answers.ts';
 import { adminError } from './admin-server.ts';
 
 /** Header naming who makes a change. */
