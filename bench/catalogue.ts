@@ -369,9 +369,9 @@ async function propagationPhase(router: Started, node: Started, runId: string, w
 }
 
 /** The self-time part of bench/profile-top.ts's summary of a .cpuprofile. */
-function topFunctions(file: string): string {
-  const top = execFileSync(process.execPath, ['--import', 'tsx', fileURLToPath(new URL('profile-top.ts', import.meta.url)), file, '25'], { encoding: 'utf8' });
-  return top.split(/^inclusive/m)[0] ?? top;
+function topFunctions(file: string, top = 25): string {
+  const text = execFileSync(process.execPath, ['--import', 'tsx', fileURLToPath(new URL('profile-top.ts', import.meta.url)), file, String(top)], { encoding: 'utf8' });
+  return text.split(/^inclusive/m)[0] ?? text;
 }
 
 async function propagation(router: Started, node: Started, runId: string, warm: readonly string[]): Promise<Change[]> {
@@ -508,9 +508,13 @@ interface ThroughputRow {
   failures: number;
 }
 
-async function throughput(targets: readonly { name: string; router: Started; node: Started; keys: readonly string[] }[]): Promise<ThroughputRow[]> {
+async function throughput(targets: readonly { name: string; router: Started; node: Started; keys: readonly string[] }[], profiles: Record<string, string>): Promise<ThroughputRow[]> {
   const body = chatBody(200);
   for (const t of targets) await runAutocannon({ url: t.router.url, bodies: [body], keys: t.keys, connections: CONNECTIONS, durationS: 2 });
+  // CATALOGUE_PROFILE=1: every process of both sides profiled over the rounds (the same cost on each side).
+  const profiled = PROFILE ? targets.flatMap((t) => [t.router, t.node]) : [];
+  const inspectors = await Promise.all(profiled.map((p) => Inspector.open(p.child)));
+  for (const i of inspectors) await i.startProfile(500);
   const rows = targets.map((t) => ({ target: t.name, keys: t.keys.length, rate: [] as number[], p50: [] as number[], p99: [] as number[], cpuUs: { router: [] as number[], node: [] as number[] }, gcUs: { router: [] as number[], node: [] as number[] }, failures: 0 }));
   for (let round = 0; round < ROUNDS; round++) {
     for (let j = 0; j < targets.length; j++) {
@@ -534,6 +538,14 @@ async function throughput(targets: readonly { name: string; router: Started; nod
       row.failures += r.non2xx + r.errors;
       log(`throughput round ${round + 1}/${ROUNDS} ${t.name.padEnd(22)} ${(r['2xx'] / r.duration).toFixed(0)} req/s, p50 ${r.latency.p50} ms p99 ${r.latency.p99} ms, CPU/request router ${(row.cpuUs.router.at(-1) ?? NaN).toFixed(0)} µs (GC ${(row.gcUs.router.at(-1) ?? NaN).toFixed(0)}) node ${(row.cpuUs.node.at(-1) ?? NaN).toFixed(0)} µs (GC ${(row.gcUs.node.at(-1) ?? NaN).toFixed(0)}), failures ${r.non2xx + r.errors}`);
     }
+  }
+  for (const [i, inspector] of inspectors.entries()) {
+    const p = profiled[i] as Started;
+    const file = join(RAW, `throughput-${p.role}-${p.catalogue}.cpuprofile`);
+    mkdirSync(RAW, { recursive: true });
+    writeFileSync(file, JSON.stringify(await inspector.stopProfile()));
+    inspector.close();
+    profiles[`${p.role}, ${p.catalogue === 'big' ? fmt(TENANTS) : fmt(BASELINE_TENANTS)}-tenant catalogue`] = topFunctions(file, 15);
   }
   return rows;
 }
@@ -651,10 +663,11 @@ async function main(): Promise<void> {
   const bigKeys = big.sample.filter((k) => ownedByNode1(k.tenant)).map((k) => k.key);
   const smallKeys = small.sample.filter((k) => ownedByNode1(k.tenant)).map((k) => k.key);
   const keyCount = Math.min(bigKeys.length, smallKeys.length);
+  const throughputProfiles: Record<string, string> = {};
   const tput = await throughput([
     { name: `${fmt(TENANTS)}-tenant catalogue`, router: routerBig, node: nodeBig, keys: bigKeys.slice(0, keyCount) },
     { name: `${fmt(BASELINE_TENANTS)}-tenant catalogue`, router: routerSmall, node: nodeSmall, keys: smallKeys.slice(0, keyCount) },
-  ]);
+  ], throughputProfiles);
   const ratio = pairedRatio(tput[0]?.rate, tput[1]?.rate);
   const cpuRatio = { router: pairedRatio(tput[0]?.cpuUs.router, tput[1]?.cpuUs.router), node: pairedRatio(tput[0]?.cpuUs.node, tput[1]?.cpuUs.node) };
   const endRss = { routerBig: processRssKiB(routerBig.child.proc.pid), nodeBig: processRssKiB(nodeBig.child.proc.pid), routerSmall: processRssKiB(routerSmall.child.proc.pid), nodeSmall: processRssKiB(nodeSmall.child.proc.pid) };
@@ -712,6 +725,8 @@ async function main(): Promise<void> {
     ...tput.map((r) => `| ${r.target} | ${r.rate.map((x) => x.toFixed(0)).join(', ')} | ${fmt(median(r.rate))} | ${median(r.p50)} / ${median(r.p99)} | ${median(r.cpuUs.router).toFixed(0)} (${median(r.gcUs.router).toFixed(0)}) | ${median(r.cpuUs.node).toFixed(0)} (${median(r.gcUs.node).toFixed(0)}) | ${r.failures} |`),
     '',
     `Paired over rounds, big / baseline: req/s ${ratio.toFixed(3)}×; CPU per request router ${cpuRatio.router.toFixed(2)}×, node ${cpuRatio.node.toFixed(2)}× (CPU per request is less sensitive than req/s to other load on the machine).`,
+    '',
+    ...Object.entries(throughputProfiles).flatMap(([what, top]) => ['', `CPU profile of the ${what} over the throughput rounds:`, '', '```', top.trim(), '```']),
     '',
     `RSS at the end (after the load), MiB: router ${fmt(endRss.routerBig / 1024)} / ${fmt(endRss.routerSmall / 1024)}, node ${fmt(endRss.nodeBig / 1024)} / ${fmt(endRss.nodeSmall / 1024)} (big / baseline).`,
     ...Object.entries(profiles).flatMap(([role, top]) => ['', `CPU profile of the ${role}'s start (bench/results/catalogue/raw/start-${role}/):`, '', '```', top.trim(), '```']),
