@@ -94,6 +94,8 @@ export interface GatewayOptions {
    * Absent: neither (tests, embedding).
    */
   readonly stateDir?: string;
+  /** The cluster identity the state file carries and must match (`clusterIdentity` in `./state-file.ts`). @default from `config.cluster` */
+  readonly stateCluster?: string;
 }
 
 /** A node's place in a cluster. Handoff timings come from the config's `cluster.handoff`. */
@@ -453,7 +455,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     settlementRoutes(app, config, handoff);
     transferRoutes(app, config, handoff);
   }
-  if (opts.stateDir !== undefined) localStates.set(app, nodeStateFile({ dir: opts.stateDir, nodeId, config, limiter, handoff, log: app.log }));
+  if (opts.stateDir !== undefined) localStates.set(app, nodeStateFile({ dir: opts.stateDir, nodeId, config, limiter, handoff, log: app.log, ...(opts.stateCluster === undefined ? {} : { cluster: opts.stateCluster }) }));
   /** A tenant's limits where this node decides for it, else its owner (admin API and `/_quotaring/v1/tenants/:id`). */
   const limitsOf = (tenant: string): LimitUsage[] => withUsage(limiter.peekAll(tenant), limiter.budgets(tenant).map((b) => budgetUsage(b, clock.now())));
   const tenantUsage = async (tenant: string): Promise<TenantUsage | undefined> => {

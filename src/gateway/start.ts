@@ -23,6 +23,7 @@ import { clusterSecretFor } from '../security/cluster-secret.ts';
 import { startOrKeepTrying } from '../coord/join.ts';
 import { describeRedis } from '../config/redis-url.ts';
 import { advertiseUrl } from './advertise-url.ts';
+import { clusterIdentity } from './state-file.ts';
 
 /** Options of {@link startGateway}; host and port override `server.host` / `server.port`. */
 export interface StartGatewayOptions {
@@ -86,7 +87,8 @@ export async function startGateway(opts: StartGatewayOptions): Promise<{ url: st
     nodeId: () => opts.id ?? `node-${listenedPort}`,
     ...(opts.prettyLogs === true ? { prettyLogs: true } : {}),
     ...(clusterSecret === undefined ? {} : { clusterSecret }),
-    ...(server.state_dir === '' ? {} : { stateDir: server.state_dir }),
+    // The state file carries the cluster as this node runs it (with --members in place of cluster.members).
+    ...(server.state_dir === '' ? {} : { stateDir: server.state_dir, stateCluster: clusterIdentity(settings) }),
     ...(configured === undefined
       ? {}
       : {

@@ -5,8 +5,10 @@
  * state back on restart wins (`src/coord/static-handoff.ts`). Also the expiry of a tenant's stored
  * state, shared by the file and the handoff's Redis checkpoints.
  */
+import { createHash } from 'node:crypto';
 import type { FastifyBaseLogger } from 'fastify';
 import type { LoadedConfig } from '../config/load.ts';
+import type { ClusterConfig } from '../config/schema.ts';
 import type { Handoff } from '../coord/handoff.ts';
 import { loadLocalState, saveLocalState } from '../coord/local-state.ts';
 import type { Limiter } from '../limiter/limiter.ts';
@@ -29,12 +31,50 @@ export function stateTtlMs(policy: Policy | undefined): number {
   return longest + 60_000;
 }
 
+/**
+ * The identity of a node's cluster, written into its state file and its name (`src/coord/local-state.ts`),
+ * so that two clusters started from one directory neither overwrite nor load each other's file:
+ * - `cluster.name` when it is set to anything but `default` (the default): the operator's name for
+ *   the cluster, kept when its members change (adding a node keeps every node's state).
+ * - an unnamed cluster (`default`) is told apart by what it is made of: `default-` and 12 hex
+ *   digits of the SHA-256 of its static members (each `id url`, sorted), or of where its Redis is
+ *   (scheme, host, port and database of the URL, never the credentials; or the sentinels, sorted,
+ *   and the primary's name). Such a cluster is another one once its member list (an id or a URL)
+ *   or its Redis changes: its nodes then refuse their files and start fresh. Name the cluster to
+ *   keep its state across such changes.
+ * - `default` for a single node (no members, no Redis).
+ * @param cluster the cluster settings the node runs with (`cluster`, with `--members` in place of
+ *   `cluster.members` when given).
+ * @returns an id of `A-Z a-z 0-9 . _ -`, at most 64 characters.
+ */
+export function clusterIdentity(cluster: Pick<ClusterConfig, 'name' | 'members' | 'redis'>): string {
+  if (cluster.name !== 'default') return cluster.name;
+  let made: string;
+  if (cluster.members.length > 0) made = `members\n${cluster.members.map((m) => `${m.id} ${m.url}`).sort().join('\n')}`;
+  else if (cluster.redis !== undefined) made = `redis\n${redisPlace(cluster.redis.connection)}`;
+  else return 'default';
+  return `default-${createHash('sha256').update(made).digest('hex').slice(0, 12)}`;
+}
+
+/** Where a Redis connection goes, without its credentials. */
+function redisPlace(connection: NonNullable<ClusterConfig['redis']>['connection']): string {
+  if (connection.kind === 'sentinel') return `sentinel ${connection.name} ${connection.sentinels.map((s) => `${s.host}:${s.port}`).sort().join(',')}`;
+  try {
+    const url = new URL(connection.url);
+    return `${url.protocol}//${url.host}${url.pathname}`;
+  } catch {
+    return 'url';
+  }
+}
+
 /** What a node's state file reads from and writes into. */
 export interface NodeStateFileOptions {
   /** Directory of the state file (`server.state_dir`). */
   readonly dir: string;
   /** This node's id (names the file), read when used. */
   readonly nodeId: () => string;
+  /** The cluster's identity (in the file and its name). @default {@link clusterIdentity} of `config.config.cluster` */
+  readonly cluster?: string;
   readonly config: LoadedConfig;
   readonly limiter: Limiter;
   /** The node's handoff; undefined for a single node (the file then goes straight to the limiter). */
@@ -44,17 +84,25 @@ export interface NodeStateFileOptions {
 
 /**
  * The state file of one node. A corrupt file starts every tenant it may have held in the
- * conservative state (requests and tokens limits used up for one window); an unreadable one starts
- * fresh (logged); states of tenants not in the config are skipped.
+ * conservative state (requests and tokens limits used up for one window); a file of another
+ * cluster or node, or one naming no cluster (v1), is refused and the node starts fresh (a warn
+ * line: `state file <path> refused, starting fresh: it is the file of cluster "<a>" node "<n>",
+ * this node is cluster "<b>" node "<m>"`); an unreadable one starts fresh (logged); states of
+ * tenants not in the config are skipped.
  */
 export function nodeStateFile(opts: NodeStateFileOptions): NodeLocalState {
   const { dir, nodeId, config, limiter, handoff, log } = opts;
+  const cluster = opts.cluster ?? clusterIdentity(config.config.cluster);
   return {
     restore: async () => {
       try {
-        const loaded = await loadLocalState(dir, nodeId());
+        const loaded = await loadLocalState(dir, { cluster, node: nodeId() });
         const configured = config.config.tenants.map((t) => t.id);
         if (loaded.kind === 'none') return;
+        if (loaded.kind === 'refused') {
+          log.warn({ file: loaded.file, cluster, node: nodeId() }, `state file ${loaded.file} refused, starting fresh: ${loaded.reason}`);
+          return;
+        }
         if (loaded.kind === 'corrupt') {
           log.warn({ dir, reason: loaded.reason }, 'state file is corrupt: every tenant it may hold starts with its requests and tokens limits used up for one window');
           if (handoff === undefined) for (const t of configured) limiter.importConservative(t);
@@ -93,7 +141,7 @@ export function nodeStateFile(opts: NodeStateFileOptions): NodeLocalState {
       try {
         const file = await saveLocalState(
           dir,
-          nodeId(),
+          { cluster, node: nodeId() },
           states.map((s) => ({ ...s, expiresAtMs: now + stateTtlMs(config.policies.get(s.tenant)) })),
           now,
         );
