@@ -14,11 +14,14 @@ import type { RingOptions } from './ring.ts';
 import type { Member, Membership, RejectedMemberEntry, Ring } from './types.ts';
 import type { ClusterSecret } from '../security/cluster-secret.ts';
 import { memberJson, signedMemberEntry } from '../security/member-entry.ts';
-import { dropsKey, recordDrops } from './member-drops.ts';
+import { dropSilentMembers, dropsKey } from './member-drops.ts';
+import { SyncLoop } from './sync-loop.ts';
+import { membershipChannel, membershipNote, parseAnnouncement } from './membership-notes.ts';
 import { EntryReports, FUTURE_PRUNE_MS, MAX_ENTRIES_READ, MIN_FUTURE_SKEW_MS, readEntries } from './member-entries.ts';
 import type { RedisMembershipStats } from './member-entries.ts';
 
 export { dropsKey } from './member-drops.ts';
+export { membershipChannel } from './membership-notes.ts';
 export { CAP_REPORT_MS, MAX_ENTRIES_READ, REJECT_REPORT_MS } from './member-entries.ts';
 export type { RedisMembershipStats } from './member-entries.ts';
 
@@ -63,21 +66,6 @@ export function membersKey(cluster: string): string {
   return `qr:{${cluster}}:members`;
 }
 
-/** The pub/sub channel of join/leave announcements (`{"type":"join"|"leave","id":...}`). */
-export function membershipChannel(cluster: string): string {
-  return `qr:{${cluster}}:membership`;
-}
-
-/** Parses a join/leave announcement; undefined for anything else. */
-function parseAnnouncement(message: string): { type: 'join' | 'leave'; id: string } | undefined {
-  try {
-    const v = JSON.parse(message) as { type?: unknown; id?: unknown };
-    return (v.type === 'join' || v.type === 'leave') && typeof v.id === 'string' ? { type: v.type, id: v.id } : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
 /** Resolves with `p`, or with undefined once `ms` have passed (p keeps running). */
 async function within<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
   let timer: NodeJS.Timeout | undefined;
@@ -107,11 +95,12 @@ function asError(err: unknown): Error {
  * count once, the newest. The ring is rebuilt and listeners are called only when the sorted list
  * changes.
  *
- * Drops: a process in contact with Redis that drops a member without a leave announcement records
- * it ({@link dropsKey}); every sync reads that hash (one `HGETALL` in the same pipeline), and
- * a recorded member is ignored until it acknowledges its drop (deletes its field, which it does on
- * start and once it has seen the drop: `#rejoin`), so a heartbeat it sent while cut off and
- * delivered late does not bring it back before it knows.
+ * Drops: a process in contact with Redis drops a member without a leave announcement only once it
+ * has recorded the drop ({@link dropsKey}) through `lua/drop-members.lua`, which refuses while the
+ * member's heartbeat is fresh (`#dropSilent`); every sync reads that hash (one `HGETALL` in the same
+ * pipeline), and a recorded member is ignored until it acknowledges its drop (deletes its field,
+ * which it does on start and once it has seen the drop: `#rejoin`), so a heartbeat it sent while
+ * cut off and delivered late does not bring it back before it knows.
  *
  * Redis unreachable: the last view stays, the next heartbeat retries. A process that lost contact
  * (a failed heartbeat or read, or more than `deadAfterMs - heartbeatMs` since its last successful
@@ -125,8 +114,9 @@ export class RedisMembership implements Membership {
   readonly #selfJson: string | undefined;
   readonly #key: string;
   readonly #dropsKey: string;
-  /** Redis time (ms) of this node's last heartbeat that Redis answered. */
+  /** Redis time (ms) of this node's last heartbeat that Redis answered, and the clock ms it was sent at. */
   #lastBeat: number | undefined;
+  #lastBeatSent: number | undefined;
   /** This node's field in the drops hash is to be deleted (its drop seen, or a fresh start). */
   #dropToAck = true;
   readonly #channel: string;
@@ -147,8 +137,8 @@ export class RedisMembership implements Membership {
   #timer: NodeJS.Timeout | undefined;
   #starting: Promise<void> | undefined;
   #stopping: Promise<void> | undefined;
-  #inFlight: Promise<void> | undefined;
-  #again = false;
+  /** Runs the syncs (#syncOnce) one at a time, coalesced, and the `syncNow()` waits. */
+  readonly #syncs: SyncLoop;
   /** A heartbeat or read failed since the last success. */
   #failed = false;
   /** Clock ms since which Redis has answered every heartbeat in time; pruning needs `deadAfterMs` of it. */
@@ -189,6 +179,7 @@ export class RedisMembership implements Membership {
     this.#ringOptions = opts.ring ?? {};
     this.#onError = opts.onError ?? (() => {});
     this.#ring = createRing([], this.#ringOptions);
+    this.#syncs = new SyncLoop(() => this.#syncOnce(), () => this.#stopping !== undefined, this.#onError);
   }
 
   /**
@@ -216,12 +207,12 @@ export class RedisMembership implements Membership {
       const note = parseAnnouncement(message);
       if (note?.type === 'leave') this.#left.add(note.id);
       else if (note?.type === 'join') this.#left.delete(note.id);
-      this.#syncInBackground();
+      this.#syncs.background();
     });
     try {
       await subscriber.subscribe(this.#channel);
-      await this.#sync();
-      if (this.#self !== undefined) await this.#redis.publish(this.#channel, JSON.stringify({ type: 'join', id: this.#self.id }));
+      await this.#syncs.run();
+      if (this.#self !== undefined) await this.#redis.publish(this.#channel, membershipNote('join', this.#self.id));
     } catch (err) {
       subscriber.disconnect();
       this.#subscriber = undefined;
@@ -232,7 +223,7 @@ export class RedisMembership implements Membership {
       subscriber.disconnect();
       return;
     }
-    this.#timer = setInterval(() => this.#syncInBackground(), this.#heartbeatMs);
+    this.#timer = setInterval(() => this.#syncs.background(), this.#heartbeatMs);
     this.#timer.unref();
   }
 
@@ -251,12 +242,14 @@ export class RedisMembership implements Membership {
     clearInterval(this.#timer);
     this.#timer = undefined;
     if (this.#starting !== undefined) await within(this.#starting.catch(() => {}), this.#heartbeatMs);
-    if (this.#inFlight !== undefined) await within(this.#inFlight.catch(() => {}), this.#heartbeatMs);
+    const inFlight = this.#syncs.inFlight;
+    if (inFlight !== undefined) await within(inFlight.catch(() => {}), this.#heartbeatMs);
+    this.#syncs.clear();
     if (this.#self !== undefined && this.#lastSync !== undefined) {
       const leave = this.#redis
         .pipeline()
         .zrem(this.#key, this.#selfJson ?? '')
-        .publish(this.#channel, JSON.stringify({ type: 'leave', id: this.#self.id }))
+        .publish(this.#channel, membershipNote('leave', this.#self.id))
         .exec()
         .then((results) => {
           const failed = results?.find(([err]) => err !== null)?.[0];
@@ -318,38 +311,33 @@ export class RedisMembership implements Membership {
   /** Reads the member list now, or once more right after the read in flight (a peer waits for this node's handoff); no-op before start and once stopping. */
   refresh(): void {
     if (this.#timer === undefined || this.#stopping !== undefined) return;
-    this.#syncInBackground();
+    this.#syncs.background();
   }
 
-  /** Runs a sync now, or once more right after the one in flight; faults go to onError. */
-  #syncInBackground(): void {
-    if (this.#inFlight !== undefined) {
-      this.#again = true;
-      return;
-    }
-    this.#sync().catch((err: unknown) => this.#onError(asError(err)));
+  /**
+   * Runs a heartbeat and read now, or right after the one in flight (whose heartbeat may predate
+   * this call), and resolves true once a sync started after the call succeeded: its ring changes
+   * applied and the listeners called (a rejoin: the ring without this node; the ring with it comes
+   * from the next sync, run at once). Resolves false when that sync failed (a failure of the sync in
+   * flight is retried once at once), when `timeoutMs` passed first, before `start()` resolved, and
+   * once stopping. Never rejects.
+   * @param timeoutMs longest wait, ms (NaN or < 0: 0).
+   */
+  syncNow(timeoutMs: number): Promise<boolean> {
+    if (this.#timer === undefined || this.#stopping !== undefined) return Promise.resolve(false);
+    return this.#syncs.waitFresh(timeoutMs);
   }
 
-  /** One heartbeat + read; coalesces callers while one is in flight. @throws the Redis error. */
-  #sync(): Promise<void> {
-    if (this.#inFlight !== undefined) {
-      this.#again = true;
-      return this.#inFlight;
-    }
-    const run = async (): Promise<void> => {
-      try {
-        do {
-          this.#again = false;
-          await this.#syncOnce();
-        } while (this.#again && this.#stopping === undefined);
-      } finally {
-        this.#inFlight = undefined;
-      }
-    };
-    this.#inFlight = run();
-    return this.#inFlight;
+  /**
+   * Clock ms (`clock`) at which this node sent its last heartbeat that Redis answered, read just
+   * before the heartbeat's score was taken; undefined on a router and before the first. Others drop
+   * this node once that heartbeat is `deadAfterMs` old in Redis time.
+   */
+  lastBeatSentMs(): number | undefined {
+    return this.#lastBeatSent;
   }
 
+  /** One heartbeat + read (run by #syncs, one at a time). @throws the Redis error. */
   async #syncOnce(): Promise<void> {
     try {
       if (this.#redisOffsetMs === undefined || this.#sinceTime >= TIME_EVERY) {
@@ -358,9 +346,9 @@ export class RedisMembership implements Membership {
         this.#sinceTime = 0;
       }
       this.#sinceTime++;
+      const sentAt = this.#clock.now();
       const nowMs = Date.now() + this.#redisOffsetMs;
       const p = this.#redis.pipeline();
-      const sentAt = this.#clock.now();
       const beats = this.#selfJson !== undefined && this.#stopping === undefined;
       // Checked after TIME: stop() may have sent the ZREM meanwhile, and a ZADD now would re-add us.
       if (beats) p.zadd(this.#key, nowMs, this.#selfJson as string);
@@ -407,20 +395,24 @@ export class RedisMembership implements Membership {
         if (Number(ownDrop) > (this.#lastBeat ?? Infinity)) rejoined = this.#rejoin();
         this.#dropToAck = true;
       }
-      if (beats) this.#lastBeat = nowMs;
+      if (beats) {
+        this.#lastBeat = nowMs;
+        this.#lastBeatSent = sentAt;
+      }
       // Just rejoined: this node stays out of its own ring until its drop is acknowledged (the
       // others take it back only then), so that its claims, which wait for the interim owners'
       // handoffs, start when those owners can see it. The acknowledgement is sent at once.
-      this.#apply(flat as string[], prune ? nowMs - this.#deadAfterMs : -Infinity, maxScore, prune ? nowMs : undefined, drops, rejoined);
-      if (rejoined) this.#again = true;
+      const silent = this.#apply(flat as string[], prune ? nowMs - this.#deadAfterMs : -Infinity, maxScore, prune ? nowMs : undefined, drops, rejoined);
+      if (rejoined) this.#syncs.again();
       // Acknowledged after a rejoin: the others are told to read the member list now (as on a start).
       if (acking && this.#announceRejoin && self !== undefined) {
         this.#announceRejoin = false;
-        this.#redis.publish(this.#channel, JSON.stringify({ type: 'join', id: self.id })).catch((err: unknown) => this.#onError(asError(err)));
+        this.#redis.publish(this.#channel, membershipNote('join', self.id)).catch((err: unknown) => this.#onError(asError(err)));
       }
       this.#lastSync = this.#clock.now();
       this.#failed = false;
       this.#reports.report(this.#clock.now(), this.#onError);
+      if (silent.length > 0) await this.#dropSilent(silent, nowMs, maxScore);
     } catch (err) {
       this.#failed = true;
       this.#redisOffsetMs = undefined;
@@ -433,9 +425,12 @@ export class RedisMembership implements Membership {
    * on change. A member of the current view missing from the read without a leave announcement (a
    * Redis that restarted empty, or was restored from an old snapshot) stays until `deadAfterMs` after
    * this process last saw its heartbeat rise, or after its contact with Redis began again if later: a
-   * Redis restart must not move tenants off live nodes, nor empty a router's ring.
+   * Redis restart must not move tenants off live nodes, nor empty a router's ring. A member silent
+   * that long and not recorded in `drops` stays too: it leaves once `#dropSilent` has recorded its
+   * drop, which a process asks only once in contact for `deadAfterMs` (`dropsAt`, Redis time).
+   * @returns those members, to record (empty without `dropsAt`).
    */
-  #apply(flat: readonly string[], minScore: number, maxScore: number, dropsAt?: number, drops: Readonly<Record<string, string>> = {}, selfDropped = false): void {
+  #apply(flat: readonly string[], minScore: number, maxScore: number, dropsAt?: number, drops: Readonly<Record<string, string>> = {}, selfDropped = false): Member[] {
     const now = this.#clock.now();
     // A dropped member's entry is ignored until the member acknowledges its drop; this node's own
     // entry is read regardless, except right after it found its drop (`selfDropped`).
@@ -445,6 +440,7 @@ export class RedisMembership implements Membership {
       if (beat === undefined || score > beat.score) this.#beats.set(id, { score, seenAt: now });
       this.#left.delete(id);
     }
+    const silent: Member[] = [];
     for (const member of this.#ring.members) {
       if (newest.has(member.id) || this.#left.has(member.id)) continue;
       const beat = this.#beats.get(member.id);
@@ -452,12 +448,33 @@ export class RedisMembership implements Membership {
       // restarted empty, or this process stalled) a member gets deadAfterMs from the contact's start
       // to heartbeat again, so a Redis restart longer than deadAfterMs does not empty the ring.
       if (beat !== undefined && now - Math.max(beat.seenAt, this.#contactSince) < this.#deadAfterMs) newest.set(member.id, { member, score: beat.score });
+      else if (member.id !== this.#self?.id && !Object.hasOwn(drops, member.id)) {
+        // Silent, not recorded as dropped: kept until its drop is (#dropSilent).
+        newest.set(member.id, { member, score: beat?.score ?? 0 });
+        if (dropsAt !== undefined) silent.push(member);
+      }
     }
     for (const id of this.#beats.keys()) if (!newest.has(id)) this.#beats.delete(id);
-    // In contact for deadAfterMs (`dropsAt`, Redis time): members dropped without a leave are recorded.
-    const dropped = dropsAt === undefined ? [] : this.#ring.members.filter((m) => !newest.has(m.id) && !this.#left.has(m.id) && !Object.hasOwn(drops, m.id) && m.id !== this.#self?.id);
-    if (dropsAt !== undefined && dropped.length > 0) recordDrops(this.#redis, this.#dropsKey, dropped, dropsAt, this.#onError);
     this.#setMembers([...newest.values()].map((e) => e.member));
+    return silent;
+  }
+
+  /**
+   * Drops the `silent` members from the ring once {@link dropSilentMembers} has recorded their drop
+   * (at Redis time `nowMs`) atomically against their heartbeats, so that a member whose heartbeat
+   * arrived meanwhile stays, and one dropped learns it from its next sync (why: `member-drops.ts`).
+   * The ring keeps them while the call is in flight; when it fails (reported to `onError`) nothing
+   * is dropped this time and the next sync asks again, reading the drops hash after it (serial).
+   */
+  async #dropSilent(silent: readonly Member[], nowMs: number, maxScore: number): Promise<void> {
+    const ids = silent.map((m) => m.id);
+    const request = { membersKey: this.#key, dropsKey: this.#dropsKey, minScore: nowMs - this.#deadAfterMs, maxScore, dropsAt: nowMs, maxEntries: MAX_ENTRIES_READ, ids };
+    const recorded = await dropSilentMembers(this.#redis, request).catch((err: unknown) => {
+      this.#onError(asError(err));
+      return [];
+    });
+    const gone = new Set(recorded);
+    if (gone.size > 0) this.#setMembers(this.#ring.members.filter((m) => !gone.has(m.id)));
   }
 
   /**

@@ -56,4 +56,17 @@ export interface Membership {
   lastSyncMs?(): number | undefined;
   /** Memberships read from a shared store: reads the member list now (coalesced with a read in flight); never rejects. */
   refresh?(): void;
+  /**
+   * Memberships read from a shared store: heartbeats and reads the member list now, or right after
+   * the read in flight; resolves true once a read sent after the call succeeded (its ring changes,
+   * a rejoin's included, applied and listeners called), false when it failed, when `timeoutMs` (ms)
+   * passed first, before start and once stopping. Never rejects.
+   */
+  syncNow?(timeoutMs: number): Promise<boolean>;
+  /**
+   * Memberships read from a shared store, on a node: clock ms at which its last heartbeat that the
+   * store answered was sent (undefined on a router and before the first). The others drop the node
+   * once that heartbeat is `dead_after` old.
+   */
+  lastBeatSentMs?(): number | undefined;
 }
