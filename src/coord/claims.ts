@@ -41,6 +41,8 @@ import type { Announcements } from './announcements.ts';
 import type { HandoffContext } from './handoff-context.ts';
 import type { RingPlacement } from './placement.ts';
 import { LateHandoffs, mergeLateHandoff } from './late-handoff.ts';
+import { HeldSlots } from './held-slots.ts';
+import type { ProcessIdentity } from './process-gone.ts';
 import { Rejoined } from './rejoin.ts';
 import { StandIns, slotsDiedWithOwner } from './stand-in.ts';
 import type { OversizedState, StoredState, TenantStateStore } from './state-store.ts';
@@ -78,6 +80,10 @@ export class Claims {
   readonly stored = new Set<string>();
   /** The claims held in place of a suspect owner. */
   readonly standIns: StandIns;
+  /** Slots of open requests loaded from a writer that may still be alive (`src/coord/held-slots.ts`). */
+  readonly held: HeldSlots;
+  /** Holds begun by a load, awaited by the claim that made it. */
+  readonly #holding = new Map<string, Promise<void>>();
 
   /** Builds an empty claim table. */
   constructor(ctx: HandoffContext, placement: RingPlacement, announcements: Announcements) {
@@ -85,6 +91,10 @@ export class Claims {
     this.#placement = placement;
     this.#announcements = announcements;
     this.standIns = new StandIns(ctx, placement, this);
+    this.held = new HeldSlots(ctx.limiter, ctx.ownerGone, ctx.log, (tenant, slots) => {
+      ctx.stats.slotsFreed += slots;
+      this.touched(tenant);
+    });
   }
 
   /**
@@ -143,12 +153,14 @@ export class Claims {
    */
   state(tenant: string, how: 'checkpoint' | 'handoff'): StoredState | undefined {
     const snapshot = this.#ctx.limiter.exportTenant(tenant);
-    return snapshot === undefined ? undefined : { tenant, json: JSON.stringify({ ...snapshot, by: this.#ctx.self.id, how }), ttlMs: this.#ctx.ttlMs(tenant) };
+    const { self, incarnation } = this.#ctx;
+    return snapshot === undefined ? undefined : { tenant, json: JSON.stringify({ ...snapshot, by: self.id, byUrl: self.url, byInc: incarnation, how }), ttlMs: this.#ctx.ttlMs(tenant) };
   }
 
   /** Forgets a claimed tenant here: its stand-in role (and tally), limiter state, claim, pending checkpoint and stored-state note. */
   unclaim(tenant: string): void {
     this.standIns.forget(tenant);
+    this.held.forget(tenant);
     this.#late.forget(tenant);
     this.#ctx.limiter.stopTally(tenant);
     this.#ctx.limiter.dropTenant(tenant);
@@ -216,7 +228,12 @@ export class Claims {
     } catch (err) {
       log.warn({ tenant, err: (err as Error).message }, 'tenant state unreadable: starting fresh');
     }
-    const adopted = this.#adopt(tenant, json, crashed, ring, !fallback);
+    const adopted = this.#adopt(tenant, json, crashed, ring, !fallback, previous);
+    const holding = this.#holding.get(tenant);
+    if (holding !== undefined) {
+      this.#holding.delete(tenant);
+      await holding;
+    }
     // Its handoff, if it comes now, is merged into what this node decides from (src/coord/late-handoff.ts).
     if (adopted && lateFrom !== undefined) this.#late.expect(tenant, lateFrom, this.#ctx.limiter.exportTenant(tenant));
     // Without a store the ring never moves a tenant: a request handed here by a leaving owner stands in for it too.
@@ -277,14 +294,14 @@ export class Claims {
    * Makes `json` (a stored state, or null for fresh) the tenant's state here and claims it, unless
    * the ring changed while it was read and this node no longer owns the tenant (then nothing).
    */
-  #adopt(tenant: string, loaded: string | OversizedState | null, crashed: boolean, readUnder: Ring, asOwner = false): boolean {
+  #adopt(tenant: string, loaded: string | OversizedState | null, crashed: boolean, readUnder: Ring, asOwner = false, previous?: Member): boolean {
     const { limiter, log, clock } = this.#ctx;
     if (this.#placement.ring !== readUnder && !this.#placement.place(tenant).here) return false;
     // Held here when the others dropped this node: used only when nothing newer came.
     const json = this.#rejoined.newer(tenant, loaded);
     try {
       if (json === null) limiter.dropTenant(tenant);
-      else this.#load(tenant, json, crashed, asOwner ? readUnder : undefined);
+      else this.#load(tenant, json, crashed, asOwner ? readUnder : undefined, previous);
     } catch (err) {
       // The tenant's policy is invalid (its acquires fail the same way): nothing to restore onto.
       limiter.dropTenant(tenant);
@@ -308,10 +325,13 @@ export class Claims {
    * `stats.clamped`, logged); a state that does not parse is corrupt (`stats.corrupt`, logged with
    * the reason, never the value): the tenant starts in the conservative state, every requests and
    * tokens limit used up for one window, never with fresh limits. So is a value over the byte cap
-   * (`OversizedState`: never read, see `TenantStateStore.read`).
+   * (`OversizedState`: never read, see `TenantStateStore.read`). When its writer stopped deciding
+   * for the tenant without a handoff (`crashed`, or a checkpoint of a node gone from `ownerUnder`),
+   * the slots of its open requests are held until the writer is proven gone (`HeldSlots.hold`,
+   * which the claim awaits).
    * @throws RangeError when the tenant's policy is invalid (see `compilePolicy`).
    */
-  #load(tenant: string, json: string | OversizedState, crashed: boolean, ownerUnder?: Ring): void {
+  #load(tenant: string, json: string | OversizedState, crashed: boolean, ownerUnder?: Ring, previous?: Member): void {
     const { limiter, log, stats } = this.#ctx;
     let snapshot: TenantSnapshot;
     try {
@@ -331,9 +351,25 @@ export class Claims {
       stats.clamped++;
       log.warn({ tenant, values: clamped }, 'tenant state in Redis out of range: values clamped to the limits');
     }
+    // Its writer stopped deciding for the tenant without a handoff: crashed, or only stalled. Its
+    // open requests keep their slots until it is proven gone (src/coord/held-slots.ts).
     if (crashed || (ownerUnder !== undefined && this.#writerGone(snapshot, ownerUnder))) {
-      for (const r of snapshot.reservations) if (!r.released && limiter.release(tenant, r.id)) stats.slotsFreed++;
+      const writer = this.#writerOf(snapshot, previous);
+      const open = snapshot.reservations.filter((r) => !r.released).map((r) => r.id);
+      if (writer !== undefined) this.#holding.set(tenant, this.held.hold(tenant, writer, open, this.#ctx.waitMs));
     }
+  }
+
+  /**
+   * The process that wrote `snapshot`: its `by`, `byUrl` and `byInc`, or for a state of an older
+   * version (no `byUrl`) the previous owner's id and URL, or a member of either ring with its id.
+   * Undefined when no URL is known (the slots then stay held until their leases expire).
+   */
+  #writerOf(snapshot: TenantSnapshot, previous: Member | undefined): ProcessIdentity | undefined {
+    const id = snapshot.by ?? previous?.id;
+    if (id === undefined) return undefined;
+    const url = snapshot.byUrl ?? [previous, ...this.#placement.previous.members, ...this.#placement.ring.members].find((m) => m?.id === id)?.url;
+    return url === undefined ? undefined : { id, url, inc: snapshot.byInc };
   }
 
   /**

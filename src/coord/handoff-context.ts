@@ -4,6 +4,7 @@
  */
 import type { Clock } from '../clock.ts';
 import type { Limiter } from '../limiter/limiter.ts';
+import type { GoneProbe } from './process-gone.ts';
 import type { PeerTransport, ReplicaStore } from './replicas.ts';
 import type { RingOptions } from './ring.ts';
 import type { SettlementSender } from './settlement-forwarding.ts';
@@ -45,11 +46,15 @@ export interface HandoffOptions {
   /** Sends forwarded settlements. */
   readonly send: SettlementSender;
   /**
-   * Whether a member's process is gone (its port refuses connections: `listenerGone`): a stand-in
-   * then frees the slots of the owner's requests in flight (see `src/coord/stand-in.ts`).
-   * @default never (the slots stay held until their leases expire)
+   * Whether a writer's process is gone (`processGone`, `src/coord/process-gone.ts`: its port
+   * refuses connections, or another process answers there): a stand-in, or a claim that loaded the
+   * state of an owner that left the ring, then frees the slots of its requests in flight (see
+   * `src/coord/stand-in.ts`, `src/coord/held-slots.ts`).
+   * @default never (the slots stay held until their leases expire or their settlements arrive)
    */
-  readonly ownerGone?: (owner: Member) => Promise<boolean>;
+  readonly ownerGone?: GoneProbe;
+  /** This process's incarnation, written into every state it stores (`byInc`). @default a random UUID */
+  readonly incarnation?: string;
   readonly log: HandoffLog;
   /**
    * Told after each handoff (`out`: states written for new owners), prefetch (`prefetch`: states
@@ -149,6 +154,8 @@ export interface HandoffContext {
   readonly log: HandoffLog;
   readonly onMoved: HandoffOptions['onMoved'];
   readonly ownerGone: HandoffOptions['ownerGone'];
+  /** This process's incarnation (see {@link HandoffOptions.incarnation}). */
+  readonly incarnation: string;
   /** The counters, shared by every part (the same object as `Handoff.stats`). */
   readonly stats: HandoffStats;
 }

@@ -38,6 +38,7 @@
  * next member of its range, the member that takes over if the owner dies); a claim loads the replica
  * held here first (no Redis read) and reads Redis only when there is none.
  */
+import { randomUUID } from 'node:crypto';
 import type { UsageDelta } from '../limiter/usage-delta.ts';
 import type { SettleDetail } from '../limiter/types.ts';
 import { Announcements } from './announcements.ts';
@@ -49,7 +50,7 @@ import { zeroStats } from './handoff-context.ts';
 import type { HandoffContext, HandoffOptions, HandoffPeers, HandoffStats } from './handoff-context.ts';
 import { RingPlacement } from './placement.ts';
 import type { Placement } from './placement.ts';
-import type { WireState } from './replicas.ts';
+import type { Reclaimed, WireState } from './replicas.ts';
 import { SettlementForwarding } from './settlement-forwarding.ts';
 import type { StandIns } from './stand-in.ts';
 import type { HandoffDone } from './state-store.ts';
@@ -99,6 +100,7 @@ export class Handoff {
       log: opts.log,
       onMoved: opts.onMoved,
       ownerGone: opts.ownerGone,
+      incarnation: opts.incarnation ?? randomUUID(),
       stats: this.stats,
     };
     this.#membership = opts.membership;
@@ -134,6 +136,7 @@ export class Handoff {
       this.#timer = setInterval(() => {
         void this.checkpoint();
         void this.returnStandIns();
+        void this.checkHeldSlots();
       }, this.#checkpointMs);
       this.#timer.unref();
     }
@@ -294,6 +297,15 @@ export class Handoff {
   }
 
   /**
+   * Asks again whether the writers of the slots held here (loaded from an owner that left the ring
+   * without a handoff: `src/coord/held-slots.ts`) are gone, and frees the slots of those that are.
+   * Runs every checkpoint period. Never rejects.
+   */
+  checkHeldSlots(): Promise<void> {
+    return this.#claims.held.check();
+  }
+
+  /**
    * Adds the usage a stand-in admitted for `tenant` to this node's state of it (see `withUsage`),
    * loading the tenant first if this node had not claimed it.
    * @returns false when this node does not own the tenant under its ring (nothing changes).
@@ -309,6 +321,55 @@ export class Handoff {
    */
   surrender(owner: string): WireState[] {
     return this.#standIns.surrender(owner);
+  }
+
+  /**
+   * A fenced owner woke (`src/coord/fence.ts`): ends every claim held here in place of `owner` and
+   * returns what was admitted for each; stands in for it no more during `backForMs`
+   * (`StandIns.reclaim`).
+   */
+  reclaim(owner: string, backForMs: number): Reclaimed[] {
+    return this.#standIns.reclaim(owner, backForMs);
+  }
+
+  /** True while `owner` took its tenants back lately: this node does not stand in for it (`StandIns.ownerBack`). */
+  ownerBack(owner: string): boolean {
+    return this.#standIns.ownerBack(owner);
+  }
+
+  /**
+   * This node woke from a stall: asks every other member of its ring for the claims it held in
+   * place of this node and adds what each admitted to this node's state (`absorb`), then marks
+   * every claimed tenant for the next checkpoint, so the replicas learn what this node admitted
+   * since its last one. Each member is waited for at most `timeoutMs`; one that does not answer
+   * is skipped (logged). Never rejects.
+   * @returns the tenants taken back.
+   */
+  async takeBack(timeoutMs: number): Promise<number> {
+    const { peers, self, log } = this.#ctx;
+    for (const tenant of this.#claims.tenants()) this.#claims.touched(tenant);
+    const reclaim = peers?.transport.reclaim;
+    if (peers === undefined || reclaim === undefined) return 0;
+    let taken = 0;
+    await Promise.all(
+      this.#placement.ring.members
+        .filter((m) => m.id !== self.id)
+        .map(async (member) => {
+          let timer: NodeJS.Timeout | undefined;
+          try {
+            const reclaimed = await Promise.race([
+              reclaim.call(peers.transport, self, member),
+              new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs))),
+            ]);
+            for (const r of reclaimed) if (await this.#standIns.absorb(r.tenant, r.usage)) taken++;
+          } catch (err) {
+            log.warn({ member: member.id, err: (err as Error).message }, 'taking tenants back from a stand-in failed');
+          } finally {
+            clearTimeout(timer);
+          }
+        }),
+    );
+    return taken;
   }
 
   /** The state of every tenant claimed here and of every replica held (for the local state file). */

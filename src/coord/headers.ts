@@ -11,6 +11,12 @@ export const OWNER_HEADER = 'x-quotaring-owner';
 /** Response header of a 421: the URL of that member (a router that has not seen it join yet can still reach it). */
 export const OWNER_URL_HEADER = 'x-quotaring-owner-url';
 /**
+ * Response header of a 421 from a node a router sent a request to in place of a suspect owner: that
+ * owner (its id) woke from a stall and took its tenants back from this node (`src/coord/fence.ts`),
+ * so it is alive and answering. The router stops suspecting it and retries there.
+ */
+export const OWNER_BACK_HEADER = 'x-quotaring-owner-back';
+/**
  * Request header: the id of the tenant's owner (under the ring in {@link RING_HEADER}) that the router
  * routed around because it is suspect (refused a connection, or fails health checks). The receiving
  * node accepts the request instead of answering 421 when the header names its own ring's owner of

@@ -12,6 +12,7 @@
  * JSON here: the loader parses and clamps them (`parseTenantSnapshot`, `boundSnapshot`).
  */
 import { MAX_STATE_BYTES } from '../limiter/snapshot-bounds.ts';
+import type { UsageDelta } from '../limiter/usage-delta.ts';
 import type { HandoffContext } from './handoff-context.ts';
 import type { OversizedState } from './state-store.ts';
 import type { Member } from './types.ts';
@@ -171,6 +172,18 @@ export interface PeerTransport {
    * @throws when `to` cannot be reached or answers other than 200.
    */
   pull(from: Member, to: Member): Promise<WireState[]>;
+  /**
+   * `from` woke from a stall (it is fenced, `src/coord/fence.ts`): asks `to` to end every claim it
+   * holds in place of `from` and send back what it admitted there (`StandIns.reclaim`).
+   * @throws when `to` cannot be reached, answers other than 200 or with a reply that is not one.
+   */
+  reclaim?(from: Member, to: Member): Promise<Reclaimed[]>;
+}
+
+/** What a stand-in admitted for one tenant of an owner that took it back: see `StandIns.reclaim`. */
+export interface Reclaimed {
+  readonly tenant: string;
+  readonly usage: UsageDelta;
 }
 
 /**

@@ -32,14 +32,13 @@
  *   on the stand-in).
  */
 
-import { connect } from 'node:net';
 import type { TenantSnapshot } from '../limiter/snapshot.ts';
 import { budgetUsageSince, isEmptyUsage, openRequestsSince, windowUsageSince } from '../limiter/usage-delta.ts';
 import type { UsageDelta } from '../limiter/usage-delta.ts';
 import type { Claims } from './claims.ts';
 import type { HandoffContext } from './handoff-context.ts';
 import type { RingPlacement } from './placement.ts';
-import type { WireState } from './replicas.ts';
+import type { Reclaimed, WireState } from './replicas.ts';
 import type { Member } from './types.ts';
 
 const DONE: Promise<void> = Promise.resolve();
@@ -59,34 +58,7 @@ export function slotsDiedWithOwner(fallback: boolean, previousOwner: string | un
   return !fallback && previousOwner !== undefined && previousOwner !== self && !previousInRing && !announced;
 }
 
-/**
- * Whether nothing listens at `url` any more: a TCP connection to its host and port is refused
- * (ECONNREFUSED), so the process that served there is gone and the requests it had in flight died
- * with it. A stalled process (SIGSTOP, a CPU stall) still has its listening socket (the kernel
- * accepts the connection), and a cut link times out: both answer false, as does any other error.
- * @param timeoutMs longest wait for the connection, ms. @default 500
- */
-export function listenerGone(url: string, timeoutMs = 500): Promise<boolean> {
-  return new Promise((resolve) => {
-    let parsed: URL;
-    try {
-      parsed = new URL(url);
-    } catch {
-      resolve(false);
-      return;
-    }
-    const port = Number(parsed.port === '' ? (parsed.protocol === 'https:' ? 443 : 80) : parsed.port);
-    const socket = connect({ host: parsed.hostname.replace(/^\[|\]$/g, ''), port });
-    const done = (gone: boolean): void => {
-      clearTimeout(timer);
-      socket.destroy();
-      resolve(gone);
-    };
-    const timer = setTimeout(() => done(false), timeoutMs);
-    socket.once('connect', () => done(false));
-    socket.once('error', (err: NodeJS.ErrnoException) => done(err.code === 'ECONNREFUSED'));
-  });
-}
+export { listenerGone } from './process-gone.ts';
 
 /** A tenant this node holds in place of its suspect owner. */
 export interface StandIn {
@@ -126,6 +98,44 @@ export class StandIns {
     this.#ctx = ctx;
     this.#placement = placement;
     this.#claims = claims;
+  }
+
+  /** Owners that took their tenants back on waking from a stall: until when (clock ms) this node stands in for them no more. */
+  readonly #ownerBack = new Map<string, number>();
+
+  /**
+   * The stand-in's side of a fenced owner's wake-up (`src/coord/fence.ts`): every claim held here
+   * in place of `owner` ends now. For each, the usage admitted here since its base and the
+   * requests admitted here still running (their reservations and slots) are returned, as a
+   * give-back would send them; their settlements then go to the owner (forwarded). Until `backForMs`
+   * from now this node stands in for `owner` no more ({@link ownerBack}): a router that still
+   * routes around it is told to send the request to it (421 naming the owner), so the two never
+   * decide for one tenant side by side. A claim whose give-back is under way is left to it.
+   */
+  reclaim(owner: string, backForMs: number): Reclaimed[] {
+    const { limiter, clock, stats, log } = this.#ctx;
+    this.#ownerBack.set(owner, clock.now() + backForMs);
+    const out: Reclaimed[] = [];
+    for (const [tenant, standIn] of [...this.#standIns]) {
+      if (standIn.owner !== owner || standIn.returned !== undefined) continue;
+      const current = limiter.exportTenant(tenant);
+      const open = openRequestsSince(current, new Set(standIn.base?.reservations.map((r) => r.id)));
+      const usage: UsageDelta = { ...this.usageSince(tenant, standIn.base, current), ...(open === undefined ? {} : { open }) };
+      this.#claims.unclaim(tenant);
+      stats.returned++;
+      if (!isEmptyUsage(usage)) out.push({ tenant, usage });
+    }
+    log.info({ owner, tenants: out.length }, 'owner woke from a stall and took its tenants back: not standing in for it until it is silent again');
+    return out;
+  }
+
+  /** True while `owner` took its tenants back lately (see {@link reclaim}): this node does not stand in for it. */
+  ownerBack(owner: string): boolean {
+    const until = this.#ownerBack.get(owner);
+    if (until === undefined) return false;
+    if (this.#ctx.clock.now() < until) return true;
+    this.#ownerBack.delete(owner);
+    return false;
   }
 
   /** True when this node holds `tenant` in place of its suspect owner. */
@@ -206,7 +216,7 @@ export class StandIns {
     if (ownerGone === undefined || standIns.length === 0) return;
     let gone = false;
     try {
-      gone = await ownerGone(owner);
+      gone = await ownerGone({ id: owner.id, url: owner.url, inc: standIns[0]?.[1].base?.byInc });
     } catch {
       gone = false;
     }
@@ -217,7 +227,7 @@ export class StandIns {
       for (const r of standIn.base?.reservations ?? []) if (!r.released && limiter.release(tenant, r.id)) stats.slotsFreed++;
       this.#claims.touched(tenant);
     }
-    log.info({ owner: owner.id, tenants: standIns.length }, 'owner gone (connection refused): the slots of its requests in flight are freed');
+    log.info({ owner: owner.id, tenants: standIns.length }, 'owner gone (connection refused, or another process answers at its URL): the slots of its requests in flight are freed');
   }
 
   /**

@@ -1,7 +1,7 @@
 /**
  * Tenant states straight between nodes over HTTP, with or without Redis: handoffs to new owners
  * (or to the member that stands in for a leaving static member), replicated checkpoints to each
- * tenant's replica, and the pull of a restarted static member. Three internal routes, reachable only
+ * tenant's replica, the pull of a restarted static member, and the reclaim of a member woken from a stall. Four internal routes, reachable only
  * with a call signed with the cluster secret (`src/gateway/cluster-auth.ts`), which also vouches for
  * the sender's id (`x-quotaring-from`):
  *
@@ -11,6 +11,9 @@
  *   receiver (`Handoff.handedHere`), which does not wait for Redis pub/sub to bring it.
  * - `POST /_quotaring/v1/handoff/pull` `{owner}`: gives back every state the receiver holds for
  *   tenants `owner` owns (see `Handoff.surrender`); 200 `{states}`.
+ * - `POST /_quotaring/v1/handoff/reclaim` `{owner}`: the sender (`owner`, vouched for by the
+ *   signature's `x-quotaring-from`) woke from a stall: the receiver ends every claim it holds in its
+ *   place and answers what it admitted for each (`Handoff.reclaim`); 200 `{reclaimed: [{tenant, usage}]}`.
  * - `POST /_quotaring/v1/handoff/nudge` `{ring}`: a member waiting for the receiver's handoff under
  *   ring `ring` asks it to read the member list now rather than at its next heartbeat
  *   (`Handoff.nudged`); 200 `{ring}` (the receiver's ring version before that read).
@@ -24,16 +27,20 @@ import { z } from 'zod';
 import type { LoadedConfig } from '../config/load.ts';
 import { errorBody } from '../errors.ts';
 import { MAX_STATE_BYTES } from '../limiter/snapshot-bounds.ts';
+import { usageDeltaSchema } from '../limiter/snapshot.ts';
+import type { UsageDelta } from '../limiter/usage-delta.ts';
 import type { RequestSigner } from '../security/request-signature.ts';
 import type { Handoff } from './handoff.ts';
 import { FROM_HEADER } from './headers.ts';
-import type { PeerTransport, TransferKind, WireState } from './replicas.ts';
+import type { PeerTransport, Reclaimed, TransferKind, WireState } from './replicas.ts';
 import type { Member } from './types.ts';
 
 /** Path of the route that takes states pushed by another node. */
 export const HANDOFF_TENANTS_PATH = '/_quotaring/v1/handoff/tenants';
 /** Path of the route a restarted static member pulls its tenants' states from. */
 export const HANDOFF_PULL_PATH = '/_quotaring/v1/handoff/pull';
+/** Path of the route a member woken from a stall takes its tenants back from their stand-in by. */
+export const HANDOFF_RECLAIM_PATH = '/_quotaring/v1/handoff/reclaim';
 /** Path of the route that asks a node to read the member list now (a member waits for its handoff). */
 export const HANDOFF_NUDGE_PATH = '/_quotaring/v1/handoff/nudge';
 
@@ -59,13 +66,15 @@ const PushSchema = z.strictObject({ kind: z.enum(['handoff', 'checkpoint']), sta
 const PullSchema = z.strictObject({ owner: z.string().min(1).max(256) });
 const NudgeSchema = z.strictObject({ ring: RingVersionSchema });
 const PullReplySchema = z.strictObject({ states: z.array(WireStateSchema).max(1_000_000) });
+const ReclaimReplySchema = z.strictObject({ reclaimed: z.array(z.strictObject({ tenant: z.string().min(1).max(256), usage: usageDeltaSchema })).max(1_000_000) });
 
 /**
- * Registers the three routes on a node. 400 for a body that is not what the route takes (or a
+ * Registers the four routes on a node (`deadAfterMs`: how long a stand-in that gave an owner its
+ * tenants back refuses to stand in for it again). 400 for a body that is not what the route takes (or a
  * handoff push that names its ring without the sender's id); 413 (fastify) for a push over
  * {@link MAX_PUSH_BYTES}.
  */
-export function transferRoutes(app: FastifyInstance, config: LoadedConfig, handoff: Handoff): void {
+export function transferRoutes(app: FastifyInstance, config: LoadedConfig, handoff: Handoff, deadAfterMs = 3_000): void {
   const known = (tenant: string): boolean => config.policies.has(tenant);
   app.post(HANDOFF_TENANTS_PATH, { bodyLimit: MAX_PUSH_BYTES }, async (request, reply) => {
     const parsed = PushSchema.safeParse(request.body);
@@ -86,6 +95,17 @@ export function transferRoutes(app: FastifyInstance, config: LoadedConfig, hando
     const ring = handoff.ring().version;
     handoff.nudged();
     return { ring };
+  });
+  app.post(HANDOFF_RECLAIM_PATH, async (request, reply) => {
+    const parsed = PullSchema.safeParse(request.body);
+    const from = request.headers[FROM_HEADER];
+    // Only the owner itself takes its tenants back: the signed sender must be the owner named.
+    if (!parsed.success || from !== parsed.data.owner) {
+      const why = parsed.success ? `the sender (${FROM_HEADER}) must be the owner named` : (parsed.error.issues[0]?.message ?? 'invalid');
+      return reply.code(400).header('x-quotaring-error', 'invalid_request').send(errorBody('openai', 'invalid_request', `Not a reclaim: ${why}.`));
+    }
+    const reclaimed = handoff.reclaim(parsed.data.owner, deadAfterMs);
+    return { reclaimed };
   });
   app.post(HANDOFF_PULL_PATH, async (request, reply) => {
     const parsed = PullSchema.safeParse(request.body);
@@ -143,7 +163,7 @@ function chunks(states: readonly WireState[]): WireState[][] {
   return out;
 }
 
-/** The {@link PeerTransport} over signed HTTP (2 s timeout per call). */
+/** The {@link PeerTransport} over signed HTTP (2 s timeout per call; `reclaim` bounded by its caller). */
 export function httpPeerTransport(signer: RequestSigner): PeerTransport {
   return {
     async push(from: Member, to: Member, kind: TransferKind, states: readonly WireState[], ring?: string): Promise<void> {
@@ -163,6 +183,12 @@ export function httpPeerTransport(signer: RequestSigner): PeerTransport {
       const parsed = PullReplySchema.safeParse(JSON.parse(text));
       if (!parsed.success) throw new Error(`${to.id}: not a state pull reply (${parsed.error.issues[0]?.message ?? 'invalid'})`);
       return parsed.data.states;
+    },
+    async reclaim(from: Member, to: Member): Promise<Reclaimed[]> {
+      const text = await post(signer, from, to, HANDOFF_RECLAIM_PATH, JSON.stringify({ owner: from.id }), MAX_PULL_REPLY_BYTES);
+      const parsed = ReclaimReplySchema.safeParse(JSON.parse(text));
+      if (!parsed.success) throw new Error(`${to.id}: not a reclaim reply (${parsed.error.issues[0]?.message ?? 'invalid'})`);
+      return parsed.data.reclaimed.map((r) => ({ tenant: r.tenant, usage: r.usage as UsageDelta }));
     },
   };
 }

@@ -11,7 +11,8 @@
  */
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { ClaimHow, Handoff } from '../coord/handoff.ts';
-import { FALLBACK_HEADER, OWNER_HEADER, OWNER_URL_HEADER, REDIRECTED_HEADER, RING_HEADER, TENANT_HEADER } from '../coord/headers.ts';
+import type { Fence } from '../coord/fence.ts';
+import { FALLBACK_HEADER, OWNER_BACK_HEADER, OWNER_HEADER, OWNER_URL_HEADER, REDIRECTED_HEADER, RING_HEADER, TENANT_HEADER } from '../coord/headers.ts';
 import type { Member, Membership } from '../coord/types.ts';
 import { ERRORS, errorBody } from '../errors.ts';
 import { membersUnread } from '../coord/join.ts';
@@ -28,6 +29,8 @@ export interface NodeCluster {
   readonly handoff: Handoff;
   /** Hot tenants: decided by any of their k nodes, never claimed or handed over. */
   readonly spread?: SpreadTenants;
+  /** Fencing after a stall (`src/coord/fence.ts`): decisions wait for its catch-up. */
+  readonly fence?: Fence;
 }
 
 export { FALLBACK_HEADER, OWNER_HEADER, REDIRECTED_HEADER, RING_HEADER } from '../coord/headers.ts';
@@ -42,6 +45,9 @@ export function ownershipHook(cluster: NodeCluster) {
   return async (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply | undefined> => {
     // Not in the cluster yet (Redis unreachable since start): no ring, so no tenant is this node's.
     if (membersUnread(cluster.membership)) return sendNodeStarting(request, reply);
+    // Woken from a stall: first catch up with what the others did meanwhile (one clock read otherwise).
+    const fenced = cluster.fence?.check();
+    if (fenced !== undefined) await fenced;
     const tenant = tenantOf(request).id;
     if (spread?.isSpread(tenant) === true) {
       const { members, index } = spread.placement(tenant);
@@ -53,7 +59,11 @@ export function ownershipHook(cluster: NodeCluster) {
       // Accepted in place of the owner this node's ring names, when the router says so.
       // The signed tenant must be the key's: a router's signature for one tenant never makes this node stand in for another.
       const owner = placed.here || request.headers[TENANT_HEADER] !== tenant ? undefined : placed.owner?.id;
-      if (owner !== undefined && request.headers[FALLBACK_HEADER] === owner && handoff.place(tenant, owner).here) how = 'fallback';
+      if (owner !== undefined && request.headers[FALLBACK_HEADER] === owner && handoff.place(tenant, owner).here) {
+        // The owner woke from a stall and took its tenants back: the router is told to route to it.
+        if (handoff.ownerBack(owner)) return sendMisdirected(request, reply, handoff, tenant, placed.here ? undefined : placed.owner, true);
+        how = 'fallback';
+      }
       else if (owner !== undefined && request.headers[REDIRECTED_HEADER] === owner && handoff.place(tenant, owner).here) how = 'handed';
     }
     if (how !== undefined) {
@@ -76,9 +86,11 @@ function sendNodeStarting(request: FastifyRequest, reply: FastifyReply): Fastify
 
 /**
  * Answers 421 `misdirected` naming the tenant's owner under this node's ring (`x-quotaring-owner`,
- * `x-quotaring-ring`), in the route's error shape, once this node's handoffs are stored. Nothing is counted.
+ * `x-quotaring-ring`), in the route's error shape, once this node's handoffs are stored. Nothing is
+ * counted. `ownerBack`: the request stood in for that owner, which woke from a stall and took its
+ * tenants back (`x-quotaring-owner-back`: the router routes to it again).
  */
-export async function sendMisdirected(request: FastifyRequest, reply: FastifyReply, handoff: Handoff, tenant: string, owner: Member | undefined): Promise<FastifyReply> {
+export async function sendMisdirected(request: FastifyRequest, reply: FastifyReply, handoff: Handoff, tenant: string, owner: Member | undefined, ownerBack = false): Promise<FastifyReply> {
   // The owner named here may load the tenant at once on the router's retry: store the handoff first.
   await handoff.settledDown();
   const ring = handoff.ring();
@@ -86,6 +98,6 @@ export async function sendMisdirected(request: FastifyRequest, reply: FastifyRep
   const ownerId = owner?.id ?? 'none';
   return reply
     .code(421)
-    .headers({ [OWNER_HEADER]: ownerId, ...(owner === undefined ? {} : { [OWNER_URL_HEADER]: owner.url }), [RING_HEADER]: ring.version, 'x-quotaring-error': 'misdirected' })
+    .headers({ [OWNER_HEADER]: ownerId, ...(owner === undefined ? {} : { [OWNER_URL_HEADER]: owner.url }), ...(ownerBack ? { [OWNER_BACK_HEADER]: ownerId } : {}), [RING_HEADER]: ring.version, 'x-quotaring-error': 'misdirected' })
     .send(errorBody(dialect, 'misdirected', `Tenant ${tenant} is owned by ${ownerId} under ring ${ring.version}; this is ${handoff.self.id}.`));
 }

@@ -2,6 +2,7 @@
  * The gateway node: a fastify server that authenticates tenants, limits them in RAM, and proxies
  * OpenAI- and Anthropic-compatible requests to the deployments.
  */
+import { randomUUID } from 'node:crypto';
 import { SpreadTenants } from './spread.ts';
 import { CentralLimiter } from '../central/central-limiter.ts';
 import { loadCentralScripts } from '../central/scripts.ts';
@@ -20,7 +21,8 @@ import type { Clock } from '../clock.ts';
 import { systemClock } from '../clock.ts';
 import type { LoadedConfig } from '../config/load.ts';
 import { Handoff } from '../coord/handoff.ts';
-import { listenerGone } from '../coord/stand-in.ts';
+import { Fence } from '../coord/fence.ts';
+import { processGone } from '../coord/process-gone.ts';
 import { membersUnread } from '../coord/join.ts';
 import type { RingOptions } from '../coord/ring.ts';
 import type { TenantStateStore } from '../coord/state-store.ts';
@@ -282,6 +284,9 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
   });
   const clusterOpts = opts.cluster;
   const handoffSettings = config.config.cluster.handoff;
+  // This process's incarnation: written into every state it stores and told on /healthz, so a
+  // member that finds another one answering at this URL knows this process is gone (process-gone.ts).
+  const INCARNATION = randomUUID();
   const handoff =
     clusterOpts === undefined
       ? undefined
@@ -297,7 +302,8 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
           checkpointMs: handoffSettings.checkpoint,
           stateTtlMs: (tenant) => stateTtlMs(config.policies.get(tenant)),
           send: (from, to, settlement, hops) => sendSettlement(from, to, settlement, hops, signer as RequestSigner),
-          ownerGone: (owner) => listenerGone(owner.url),
+          ownerGone: processGone,
+          incarnation: INCARNATION,
           log: app.log,
           onMoved: (kind, ms, tenants) => metrics.handoff(kind, ms, tenants),
         });
@@ -363,6 +369,20 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
   const nodeId = (): string => clusterOpts?.self.id ?? opts.nodeId?.() ?? 'single';
   // Fallback means "Redis is configured and unreachable": a node without Redis is never in it.
   const inFallback = (): boolean => quotas?.guard !== undefined && quotas.leases.inFallback;
+  // A node woken from a stall decides for no tenant until it caught up (src/coord/fence.ts).
+  const membership = clusterOpts?.membership;
+  const fence =
+    clusterOpts === undefined || handoff === undefined || central !== undefined
+      ? undefined
+      : new Fence({
+          clock,
+          deadAfterMs: config.config.cluster.dead_after,
+          waitMs: handoffSettings.wait_ms,
+          ...(membership?.syncNow === undefined ? {} : { syncNow: (ms: number) => (membership.syncNow as (ms: number) => Promise<boolean>).call(membership, ms) }),
+          takeBack: (ms) => handoff.takeBack(ms),
+          log: app.log,
+        });
+  fence?.start();
   const decidesFor = (tenant: string): boolean => central === undefined && (spread?.isSpread(tenant) === true || handoff === undefined || handoff.holds(tenant));
   metrics.setSources({
     queueDepth: () => {
@@ -406,7 +426,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
   app.setNotFoundHandler((request, reply) => sendError(request, reply, 'not_found', noRouteMessage(request.method, request.url)));
 
   let ready = false;
-  app.get('/healthz', async () => (clusterOpts === undefined || handoff === undefined ? { status: 'ok' } : { status: 'ok', node: clusterOpts.self.id, ring: handoff.ring().version }));
+  app.get('/healthz', async () => (clusterOpts === undefined || handoff === undefined ? { status: 'ok' } : { status: 'ok', node: clusterOpts.self.id, incarnation: INCARNATION, ring: handoff.ring().version }));
   let drained = false;
   /**
    * What a node waits for before it is ready, in this order: `start` (listening and warmed up),
@@ -442,7 +462,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     });
     v1.addHook('onRequest', authHook(ctx));
     // Central mode: any node decides for any tenant (its limits are in Redis), so no ownership check.
-    if (clusterOpts !== undefined && handoff !== undefined && central === undefined) v1.addHook('preHandler', ownershipHook({ ...clusterOpts, handoff, ...(spread === undefined ? {} : { spread }) }));
+    if (clusterOpts !== undefined && handoff !== undefined && central === undefined) v1.addHook('preHandler', ownershipHook({ ...clusterOpts, handoff, ...(spread === undefined ? {} : { spread }), ...(fence === undefined ? {} : { fence }) }));
     openAIRoutes(v1, ctx);
     completionsRoutes(v1, ctx);
     azureRoutes(v1, ctx);
@@ -453,7 +473,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
 
   if (handoff !== undefined) {
     settlementRoutes(app, config, handoff);
-    transferRoutes(app, config, handoff);
+    transferRoutes(app, config, handoff, config.config.cluster.dead_after);
   }
   if (opts.stateDir !== undefined) localStates.set(app, nodeStateFile({ dir: opts.stateDir, nodeId, config, limiter, handoff, log: app.log, ...(opts.stateCluster === undefined ? {} : { cluster: opts.stateCluster }) }));
   /** A tenant's limits where this node decides for it, else its owner (admin API and `/_quotaring/v1/tenants/:id`). */
@@ -513,6 +533,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     clearInterval(sweep);
     activity.stop();
     hotSet?.stop();
+    fence?.stop();
     handoff?.stop();
     await Promise.all([ctx.tokens.close(), ctx.upstreams.close(), quotas?.close()]);
     central?.close();

@@ -95,6 +95,14 @@ export interface TenantSnapshot {
    */
   readonly by?: string;
   readonly how?: 'checkpoint' | 'handoff';
+  /**
+   * A stored state only: where the writer served (its URL) and which process it was (its
+   * incarnation: a random id drawn at each start). A claim holds the slots of the writer's open
+   * requests until that process is proven gone: its port refuses connections, or another process
+   * answers there (`src/coord/held-slots.ts`).
+   */
+  readonly byUrl?: string;
+  readonly byInc?: string;
   /** State per limit, by limit name (the spec's `name`). */
   readonly limits: readonly LimitSnapshot[];
   /** Open reservations (admitted, not yet both settled and released, not expired). */
@@ -127,6 +135,8 @@ const tenantSnapshotSchema = z.strictObject({
   at: time,
   by: z.string().min(1).max(256).optional(),
   how: z.enum(['checkpoint', 'handoff']).optional(),
+  byUrl: z.string().min(1).max(2_048).optional(),
+  byInc: z.string().min(1).max(64).optional(),
   limits: z.array(
     z.discriminatedUnion('algorithm', [
       z.strictObject({

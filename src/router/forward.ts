@@ -17,7 +17,7 @@ import { drainUnsent, exceededLimit, isReplayable, requestBodyOf } from './reque
 import type { RequestBody } from './request-body.ts';
 import type { Departures } from './departures.ts';
 import type { Suspects } from './suspects.ts';
-import { FALLBACK_HEADER, FROM_HEADER, HOPS_HEADER, OWNER_HEADER, OWNER_URL_HEADER, REDIRECTED_HEADER, RING_HEADER, TENANT_HEADER } from '../coord/headers.ts';
+import { FALLBACK_HEADER, FROM_HEADER, HOPS_HEADER, OWNER_BACK_HEADER, OWNER_HEADER, OWNER_URL_HEADER, REDIRECTED_HEADER, RING_HEADER, TENANT_HEADER } from '../coord/headers.ts';
 import { CONTENT_DIGEST_HEADER, SIGNATURE_HEADER } from '../security/request-signature.ts';
 import { randomId } from '../security/random-id.ts';
 import type { RequestSigner } from '../security/request-signature.ts';
@@ -97,6 +97,8 @@ function blamesMember(body: RequestBody, err: unknown): boolean {
  * A 421 that cannot be retried (large body, no other owner) is relayed as the node sent it.
  * A request sent to a member other than the ring owner because the owner is suspect carries
  * {@link FALLBACK_HEADER} naming the owner; the retry after a 421 carries {@link REDIRECTED_HEADER}.
+ * A 421 that names that owner in {@link OWNER_BACK_HEADER} (it woke from a stall and took its
+ * tenants back) clears the suspicion, and the retry goes to the owner.
  */
 export async function forward(ctx: ForwardContext, ex: ProxyExchange, tenant: string, spread?: number): Promise<void> {
   const isSuspect = (id: string): boolean => ctx.suspects.has(id);
@@ -162,6 +164,8 @@ export async function forward(ctx: ForwardContext, ex: ProxyExchange, tenant: st
     // - Otherwise, when the re-read ring routes elsewhere, retry there; else the 421 is relayed.
     const named = rawHeader(result.rawHeaders, OWNER_HEADER);
     const namedUrl = rawHeader(result.rawHeaders, OWNER_URL_HEADER);
+    // The suspect owner this request stood in for woke and took its tenants back: it answers again.
+    if (named !== undefined && rawHeader(result.rawHeaders, OWNER_BACK_HEADER) === named) ctx.suspects.clear(named);
     const live = (r: Ring): Member | undefined => r.members.find((m) => m.id === named && m.id !== first.id && !isSuspect(m.id));
     let owner = live(ring);
     let standsInFor: true | string = first.id;

@@ -38,6 +38,11 @@ export interface SimulatorStats {
   aborted: number;
   /** Admitted requests whose reply has not ended yet. Not zeroed by a reset. */
   inFlight: number;
+  /**
+   * The most requests in flight at once since the start or the last reset (a reset starts it at
+   * the current `inFlight`): how many ran concurrently where the provider sees them.
+   */
+  peakInFlight: number;
   /** `POST /v1/messages/count_tokens` answered (free: no quota, no tokens counted above). */
   countTokens: number;
   /** Per API key. */
@@ -54,9 +59,20 @@ export class StatsCounters {
   errors = 0;
   dropped = 0;
   aborted = 0;
-  inFlight = 0;
+  #inFlight = 0;
+  peakInFlight = 0;
   countTokens = 0;
   #byKey = new Map<string, KeyStats>();
+
+  /** Admitted requests whose reply has not ended yet; setting it raises {@link peakInFlight} when higher. */
+  get inFlight(): number {
+    return this.#inFlight;
+  }
+
+  set inFlight(value: number) {
+    this.#inFlight = value;
+    if (value > this.peakInFlight) this.peakInFlight = value;
+  }
 
   /** The counters of `key`, created at zero. */
   key(key: string): KeyStats {
@@ -79,6 +95,7 @@ export class StatsCounters {
     this.dropped = 0;
     this.aborted = 0;
     this.countTokens = 0;
+    this.peakInFlight = this.#inFlight;
     this.#byKey = new Map();
   }
 
@@ -96,6 +113,7 @@ export class StatsCounters {
       dropped: this.dropped,
       aborted: this.aborted,
       inFlight: this.inFlight,
+      peakInFlight: this.peakInFlight,
       countTokens: this.countTokens,
       byKey,
     };

@@ -13,6 +13,7 @@ import type { ForwardedSettlement } from '../../src/coord/handoff.ts';
 import { createRing } from '../../src/coord/ring.ts';
 import { ReplicaStore } from '../../src/coord/replicas.ts';
 import { TenantStateStore, stateKey } from '../../src/coord/state-store.ts';
+import type { ProcessIdentity } from '../../src/coord/process-gone.ts';
 import type { Member } from '../../src/coord/types.ts';
 import { Limiter } from '../../src/limiter/limiter.ts';
 import type { Policy } from '../../src/limiter/types.ts';
@@ -65,7 +66,7 @@ describe('handoff through a real Redis', () => {
       waitMs?: number;
       standInIdleMs?: number;
       send?: (from: Member, to: Member, s: ForwardedSettlement, hops: number) => Promise<void>;
-      ownerGone?: (owner: Member) => Promise<boolean>;
+      ownerGone?: (owner: ProcessIdentity) => Promise<boolean>;
       /** States go straight between the nodes of this map (in process: the handoff rules, not HTTP, are under test). */
       peers?: Map<string, Handoff>;
       /** Hears no handoff announcement on Redis pub/sub (a subscriber still reconnecting after a cut). */
@@ -96,6 +97,7 @@ describe('handoff through a real Redis', () => {
                 },
                 pull: async () => [],
                 nudge: async (_from, to) => (peers.get(to.id) as Handoff).nudged(),
+                reclaim: async (from, to) => (peers.get(to.id) as Handoff).reclaim(from.id, 1_000),
               },
             },
           }),
@@ -334,6 +336,35 @@ describe('handoff through a real Redis', () => {
     b.handoff.stop();
   });
 
+  test('an owner woken from a stall takes its tenant back from the stand-in: what the stand-in admitted, running requests included, counts on the owner; the stand-in stands in for it no more for dead_after', async () => {
+    const peers = new Map<string, Handoff>();
+    const a = await node(A, [A, B], { peers });
+    const b = await node(B, [A, B], { peers });
+    const U = Array.from({ length: 100 }, (_, i) => `w-${i}`).find((t) => ringAB.owner(t)?.id === A.id) as string;
+    await a.handoff.ready(U);
+    assert.equal(a.limiter.acquire(U, { id: 'r0', tokens: 100 }).ok, true);
+    a.handoff.touched(U);
+    await a.handoff.checkpoint(); // reaches B, its replica
+    // A stalls; a router routes around it: B stands in from the replica and admits s1 (still running).
+    await b.handoff.ready(U, 'fallback');
+    assert.equal(b.handoff.isStandIn(U), true);
+    assert.equal(b.limiter.acquire(U, { id: 's1', tokens: 200 }).ok, true);
+    // A wakes: its fence takes the tenant back before any decision.
+    assert.equal(await a.handoff.takeBack(1_000), 1);
+    assert.deepEqual(
+      a.limiter.peek(U).map((l) => l.remaining),
+      [10_000 - 100 - 200, 98, 0],
+    );
+    assert.equal(b.handoff.isStandIn(U), false);
+    assert.equal(b.handoff.ownerBack(A.id), true);
+    clock.advance(1_001);
+    assert.equal(b.handoff.ownerBack(A.id), false);
+    // Nothing held for A any more: a second take-back finds nothing.
+    assert.equal(await a.handoff.takeBack(1_000), 0);
+    a.handoff.stop();
+    b.handoff.stop();
+  });
+
   test('a stand-in frees the owner\'s slots once the owner\'s port refuses connections (its process is gone), not before', async () => {
     const a = await node(A, [A, B]);
     const U = Array.from({ length: 100 }, (_, i) => `u-${i}`).find((t) => ringAB.owner(t)?.id === A.id) as string;
@@ -377,12 +408,15 @@ describe('handoff through a real Redis', () => {
       const b = await node(B, [A, B]);
       b.membership.set(createRing([B])); // A dropped; no request for U reaches B
       await b.handoff.settledDown();
-      const c = await node(C, [B, C]);
+      const asked: string[] = [];
+      const c = await node(C, [B, C], { ownerGone: async (w) => (asked.push(`${w.id} ${w.url}`), true) });
       b.membership.set(createRing([B, C]));
       await b.handoff.settledDown();
       await c.handoff.ready(U);
       try {
         assert.equal(c.limiter.peek(U)[2]?.remaining, 2, 'the dead owner\'s slot is still held');
+        // The writer named by the checkpoint (id and URL) was asked about, and proven gone.
+        assert.deepEqual(asked, [`${A.id} ${A.url}`]);
       } finally {
         b.handoff.stop();
         c.handoff.stop();
@@ -390,26 +424,38 @@ describe('handoff through a real Redis', () => {
     },
   );
 
-  test('crash: the owner left the ring without a handoff; its successor starts from its checkpoint and frees its slots', async () => {
-    const a = await node(A, [A, B]);
-    const U = Array.from({ length: 100 }, (_, i) => `u-${i}`).find((t) => ringAB.owner(t)?.id === A.id) as string;
-    await a.handoff.ready(U);
-    assert.equal(a.limiter.acquire(U, { id: 'r0', tokens: 4_000 }).ok, true);
-    a.handoff.touched(U);
-    await a.handoff.checkpoint();
-    a.handoff.stop(); // SIGKILL: nothing more is written
+  for (const gone of [true, false]) {
+    test(`owner left the ring without a handoff, ${gone ? 'proven gone (crashed): its successor starts from its checkpoint and frees its slots' : 'not proven gone (maybe stalled): its successor keeps its slots counted, and frees them once it is proven gone'}`, async () => {
+      const a = await node(A, [A, B]);
+      const U = Array.from({ length: 100 }, (_, i) => `u-${i}`).find((t) => ringAB.owner(t)?.id === A.id) as string;
+      await a.handoff.ready(U);
+      assert.equal(a.limiter.acquire(U, { id: 'r0', tokens: 4_000 }).ok, true);
+      a.handoff.touched(U);
+      await a.handoff.checkpoint();
+      a.handoff.stop(); // SIGKILL or SIGSTOP: nothing more is written
 
-    const b = await node(B, [A, B], { waitMs: 5_000 });
-    b.membership.set(createRing([B]));
-    await b.handoff.ready(U);
-    // The dead owner's request keeps its 4,000 tokens charged, and its slot is free.
-    assert.deepEqual(
-      b.limiter.peek(U).map((l) => l.remaining),
-      [6_000, 99, 2],
-    );
-    assert.equal(b.handoff.stats.slotsFreed, 1);
-    b.handoff.stop();
-  });
+      let proven = gone;
+      const asked: string[] = [];
+      const b = await node(B, [A, B], { waitMs: 5_000, ownerGone: async (w) => (asked.push(`${w.id} ${w.url} ${typeof w.inc}`), proven) });
+      b.membership.set(createRing([B]));
+      await b.handoff.ready(U);
+      // The owner's request keeps its 4,000 tokens charged; its slot is free only once A is proven gone.
+      assert.deepEqual(
+        b.limiter.peek(U).map((l) => l.remaining),
+        [6_000, 99, gone ? 2 : 1],
+      );
+      assert.equal(b.handoff.stats.slotsFreed, gone ? 1 : 0);
+      assert.deepEqual(asked, [`${A.id} ${A.url} string`]);
+      if (!gone) {
+        // Asked again at every checkpoint period; the answer that proves it frees the slot.
+        proven = true;
+        await b.handoff.checkHeldSlots();
+        assert.equal(b.limiter.peek(U)[2]?.remaining, 2);
+        assert.equal(b.handoff.stats.slotsFreed, 1);
+      }
+      b.handoff.stop();
+    });
+  }
 
   test('a live owner routed around: the stand-in gives the tenant back with its usage; the owner counts both nodes\' admissions', async () => {
     const nodes: { a?: Awaited<ReturnType<typeof node>> } = {};

@@ -15,6 +15,7 @@ import { FaultPicker, Mulberry32 } from '../../src/simulator/faults.ts';
 import { formatGoDuration, rfc3339After } from '../../src/providers/rate-limit-headers.ts';
 import { OUTPUT_UNIT, outputLength } from '../../src/simulator/output-tokens.ts';
 import type { SimulatorStats } from '../../src/simulator/stats.ts';
+import type { ArrivalsSnapshot } from '../../src/simulator/arrivals.ts';
 
 const OPENAI = { authorization: 'Bearer k1' };
 const ANTHROPIC = { 'x-api-key': 'k1', 'anthropic-version': '2023-06-01' };
@@ -410,7 +411,7 @@ describe('quota', () => {
     await chat(app, {});
     assert.equal((await chat(app, {})).statusCode, 429);
     assert.equal((await app.inject({ method: 'POST', url: '/sim/reset' })).statusCode, 200);
-    assert.deepEqual(await stats(app), { requests: 0, completed: 0, promptTokens: 0, completionTokens: 0, rateLimited: 0, errors: 0, dropped: 0, aborted: 0, inFlight: 0, countTokens: 0, byKey: {} });
+    assert.deepEqual(await stats(app), { requests: 0, completed: 0, promptTokens: 0, completionTokens: 0, rateLimited: 0, errors: 0, dropped: 0, aborted: 0, inFlight: 0, peakInFlight: 0, countTokens: 0, byKey: {} });
     assert.equal((await chat(app, {})).statusCode, 200);
   });
 });
@@ -600,6 +601,26 @@ describe('real server', () => {
     }
   });
 
+  test('peakInFlight: the most replies running at once since the start or the last reset (a reset starts it at those still running)', async () => {
+    const sim = await startSimulator({ tokensPerSecond: 20 });
+    try {
+      const read = async (): Promise<SimulatorStats> => (await (await fetch(`${sim.url}/sim/stats`)).json()) as SimulatorStats;
+      const long = (): Promise<unknown> => readStream(`${sim.url}/v1/chat/completions`, { model: 'gpt-4o-mini', messages: HELLO, stream: true, max_tokens: 10 }, OPENAI);
+      const three = [long(), long(), long()];
+      await sleep(100);
+      assert.deepEqual([(await read()).inFlight, (await read()).peakInFlight], [3, 3]);
+      await Promise.all(three);
+      assert.deepEqual([(await read()).inFlight, (await read()).peakInFlight], [0, 3]);
+      const one = long();
+      await sleep(100);
+      await fetch(`${sim.url}/sim/reset`, { method: 'POST' });
+      assert.equal((await read()).peakInFlight, 1);
+      await one;
+    } finally {
+      await sim.close();
+    }
+  });
+
   test('close() ends open streams', async () => {
     const sim = await startSimulator({ tokensPerSecond: 10 });
     const pending = readStream(`${sim.url}/v1/chat/completions`, { model: 'gpt-4o-mini', messages: HELLO, stream: true, max_tokens: 1000 }, OPENAI);
@@ -609,5 +630,109 @@ describe('real server', () => {
     assert.ok(performance.now() - t < 1000);
     const r = await pending;
     assert.ok(!r.text.includes('[DONE]'));
+  });
+});
+
+describe('arrival log (GET /sim/arrivals)', () => {
+  async function arrivals(app: FastifyInstance, query = ''): Promise<ArrivalsSnapshot> {
+    const res = await app.inject({ url: `/sim/arrivals${query}` });
+    assert.equal(res.statusCode, 200, res.body);
+    return res.json();
+  }
+
+  test('each request on a model route: arrival time on the simulator clock, user, status, key; ?since filters', async () => {
+    const clock = new ManualClock();
+    const t0 = clock.now();
+    const app = buildSimulator({ clock, quota: { rpm: 2 } });
+    assert.equal((await chat(app, { user: 'tenant-a' })).statusCode, 200);
+    clock.advance(5);
+    assert.equal((await messages(app, { metadata: { user_id: 'tenant-b' } })).statusCode, 200);
+    clock.advance(5);
+    assert.equal((await chat(app, { user: 'tenant-a', stream: true })).statusCode, 429, 'rpm 2 on k1');
+    clock.advance(5);
+    assert.equal((await app.inject({ method: 'POST', url: '/v1/chat/completions', payload: { model: 'gpt-4o-mini', messages: HELLO, user: 'no-key' } })).statusCode, 401);
+    clock.advance(5);
+    assert.equal((await chat(app, { model: '', user: 'tenant-c' }, { authorization: 'Bearer k2' })).statusCode, 400);
+    clock.advance(5);
+    // The user is a string clipped to 128 chars, or null; Anthropic's is metadata.user_id only.
+    assert.equal((await chat(app, { user: 'u'.repeat(300) }, { authorization: 'Bearer k3' })).statusCode, 200);
+    assert.equal((await chat(app, { user: 42 }, { authorization: 'Bearer k3' })).statusCode, 200);
+    assert.equal((await messages(app, { user: 'not-anthropic' }, { 'x-api-key': 'k4' })).statusCode, 200);
+    clock.advance(5);
+    const bedrock = await app.inject({ method: 'POST', url: '/model/claude-test/converse', headers: { authorization: 'Bearer bedrock-key' }, payload: { messages: [{ role: 'user', content: [{ text: 'hello world' }] }] } });
+    assert.equal(bedrock.statusCode, 200, bedrock.body);
+    // Not model routes: not logged.
+    assert.equal((await app.inject({ method: 'POST', url: '/v1/messages/count_tokens', headers: ANTHROPIC, payload: { model: 'claude-test', messages: HELLO } })).statusCode, 200);
+    assert.equal((await app.inject({ url: '/v1/models', headers: OPENAI })).statusCode, 200);
+
+    const all = await arrivals(app);
+    assert.deepEqual(all, {
+      arrivals: [
+        { at: t0, user: 'tenant-a', status: 200, key: 'k1' },
+        { at: t0 + 5, user: 'tenant-b', status: 200, key: 'k1' },
+        { at: t0 + 10, user: 'tenant-a', status: 429, key: 'k1' },
+        { at: t0 + 15, user: null, status: 401, key: '' },
+        { at: t0 + 20, user: 'tenant-c', status: 400, key: 'k2' },
+        { at: t0 + 25, user: 'u'.repeat(128), status: 200, key: 'k3' },
+        { at: t0 + 25, user: null, status: 200, key: 'k3' },
+        { at: t0 + 25, user: null, status: 200, key: 'k4' },
+        { at: t0 + 30, user: null, status: 200, key: 'bedrock-key' },
+      ],
+      evicted: 0,
+    });
+    assert.deepEqual(await arrivals(app, `?since=${t0 + 25}`), { arrivals: all.arrivals.slice(5), evicted: 0 });
+    assert.deepEqual(await arrivals(app, `?since=${t0 + 31}`), { arrivals: [], evicted: 0 });
+    const bad = await app.inject({ url: '/sim/arrivals?since=soon' });
+    assert.equal(bad.statusCode, 400);
+    assert.match(bad.body, /since must be a time in ms/);
+  });
+
+  test('POST /sim/reset empties the log', async () => {
+    const app = buildSimulator({ arrivalLogSize: 2 });
+    for (let i = 0; i < 3; i++) await chat(app, { user: `u${i}` });
+    assert.equal((await arrivals(app)).evicted, 1);
+    assert.equal((await app.inject({ method: 'POST', url: '/sim/reset' })).statusCode, 200);
+    assert.deepEqual(await arrivals(app), { arrivals: [], evicted: 0 });
+    await chat(app, { user: 'after' });
+    assert.deepEqual((await arrivals(app)).arrivals.map((a) => a.user), ['after']);
+  });
+
+  test('bounded: the last arrivalLogSize kept, oldest first, the rest counted as evicted; the size is validated', async () => {
+    const clock = new ManualClock();
+    const app = buildSimulator({ clock, arrivalLogSize: 3 });
+    for (let i = 0; i < 7; i++) {
+      await chat(app, { user: `u${i}` });
+      clock.advance(1);
+    }
+    const got = await arrivals(app);
+    assert.deepEqual(got.arrivals.map((a) => [a.user, a.at - clock.now()]), [['u4', -3], ['u5', -2], ['u6', -1]]);
+    assert.equal(got.evicted, 4);
+    assert.deepEqual((await arrivals(app, `?since=${clock.now() - 2}`)).arrivals.map((a) => a.user), ['u5', 'u6']);
+    for (const bad of [0, -1, 1.5]) assert.throws(() => buildSimulator({ arrivalLogSize: bad }), /arrivalLogSize must be a positive integer/);
+  });
+
+  test('real server: a client that leaves before the reply is status 0; a dropped stream is the 200 it started with', async () => {
+    const sim = await startSimulator({ ttftMs: 300 });
+    try {
+      const post = (body: Json, headers: Record<string, string> = {}, signal?: AbortSignal) =>
+        fetch(`${sim.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', ...OPENAI, ...headers }, body: JSON.stringify({ model: 'gpt-4o-mini', messages: HELLO, ...body }), ...(signal === undefined ? {} : { signal }) });
+      const ac = new AbortController();
+      const left = post({ user: 'left' }, {}, ac.signal).catch((err: Error) => err.name);
+      for (let i = 0; ((await (await fetch(`${sim.url}/sim/stats`)).json()) as SimulatorStats).inFlight === 0 && i < 100; i++) await sleep(10);
+      ac.abort();
+      assert.equal(await left, 'AbortError');
+      const dropped = await post({ user: 'dropped', stream: true, max_tokens: 10 }, { 'x-sim-fault': 'drop' });
+      await dropped.text().catch(() => '');
+      await (await post({ user: 'served' })).text();
+      let got: ArrivalsSnapshot;
+      for (let i = 0; ; i++) {
+        got = (await (await fetch(`${sim.url}/sim/arrivals`)).json()) as ArrivalsSnapshot;
+        if (got.arrivals.every((a) => a.status !== null) || i > 100) break;
+        await sleep(10);
+      }
+      assert.deepEqual(got.arrivals.map((a) => [a.user, a.status]), [['left', 0], ['dropped', 200], ['served', 200]]);
+    } finally {
+      await sim.close();
+    }
   });
 });
