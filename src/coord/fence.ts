@@ -102,6 +102,15 @@ export class Fence {
     return this.#tick() ?? this.#catchingUp;
   }
 
+  /**
+   * True when a decision now would have to wait (a gap over half of `dead_after` since the last
+   * tick, or a catch-up under way): for decisions that cannot wait, such as a queued request's
+   * retry run by a timer, which must not be admitted before the catch-up.
+   */
+  stale(): boolean {
+    return this.#catchingUp !== undefined || this.#opts.clock.now() - this.#lastTick > this.#gapMs;
+  }
+
   /** True while a wake-up's catch-up is under way. */
   get fenced(): boolean {
     return this.#catchingUp !== undefined;

@@ -116,6 +116,7 @@ export class StandIns {
     const { limiter, clock, stats, log } = this.#ctx;
     this.#ownerBack.set(owner, clock.now() + backForMs);
     const out: Reclaimed[] = [];
+    let running = 0;
     for (const [tenant, standIn] of [...this.#standIns]) {
       if (standIn.owner !== owner || standIn.returned !== undefined) continue;
       const current = limiter.exportTenant(tenant);
@@ -123,9 +124,10 @@ export class StandIns {
       const usage: UsageDelta = { ...this.usageSince(tenant, standIn.base, current), ...(open === undefined ? {} : { open }) };
       this.#claims.unclaim(tenant);
       stats.returned++;
+      running += open?.reservations.length ?? 0;
       if (!isEmptyUsage(usage)) out.push({ tenant, usage });
     }
-    log.info({ owner, tenants: out.length }, 'owner woke from a stall and took its tenants back: not standing in for it until it is silent again');
+    log.info({ owner, tenants: out.length, running }, 'owner woke from a stall and took its tenants back: not standing in for it until it is silent again');
     return out;
   }
 

@@ -123,8 +123,11 @@ export async function admit(ctx: GatewayContext, request: FastifyRequest, reply:
   } else {
     const tier = ex.tier;
     const handoff = ctx.handoff;
+    // A waiter woken on a node just back from a stall (its fence not caught up yet) is sent on like a
+    // moved tenant's (421): its retry waits for the catch-up at the ownership check.
+    const fence = ctx.fence;
     const attempt = (): AcquireResult | undefined =>
-      handoff !== undefined && !handoff.holds(tenantId) ? undefined : ctx.limiter.acquire(tenantId, { id, tokens: cost, ...asked, ...(tier.floor > 0 ? { floor: tier.floor } : {}) });
+      (handoff !== undefined && !handoff.holds(tenantId)) || fence?.stale() === true ? undefined : ctx.limiter.acquire(tenantId, { id, tokens: cost, ...asked, ...(tier.floor > 0 ? { floor: tier.floor } : {}) });
     // When a waiter's deadline comes: how long a request like this one would still wait now.
     const hint = (): number => ctx.limiter.waitMs(tenantId, { tokens: cost, ...asked, ...(tier.floor > 0 ? { floor: tier.floor } : {}) });
     const decided = ctx.queues.admit(tenantId, tier.rank, tier.maxWaitMs, attempt, hint);

@@ -4,6 +4,7 @@
 import { randomBytes } from 'node:crypto';
 import { randomId } from '../security/random-id.ts';
 import type { Clock } from '../clock.ts';
+import type { Fence } from '../coord/fence.ts';
 import type { Handoff } from '../coord/handoff.ts';
 import type { ConfiguredQuotas } from '../globalcap/quotas-from-config.ts';
 import type { LoadedConfig } from '../config/load.ts';
@@ -35,6 +36,8 @@ export interface GatewayContext {
   readonly hot?: HotDetector;
   /** Ownership and handoff in a cluster: settlements of tenants that moved away go to their owner. */
   readonly handoff?: Handoff;
+  /** Fencing after a stall (`src/coord/fence.ts`): a queued request is not admitted while the node is out of date. */
+  readonly fence?: Fence;
   readonly tokens: PromptCounter;
   readonly upstreams: Upstreams;
   /** Time to first byte per deployment: slow ones get a share of requests moved away. */

@@ -345,6 +345,19 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
       ? undefined
       : hotDetector(hotSet, spread, { thresholdRps: hotConfig.threshold_rps, k: hotConfig.spread, sustainMs: hotConfig.sustain, cooldownMs: hotConfig.cooldown }, clock, app.log);
   const central = centralDecisions(config);
+  // A node woken from a stall decides for no tenant until it caught up (src/coord/fence.ts).
+  const membership = clusterOpts?.membership;
+  const fence =
+    clusterOpts === undefined || handoff === undefined || central !== undefined
+      ? undefined
+      : new Fence({
+          clock,
+          deadAfterMs: config.config.cluster.dead_after,
+          waitMs: handoffSettings.wait_ms,
+          ...(membership?.syncNow === undefined ? {} : { syncNow: (ms: number) => (membership.syncNow as (ms: number) => Promise<boolean>).call(membership, ms) }),
+          takeBack: (ms) => handoff.takeBack(ms),
+          log: app.log,
+        });
   const ctx: GatewayContext = {
     config,
     clock,
@@ -355,6 +368,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     ...(spread === undefined ? {} : { spread }),
     ...(hot === undefined ? {} : { hot }),
     ...(handoff === undefined ? {} : { handoff }),
+    ...(fence === undefined ? {} : { fence }),
     tokens: new PromptCounter({
       poolSize: config.config.tokens.pool_size,
       workerThresholdChars: config.config.tokens.worker_threshold_chars,
@@ -369,20 +383,6 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
   const nodeId = (): string => clusterOpts?.self.id ?? opts.nodeId?.() ?? 'single';
   // Fallback means "Redis is configured and unreachable": a node without Redis is never in it.
   const inFallback = (): boolean => quotas?.guard !== undefined && quotas.leases.inFallback;
-  // A node woken from a stall decides for no tenant until it caught up (src/coord/fence.ts).
-  const membership = clusterOpts?.membership;
-  const fence =
-    clusterOpts === undefined || handoff === undefined || central !== undefined
-      ? undefined
-      : new Fence({
-          clock,
-          deadAfterMs: config.config.cluster.dead_after,
-          waitMs: handoffSettings.wait_ms,
-          ...(membership?.syncNow === undefined ? {} : { syncNow: (ms: number) => (membership.syncNow as (ms: number) => Promise<boolean>).call(membership, ms) }),
-          takeBack: (ms) => handoff.takeBack(ms),
-          log: app.log,
-        });
-  fence?.start();
   const decidesFor = (tenant: string): boolean => central === undefined && (spread?.isSpread(tenant) === true || handoff === undefined || handoff.holds(tenant));
   metrics.setSources({
     queueDepth: () => {
@@ -522,6 +522,8 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     await hotSet?.start();
     await central?.ready();
     warmExactCounters(config, config.config.tokens.cache_entries);
+    // The stall watch starts once start-up work (which may hold the event loop) is done.
+    fence?.start();
     ready = true;
   });
   app.addHook('preClose', async () => {

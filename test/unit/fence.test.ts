@@ -43,7 +43,10 @@ describe('fence', () => {
   test('a gap over half of dead_after: every decision waits for one catch-up (member list read, then the take-back), then goes on', async () => {
     let release = (): void => undefined;
     const { clock, f, steps, lines } = fence({ takeBack: () => new Promise((resolve) => (release = () => resolve(3))) });
+    assert.equal(f.stale(), false);
     clock.advance(501);
+    // A queued request's retry (a timer) must not be admitted now.
+    assert.equal(f.stale(), true);
     const first = f.check();
     const second = f.check();
     assert.ok(first !== undefined && second !== undefined);
@@ -58,6 +61,7 @@ describe('fence', () => {
     await Promise.all([first, second]);
     assert.equal(done, 2);
     assert.equal(f.fenced, false);
+    assert.equal(f.stale(), false);
     assert.equal(f.check(), undefined);
     assert.deepEqual(f.stats, { wakes: 1, longestGapMs: 501, waited: 2 });
     assert.match(lines[0] ?? '', /"gapMs":501,"memberList":"read","takenBack":3/);
