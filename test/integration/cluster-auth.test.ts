@@ -196,6 +196,24 @@ describe('cluster signatures on a node (static cluster, real HTTP)', () => {
     assert.equal(nodeHandoff(app)?.peers?.replicas.take(theirs), undefined, 'a refused push stores nothing');
   });
 
+  test('reclaim (an owner woken from a stall takes its tenants back): unsigned 401; a malformed body, or a sender other than the owner named, 400 and no stand-in ended; signed by the owner: 200', async () => {
+    const reclaim = `${url}/_quotaring/v1/handoff/reclaim`;
+    const handoff = nodeHandoff(app);
+    // node-z: any signed member id (node-b is the owner the tests below stand in for).
+    await expect401(await request(reclaim, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ owner: 'node-z' }) }), 'unsigned reclaim');
+    for (const [body, from] of [[{}, 'node-z'], [{ owner: '' }, 'node-z'], [{ owner: 'node-z', extra: 1 }, 'node-z'], [{ owner: 'node-z' }, undefined], [{ owner: 'node-z' }, 'node-y']] as const) {
+      const res = await signedRequest(reclaim, { body, ...(from === undefined ? {} : { headers: { 'x-quotaring-from': from } }) });
+      assert.equal(res.statusCode, 400, JSON.stringify({ body, from }));
+      assert.equal(res.headers['x-quotaring-error'], 'invalid_request');
+      await res.body.dump();
+      assert.equal(handoff?.ownerBack('node-z'), false, 'a refused reclaim changes nothing');
+    }
+    const ok = await signedRequest(reclaim, { body: { owner: 'node-z' }, headers: { 'x-quotaring-from': 'node-z' } });
+    assert.equal(ok.statusCode, 200);
+    assert.deepEqual(await ok.body.json(), { reclaimed: [] });
+    assert.equal(handoff?.ownerBack('node-z'), true);
+  });
+
   test('percent-encoded paths that route to an internal route are refused too', async () => {
     for (const path of [`/%5Fquotaring/v1/tenants/${own}`, '/%5fquotaring/v1/levels', '/_quotaring/v1/level%73', '/_quotaring/v1/handof%66']) {
       await expect401(await request(`${url}${path}`), path);
