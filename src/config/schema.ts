@@ -426,8 +426,9 @@ export const ServerSchema = z.strictObject({
   sweep_interval: duration.default(10_000),
   /**
    * Directory where a node saves its limiter state on a graceful stop (SIGTERM) and loads it on
-   * start (`<state_dir>/<node id>.json`, written atomically), so a restarted single node or cluster
-   * keeps every limit; relative to the working directory; `''` turns it off. @default .quotaring-state
+   * start (`<state_dir>/<node id>@<cluster>.json`, written atomically; the file names its cluster and
+   * node, and one of another cluster or node is refused with a log line), so a restarted single node
+   * or cluster keeps every limit; relative to the working directory; `''` turns it off. @default .quotaring-state
    */
   state_dir: z.string().max(4_096).default('.quotaring-state'),
   /** Logging level: one line per request at info, one per decision at debug. @default info */
