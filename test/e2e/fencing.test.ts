@@ -150,10 +150,15 @@ async function stall(mode: Mode, stallMs: number, streamSeconds: number): Promis
   }
 }
 
-describe('fencing: an owner stalled past dead_after never runs a concurrent limit twice (real processes)', () => {
+// The clusters of one group run side by side (each is mostly waiting: a stall, streams at 20
+// tokens/s), so the file takes about one 5 s run plus one 30 s run.
+describe('fencing: an owner stalled past dead_after never runs a concurrent limit twice (real processes)', { concurrency: true }, () => {
   for (const mode of ['redis', 'redis-down', 'static'] as const) {
     test(`${mode}: owner SIGSTOPped 5 s with 2 of 4 slots used, more asked all along: at most 4 run at the provider`, { timeout: 90_000 }, () => stall(mode, 5_000, 12));
   }
+});
+
+describe('fencing: the same through a 30 s stall (real processes)', { concurrency: true }, () => {
   for (const mode of ['redis', 'static'] as const) {
     test(`${mode}: owner SIGSTOPped 30 s, the same`, { timeout: 150_000 }, () => stall(mode, 30_000, 38));
   }

@@ -176,7 +176,8 @@ describe('quotaring up', () => {
       assert.match(refused.stderr, /^error: 409: /);
     } finally {
       await up.kill();
-      rmSync(cwd, { recursive: true, force: true });
+      // Children of the killed `up` may still write their local copies for a moment: retry ENOTEMPTY.
+      rmSync(cwd, { recursive: true, force: true, maxRetries: 10, retryDelay: 100 });
     }
   });
 
