@@ -15,6 +15,7 @@ import { prepareBedrockConverse, prepareBedrockConverseStream } from './bedrock-
 import { apiKeyOf, sendError, serveModelRequest, type ModelRoute } from './model-exchange.ts';
 import { bedrockError, missingKey } from './provider-errors.ts';
 import type { SimulatorState } from './simulator-state.ts';
+import { logArrival } from './arrivals.ts';
 
 /** The bytes of each request body, for signature checks. */
 const rawBodies = new WeakMap<FastifyRequest, Buffer>();
@@ -58,10 +59,11 @@ export function bedrockRoutes(state: SimulatorState): (scope: FastifyInstance) =
     ] as const) {
       const route: ModelRoute = { wire: 'bedrock', prepare, idPrefix: 'bdrk-sim', modelOf: (req) => (req.params as { modelId: string }).modelId };
       scope.post(`/model/:modelId/${operation}`, {
-        // Counts the request and checks that it carries credentials before the body is read.
+        // Counts and logs the request and checks that it carries credentials before the body is read.
         onRequest: (req, reply, done) => {
           stats.requests++;
           const key = apiKeyOf('bedrock', req.headers);
+          logArrival(state.arrivals, state.opts.clock.now(), key, 'bedrock', req, reply.raw);
           if (key === '') {
             stats.errors++;
             sendError(reply, missingKey('bedrock'));

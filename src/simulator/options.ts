@@ -3,6 +3,7 @@
  */
 import { systemClock, type Clock } from '../clock.ts';
 import type { AwsCredentials } from '../providers/bedrock/credentials.ts';
+import { DEFAULT_ARRIVAL_LOG_SIZE } from './arrivals.ts';
 
 /**
  * The AWS credentials the Bedrock routes accept by default: the example pair of the AWS
@@ -39,6 +40,8 @@ export interface SimulatorOptions {
    * @default [EXAMPLE_AWS_CREDENTIALS]
    */
   bedrockCredentials?: readonly AwsCredentials[];
+  /** Arrivals kept by `GET /sim/arrivals` (a ring: the oldest are overwritten). @default 200_000 */
+  arrivalLogSize?: number;
 }
 
 /** `SimulatorOptions` with every default applied and validated. */
@@ -55,6 +58,7 @@ export interface ResolvedSimulatorOptions {
   readonly seed: number;
   readonly clock: Clock;
   readonly bedrockCredentials: readonly AwsCredentials[];
+  readonly arrivalLogSize: number;
 }
 
 function nonNegative(name: string, v: number | undefined, dflt: number): number {
@@ -75,10 +79,16 @@ function limit(name: string, v: number | undefined): number | null {
   return v;
 }
 
+function positiveInteger(name: string, v: number | undefined, dflt: number): number {
+  const x = v ?? dflt;
+  if (!Number.isSafeInteger(x) || x <= 0) throw new RangeError(`simulator option ${name} must be a positive integer, got ${x}`);
+  return x;
+}
+
 /**
  * Applies defaults and checks ranges.
  * @throws RangeError when a delay or pace is negative or not finite, a rate is outside [0, 1],
- *   a quota is not a positive integer, or defaultOutputTokens is not an integer.
+ *   a quota or arrivalLogSize is not a positive integer, or defaultOutputTokens is not an integer.
  */
 export function resolveSimulatorOptions(opts: SimulatorOptions = {}): ResolvedSimulatorOptions {
   const defaultOutputTokens = nonNegative('defaultOutputTokens', opts.defaultOutputTokens, 16);
@@ -97,6 +107,7 @@ export function resolveSimulatorOptions(opts: SimulatorOptions = {}): ResolvedSi
     seed: opts.seed ?? 1,
     clock: opts.clock ?? systemClock,
     bedrockCredentials: opts.bedrockCredentials ?? [EXAMPLE_AWS_CREDENTIALS],
+    arrivalLogSize: positiveInteger('arrivalLogSize', opts.arrivalLogSize, DEFAULT_ARRIVAL_LOG_SIZE),
   };
 }
 

@@ -11,7 +11,7 @@
  * `POST /model/{modelId}/converse` and `POST /model/{modelId}/converse-stream` (SigV4-checked; see
  * `bedrock-routes.ts`), Gemini's OpenAI compatibility `POST /v1beta/openai/{chat/completions,embeddings}`
  * (`./gemini.ts`), vLLM's server `POST /vllm/v1/{chat/completions,completions,embeddings}`
- * (`./vllm.ts`), `GET /sim/stats`, `POST /sim/reset`.
+ * (`./vllm.ts`), `GET /sim/stats`, `GET /sim/arrivals` (`./arrivals.ts`), `POST /sim/reset`.
  */
 import type { AddressInfo } from 'node:net';
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
@@ -31,6 +31,8 @@ import { GEMINI_PREFIX, geminiMissingKey, prepareGeminiChat } from './gemini.ts'
 import { VLLM_PREFIX } from './vllm.ts';
 import { rfc3339After } from '../providers/rate-limit-headers.ts';
 import { SimulatorState } from './simulator-state.ts';
+import { logArrival } from './arrivals.ts';
+import { warmEncodings } from './prompt-tokens.ts';
 
 /** Largest request body accepted, bytes (long-context prompts). */
 const BODY_LIMIT = 64 * 1024 * 1024;
@@ -72,10 +74,11 @@ export function buildSimulator(opts: SimulatorOptions = {}): FastifyInstance {
 
   for (const route of ROUTES) {
     app.post(route.url, {
-      // Counts the request and checks the key before the body is parsed, as a provider does.
+      // Counts and logs the request and checks the key before the body is parsed, as a provider does.
       onRequest: (req: FastifyRequest, reply: FastifyReply, done: () => void) => {
         stats.requests++;
         const key = routeKeyOf(route, req.headers);
+        logArrival(state.arrivals, state.opts.clock.now(), key, route.wire, req, reply.raw);
         if (key === '') {
           stats.errors++;
           sendError(reply, route.azure !== undefined ? azureMissingKey() : route.flavor === 'gemini' ? geminiMissingKey() : missingKey(route.wire));
@@ -116,6 +119,14 @@ export function buildSimulator(opts: SimulatorOptions = {}): FastifyInstance {
   app.get('/sim/stats', (_req, reply) => {
     reply.send(stats.snapshot());
   });
+  app.get('/sim/arrivals', (req, reply) => {
+    const raw = (req.query as Record<string, string | undefined>)['since'];
+    const since = raw === undefined ? undefined : Number(raw);
+    if (since !== undefined && (raw?.trim() === '' || !Number.isFinite(since))) {
+      return sendError(reply, badRequest('openai', `since must be a time in ms since the epoch, got "${raw}"`, 'since'));
+    }
+    reply.send(state.arrivals.snapshot(since));
+  });
   app.post('/sim/reset', (_req, reply) => {
     state.reset();
     reply.send({ ok: true });
@@ -143,13 +154,14 @@ export function buildSimulator(opts: SimulatorOptions = {}): FastifyInstance {
 }
 
 /**
- * Builds the simulator and listens.
+ * Builds the simulator, loads its tokenizers (so the first requests do not wait for them) and listens.
  * @param opts simulator options plus `host` (@default '127.0.0.1') and `port` (@default 0: a free port).
  * @returns its base URL (e.g. `http://127.0.0.1:9090`) and `close()`, which ends open streams.
  * @throws when the port cannot be bound, or RangeError for an out-of-range option.
  */
 export async function startSimulator(opts: SimulatorOptions & { host?: string; port?: number }): Promise<{ url: string; close(): Promise<void> }> {
   const app = buildSimulator(opts);
+  warmEncodings();
   const host = opts.host ?? '127.0.0.1';
   await app.listen({ host, port: opts.port ?? 0 });
   const addr = app.server.address() as AddressInfo;

@@ -1,7 +1,8 @@
 /**
- * Everything one simulator instance keeps: resolved options, the per-key quota, counters, the fault
- * PRNG, the prompt counter and the reply id sequence.
+ * Everything one simulator instance keeps: resolved options, the per-key quota, counters, the
+ * arrival log, the fault PRNG, the prompt counter and the reply id sequence.
  */
+import { ArrivalLog } from './arrivals.ts';
 import { FaultPicker } from './faults.ts';
 import { resolveSimulatorOptions, type ResolvedSimulatorOptions, type SimulatorOptions } from './options.ts';
 import { PromptTokens } from './prompt-tokens.ts';
@@ -14,6 +15,8 @@ export class SimulatorState {
   readonly opts: ResolvedSimulatorOptions;
   readonly quota: KeyQuota;
   readonly stats = new StatsCounters();
+  /** Requests received on model routes, served by `GET /sim/arrivals`. */
+  readonly arrivals: ArrivalLog;
   readonly faults: FaultPicker;
   readonly prompts = new PromptTokens();
   /** Responses stored for `GET /v1/responses/{id}` and `previous_response_id`. */
@@ -26,6 +29,7 @@ export class SimulatorState {
     this.quota = new KeyQuota(this.opts.clock, this.opts.rpm, this.opts.tpm);
     this.faults = new FaultPicker(this.opts.seed, this.opts);
     this.responses = new ResponseStore(this.opts.clock);
+    this.arrivals = new ArrivalLog(this.opts.arrivalLogSize);
   }
 
   /** A fresh id with `prefix`, e.g. `chatcmpl-sim1a`. Unique within this simulator. */
@@ -33,9 +37,10 @@ export class SimulatorState {
     return prefix + (++this.#seq).toString(36);
   }
 
-  /** Zeroes the counters (not `inFlight`) and refills every key's quota. */
+  /** Zeroes the counters (not `inFlight`), empties the arrival log and refills every key's quota. */
   reset(): void {
     this.stats.reset();
+    this.arrivals.reset();
     this.quota.reset();
   }
 }
