@@ -9,6 +9,8 @@
  * | claiming a tenant: wait for the previous owner's handoff, load its state (replica, Redis), clamp it | `src/coord/claims.ts` |
  * | the previous owner's handoff announcements, and the wait for them | `src/coord/announcements.ts` |
  * | standing in for a suspect owner, and giving its tenant back with the usage admitted | `src/coord/stand-in.ts` |
+ * | slots of an owner that may be alive, held until it is proven gone | `src/coord/held-slots.ts`, `src/coord/process-gone.ts` |
+ * | a node woken from a stall: fenced, then its tenants taken back from their stand-ins | `src/coord/fence.ts`, `src/coord/take-back.ts` |
  * | handing tenants over on a ring change or a graceful leave (peers, then Redis, then announce) | `src/coord/hand-over.ts` |
  * | checkpoints to each tenant's replica and to Redis; replicas taken from other nodes | `src/coord/checkpoints.ts`, `src/coord/replicas.ts` |
  * | settlements of requests admitted here for a tenant that has moved | `src/coord/settlement-forwarding.ts` |
@@ -52,6 +54,7 @@ import { RingPlacement } from './placement.ts';
 import type { Placement } from './placement.ts';
 import type { Reclaimed, WireState } from './replicas.ts';
 import { SettlementForwarding } from './settlement-forwarding.ts';
+import { takeBack } from './take-back.ts';
 import type { StandIns } from './stand-in.ts';
 import type { HandoffDone } from './state-store.ts';
 import type { Member, Membership, Ring } from './types.ts';
@@ -345,31 +348,8 @@ export class Handoff {
    * is skipped (logged). Never rejects.
    * @returns the tenants taken back.
    */
-  async takeBack(timeoutMs: number): Promise<number> {
-    const { peers, self, log } = this.#ctx;
-    for (const tenant of this.#claims.tenants()) this.#claims.touched(tenant);
-    const reclaim = peers?.transport.reclaim;
-    if (peers === undefined || reclaim === undefined) return 0;
-    let taken = 0;
-    await Promise.all(
-      this.#placement.ring.members
-        .filter((m) => m.id !== self.id)
-        .map(async (member) => {
-          let timer: NodeJS.Timeout | undefined;
-          try {
-            const reclaimed = await Promise.race([
-              reclaim.call(peers.transport, self, member),
-              new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs))),
-            ]);
-            for (const r of reclaimed) if (await this.#standIns.absorb(r.tenant, r.usage)) taken++;
-          } catch (err) {
-            log.warn({ member: member.id, err: (err as Error).message }, 'taking tenants back from a stand-in failed');
-          } finally {
-            clearTimeout(timer);
-          }
-        }),
-    );
-    return taken;
+  takeBack(timeoutMs: number): Promise<number> {
+    return takeBack(this.#ctx, this.#placement, this.#claims, timeoutMs);
   }
 
   /** The state of every tenant claimed here and of every replica held (for the local state file). */

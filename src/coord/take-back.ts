@@ -1,0 +1,44 @@
+/**
+ * The owner's side of a wake-up from a stall (`src/coord/fence.ts`): take every tenant back from
+ * the members that stood in for this node while it was silent. Each member ends its stand-in
+ * claims for this node and answers what it admitted there, the requests still running included
+ * (`StandIns.reclaim`, over `POST /_quotaring/v1/handoff/reclaim`); this node adds it to its own
+ * state (`StandIns.absorb`). Every claimed tenant is marked for the next checkpoint, so the
+ * replicas learn what this node admitted since its last one.
+ */
+import type { Claims } from './claims.ts';
+import type { HandoffContext } from './handoff-context.ts';
+import type { RingPlacement } from './placement.ts';
+
+/**
+ * Asks every other member of this node's ring for the claims it holds in this node's place and
+ * absorbs what each admitted. Each member is waited for at most `timeoutMs` (ms); one that does not
+ * answer in time, or fails, is skipped (logged). Never rejects.
+ * @returns the tenants taken back.
+ */
+export async function takeBack(ctx: HandoffContext, placement: RingPlacement, claims: Claims, timeoutMs: number): Promise<number> {
+  const { peers, self, log } = ctx;
+  for (const tenant of claims.tenants()) claims.touched(tenant);
+  const reclaim = peers?.transport.reclaim;
+  if (peers === undefined || reclaim === undefined) return 0;
+  let taken = 0;
+  await Promise.all(
+    placement.ring.members
+      .filter((m) => m.id !== self.id)
+      .map(async (member) => {
+        let timer: NodeJS.Timeout | undefined;
+        try {
+          const reclaimed = await Promise.race([
+            reclaim.call(peers.transport, self, member),
+            new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs))),
+          ]);
+          for (const r of reclaimed) if (await claims.standIns.absorb(r.tenant, r.usage)) taken++;
+        } catch (err) {
+          log.warn({ member: member.id, err: (err as Error).message }, 'taking tenants back from a stand-in failed');
+        } finally {
+          clearTimeout(timer);
+        }
+      }),
+  );
+  return taken;
+}
