@@ -11,13 +11,18 @@
  * `dead_after / 2` passed without a tick, it considers itself out of the others' view: it is
  * *fenced*, and every decision waits until it has
  * 1. read the member list again (Redis membership: a heartbeat and read sent after the wake,
- *    at most `waitMs`; if the others dropped it, the read shows it its drop and the ring without it,
+ *    at most the step wait; if the others dropped it, the read shows it its drop and the ring without it,
  *    and its tenants come back by handoff like any moved tenant's: `src/coord/rejoin.ts`), and
  * 2. taken its tenants back from every member that stood in for it (`Handoff.takeBack`: each ends
  *    its stand-in claims and sends what it admitted there, the requests still running included;
  *    for `dead_after` it stands in for this node no more and tells routers to route here), at most
- *    `waitMs` per member, and marked every tenant for the next checkpoint, so its replicas learn
+ *    the step wait per member (an answer that comes later is absorbed then), and marked every tenant for the next checkpoint, so its replicas learn
  *    what it admitted since its last one.
+ * The step wait is the larger of `cluster.handoff.wait_ms` and `dead_after`: a node just woken from
+ * a stall runs its backlog of queued work (health checks, peers' pushes, the requests sent to it
+ * during the stall) before it reads an answer, so with both cores busy an answer sent at once is
+ * read hundreds of ms later; a shorter wait would decide without what the stand-ins admitted, and
+ * a member silent for `dead_after` is one routers route around as well.
  * A stall of half of `dead_after` is not yet one the others can have acted on (they need all of
  * `dead_after`), so a shorter gap costs nothing; the check is one clock read per decision.
  *
@@ -40,7 +45,7 @@ export interface FenceOptions {
   readonly clock: Clock;
   /** `cluster.dead_after`, ms: a gap over half of it fences the node. */
   readonly deadAfterMs: number;
-  /** Longest wait for each step, ms (`cluster.handoff.wait_ms`). */
+  /** `cluster.handoff.wait_ms`, ms: each step waits at most the larger of it and `deadAfterMs`. */
   readonly waitMs: number;
   /** Redis membership: a heartbeat and read sent now; true once applied, false on failure or after `timeoutMs`. */
   readonly syncNow?: (timeoutMs: number) => Promise<boolean>;
@@ -63,6 +68,8 @@ export interface FenceStats {
 export class Fence {
   readonly #opts: FenceOptions;
   readonly #gapMs: number;
+  /** Longest wait for each step of the catch-up, ms. */
+  readonly #stepMs: number;
   #lastTick: number;
   #timer: NodeJS.Timeout | undefined;
   #catchingUp: Promise<void> | undefined;
@@ -74,6 +81,7 @@ export class Fence {
     if (!(opts.deadAfterMs > 0)) throw new RangeError(`deadAfterMs must be > 0 (got ${opts.deadAfterMs})`);
     this.#opts = opts;
     this.#gapMs = opts.deadAfterMs / 2;
+    this.#stepMs = Math.max(opts.waitMs, opts.deadAfterMs);
     this.#lastTick = opts.clock.now();
   }
 
@@ -132,7 +140,8 @@ export class Fence {
   }
 
   async #catchUp(gapMs: number): Promise<void> {
-    const { syncNow, takeBack, waitMs, log, clock } = this.#opts;
+    const { syncNow, takeBack, log, clock } = this.#opts;
+    const waitMs = this.#stepMs;
     const started = clock.now();
     let read: boolean | undefined;
     try {

@@ -238,7 +238,7 @@ export class Handoff {
 
   /**
    * Settles reservation `id` on `tokens` actually used (and `detail`: its cost and token kinds, see
-   * `Limiter.settle`) and releases its slot: here when this node holds the tenant, otherwise at the tenant's owner (forwarded, one retry, then logged as lost).
+   * `Limiter.settle`) and releases its slot: here when this node holds the tenant, otherwise at the tenant's owner (forwarded, retried for a few seconds, then logged as lost).
    * @param hops nodes the settlement went through (0 when it starts here).
    * @param from the node that forwarded it: when this node's ring still names that node as the owner,
    *   the sender's ring is newer (it handed the tenant here), so the settlement is applied here.
@@ -344,8 +344,8 @@ export class Handoff {
    * This node woke from a stall: asks every other member of its ring for the claims it held in
    * place of this node and adds what each admitted to this node's state (`absorb`), then marks
    * every claimed tenant for the next checkpoint, so the replicas learn what this node admitted
-   * since its last one. Each member is waited for at most `timeoutMs`; one that does not answer
-   * is skipped (logged). Never rejects.
+   * since its last one. Each member is waited for at most `timeoutMs`; one that fails is skipped,
+   * one that answers later is absorbed then (both logged: `src/coord/take-back.ts`). Never rejects.
    * @returns the tenants taken back.
    */
   takeBack(timeoutMs: number): Promise<number> {

@@ -1,8 +1,9 @@
 /**
  * Settlement forwarding: settlements, releases and renewals of requests admitted on a node for a
  * tenant that has since moved are forwarded to its owner, which applies them to the reservation it
- * received in the handoff (one retry after 100 ms, to the owner under the ring then; at most
- * {@link MAX_FORWARD_HOPS} nodes; else counted in `stats.lost` and logged). A node that receives one
+ * received in the handoff (retried after each of {@link RETRY_DELAYS_MS}, to the owner under the
+ * ring then; at most {@link MAX_FORWARD_HOPS} nodes; else counted in `stats.lost` and logged: the
+ * reservation then stays charged at its estimate, and its slot held, until its lease expires). A node that receives one
  * from the node that handed it the tenant, under a ring it has not seen yet, applies it. A stand-in
  * gives the usage it admitted back to the owner the same way (`absorb`, `src/coord/stand-in.ts`).
  * The route that receives them is `src/gateway/routes/settlements.ts`.
@@ -46,6 +47,13 @@ export type SettlementSender = (from: Member, to: Member, settlement: ForwardedS
 /** Forwarding hops before a settlement is dropped (owner changed again while it travelled). */
 export const MAX_FORWARD_HOPS = 2;
 
+/**
+ * Waits before each retry of a forwarded settlement the owner did not accept, ms. The owner is
+ * often a node that has just joined the ring: with both cores busy its first seconds can leave a
+ * call unanswered for the transport's 2 s, so retries span a few seconds, not one.
+ */
+export const RETRY_DELAYS_MS: readonly number[] = [100, 500, 2_000];
+
 /** A node's settlements: applied here when it holds the tenant, else forwarded. See the module comment. */
 export class SettlementForwarding {
   readonly #ctx: HandoffContext;
@@ -66,7 +74,7 @@ export class SettlementForwarding {
   /**
    * Settles reservation `id` on `tokens` actually used (and `detail`: its cost and token kinds, see
    * `Limiter.settle`) and releases its slot: here when this node
-   * holds the tenant, otherwise at the tenant's owner (forwarded, one retry, then logged as lost).
+   * holds the tenant, otherwise at the tenant's owner (forwarded, retried for a few seconds, then logged as lost).
    * @param hops nodes the settlement went through (0 when it starts here).
    * @param from the node that forwarded it: when this node's ring still names that node as the owner,
    *   the sender's ring is newer (it handed the tenant here), so the settlement is applied here.
@@ -133,18 +141,23 @@ export class SettlementForwarding {
     return false;
   }
 
-  /** Sends a settlement, once more after 100 ms on failure (to the owner then), else logs it as lost. */
+  /** Sends a settlement, again after each of {@link RETRY_DELAYS_MS} on failure (to the owner then), else logs it as lost. */
   async #deliver(owner: Member, tenant: string, settlement: ReservationOp, hops: number): Promise<void> {
     const { send, self, stats, log } = this.#ctx;
-    try {
-      await send(self, owner, settlement, hops);
-    } catch {
+    let to = owner;
+    for (let attempt = 0; ; attempt++) {
       try {
-        await new Promise((resolve) => setTimeout(resolve, 100));
-        await send(self, this.#placement.ring.owner(tenant) ?? owner, settlement, hops);
+        await send(self, to, settlement, hops);
+        return;
       } catch (err) {
-        stats.lost++;
-        log.warn({ tenant, id: settlement.id, op: settlement.op, to: owner.id, err: (err as Error).message }, 'settlement lost: owner unreachable');
+        const delay = RETRY_DELAYS_MS[attempt];
+        if (delay === undefined) {
+          stats.lost++;
+          log.warn({ tenant, id: settlement.id, op: settlement.op, to: to.id, attempts: attempt + 1, err: (err as Error).message }, 'settlement lost: owner unreachable');
+          return;
+        }
+        await new Promise((resolve) => setTimeout(resolve, delay));
+        to = this.#placement.ring.owner(tenant) ?? owner;
       }
     }
   }

@@ -6,6 +6,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { ManualClock } from '../../src/clock.ts';
 import { Handoff } from '../../src/coord/handoff.ts';
@@ -71,6 +72,8 @@ describe('handoff through a real Redis', () => {
       peers?: Map<string, Handoff>;
       /** Hears no handoff announcement on Redis pub/sub (a subscriber still reconnecting after a cut). */
       deaf?: boolean;
+      /** The reclaim answer reaches this node after this many ms (real time): a slow or loaded peer. */
+      reclaimDelayMs?: number;
     } = {},
   ) {
     const connection = new Redis(redis.url);
@@ -97,7 +100,11 @@ describe('handoff through a real Redis', () => {
                 },
                 pull: async () => [],
                 nudge: async (_from, to) => (peers.get(to.id) as Handoff).nudged(),
-                reclaim: async (from, to) => (peers.get(to.id) as Handoff).reclaim(from.id, 1_000),
+                reclaim: async (from, to) => {
+                  const reclaimed = (peers.get(to.id) as Handoff).reclaim(from.id, 1_000);
+                  if (opts.reclaimDelayMs !== undefined) await sleep(opts.reclaimDelayMs);
+                  return reclaimed;
+                },
               },
             },
           }),
@@ -361,6 +368,26 @@ describe('handoff through a real Redis', () => {
     assert.equal(b.handoff.ownerBack(A.id), false);
     // Nothing held for A any more: a second take-back finds nothing.
     assert.equal(await a.handoff.takeBack(1_000), 0);
+    a.handoff.stop();
+    b.handoff.stop();
+  });
+
+  test('a stand-in\'s answer read after the take-back\'s wait is absorbed all the same: the stand-in ended its claims when it answered', async () => {
+    const peers = new Map<string, Handoff>();
+    const a = await node(A, [A, B], { peers, reclaimDelayMs: 80 });
+    const b = await node(B, [A, B], { peers });
+    const U = Array.from({ length: 100 }, (_, i) => `l-${i}`).find((t) => ringAB.owner(t)?.id === A.id) as string;
+    await a.handoff.ready(U);
+    assert.equal(a.limiter.acquire(U, { id: 'r0', tokens: 100 }).ok, true);
+    a.handoff.touched(U);
+    await a.handoff.checkpoint();
+    await b.handoff.ready(U, 'fallback');
+    assert.equal(b.limiter.acquire(U, { id: 's1', tokens: 200 }).ok, true);
+    assert.equal(await a.handoff.takeBack(10), 0);
+    assert.equal(b.handoff.isStandIn(U), false);
+    assert.deepEqual(a.limiter.peek(U).map((l) => l.remaining), [10_000 - 100, 99, 1]);
+    await sleep(200);
+    assert.deepEqual(a.limiter.peek(U).map((l) => l.remaining), [10_000 - 100 - 200, 98, 0]);
     a.handoff.stop();
     b.handoff.stop();
   });
@@ -698,6 +725,28 @@ describe('handoff through a real Redis', () => {
     await b.handoff.ready(T);
     assert.equal(b.limiter.peek(T)[0]?.remaining, 10_000 - 2_500);
     b.handoff.stop();
+  });
+
+  test('a forwarded settlement the owner does not accept is retried for a few seconds (an owner just started, or loaded), then counted lost', async () => {
+    const U = Array.from({ length: 100 }, (_, i) => `f-${i}`).find((t) => ringAB.owner(t)?.id === B.id) as string;
+    let refusals = 3;
+    const delivered: string[] = [];
+    const a = await node(A, [A, B], {
+      send: async (_from, to, s) => {
+        if (refusals-- > 0) throw new Error(`${to.id} answered 503`);
+        if (s.op === 'finish') delivered.push(`${to.id} ${s.id}`);
+      },
+    });
+    // Refused three times, accepted on the last retry.
+    await a.handoff.finish(U, 'r0', 100);
+    assert.deepEqual(delivered, [`${B.id} r0`]);
+    assert.deepEqual([a.handoff.stats.forwarded, a.handoff.stats.lost], [1, 0]);
+    // Refused four times: lost.
+    refusals = 4;
+    await a.handoff.finish(U, 'r1', 100);
+    assert.deepEqual(delivered, [`${B.id} r0`]);
+    assert.deepEqual([a.handoff.stats.forwarded, a.handoff.stats.lost], [2, 1]);
+    a.handoff.stop();
   });
 
   test('graceful leave: every tenant is handed over before the node deregisters; the next owner needs no wait', async () => {

@@ -55,7 +55,7 @@ describe('fence', () => {
     void first.then(() => done++);
     void second.then(() => done++);
     await new Promise((resolve) => setImmediate(resolve));
-    assert.deepEqual(steps, ['sync 250', 'takeBack 250']);
+    assert.deepEqual(steps, ['sync 1000', 'takeBack 1000']);
     assert.equal(done, 0, 'a decision went on before the stand-ins gave the tenants back');
     release();
     await Promise.all([first, second]);
@@ -68,11 +68,20 @@ describe('fence', () => {
     assert.match(lines[0] ?? '', /woke from a stall longer than half of dead_after/);
   });
 
-  test('the member list cannot be read (Redis down, or no answer within wait_ms): the tenants are taken back all the same', async () => {
+  test('each step waits at most the larger of wait_ms and dead_after', async () => {
+    const clock = new ManualClock();
+    const steps: number[] = [];
+    const f = new Fence({ clock, deadAfterMs: 1_000, waitMs: 4_000, takeBack: async (ms) => (steps.push(ms), 0), log: { info: () => undefined, warn: () => undefined } });
+    clock.advance(600);
+    await f.check();
+    assert.deepEqual(steps, [4_000]);
+  });
+
+  test('the member list cannot be read (Redis down, or no answer within the step wait): the tenants are taken back all the same', async () => {
     const { clock, f, steps, lines } = fence({ sync: async () => false });
     clock.advance(5_000);
     await f.check();
-    assert.deepEqual(steps, ['sync 250', 'takeBack 250']);
+    assert.deepEqual(steps, ['sync 1000', 'takeBack 1000']);
     assert.match(lines[0] ?? '', /"memberList":"unreadable"/);
   });
 
