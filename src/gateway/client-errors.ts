@@ -128,13 +128,15 @@ export function endStatus(res: ServerResponse): number {
  * fastify's `clientErrorHandler`: node's HTTP server failed a request before fastify saw it (a
  * parser error, headers over `max_header_size`, `headers_timeout` or `request_timeout` passed).
  * Writes 400 / 431 / 408 in the provider's shape (Anthropic's on `/v1/messages`, when the URL is
- * known) unless a response already started on the socket, then destroys the socket, like node's
- * own handler. Logged at debug: a client's mistake or a slow client, not the server's.
+ * known) unless a response already started on the socket or the client never sent a byte, then
+ * destroys the socket, like node's own handler. Logged at debug: a client's mistake or a slow client, not the server's.
  */
 export function clientErrorHandler(log: () => FastifyBaseLogger): (err: ConnectionError, socket: Socket) => void {
   return (err, socket) => {
     if (err.code === 'ECONNRESET' || socket.destroyed) return;
-    const client = connectionErrorOf(err);
+    // A connection that never sent a byte is closed without an answer, as applyListenerLimits's own
+    // timer does: node's header timer also runs from the connection's start and, when it fires first, would write a 408.
+    const client = socket.bytesRead === 0 ? undefined : connectionErrorOf(err);
     log().debug({ err: err.message, code: err.code }, 'client error before a request');
     const inFlight = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage;
     if (client !== undefined && socket.writable && (inFlight === undefined || inFlight === null || !inFlight.headersSent)) {

@@ -4,6 +4,8 @@
  * tool schemas, and the listener settings' defaults and checks.
  */
 import assert from 'node:assert/strict';
+import net from 'node:net';
+import Fastify from 'fastify';
 import { describe, test } from 'node:test';
 import { ConfigError, buildConfig } from '../../src/config/load.ts';
 import { GatewayError } from '../../src/errors.ts';
@@ -156,5 +158,28 @@ describe('listener settings', () => {
     assert.equal(o.connectionTimeout, 300_000);
     assert.equal(o.keepAliveTimeout, 72_000);
     assert.deepEqual(o.http, { headersTimeout: 10_000, maxHeaderSize: 16_384, connectionsCheckingInterval: 1_000 });
+  });
+  test('node\'s header timer alone: a connection that never sent a byte is closed without an answer, one that started a request gets 408 with its catalogue code', async () => {
+    // Without applyListenerLimits' own timer, node's (which runs from the connection's start) is the one that fires.
+    const { server } = buildConfig({ ...base(), server: { headers_timeout: 200, request_timeout: 400 } }, 'q.yaml', {}).config;
+    const app = Fastify(listenerOptions(server, () => app.log));
+    const url = new URL(await app.listen({ host: '127.0.0.1', port: 0 }));
+    const answer = (bytes: string): Promise<string> =>
+      new Promise((resolve) => {
+        const socket = net.connect(Number(url.port), '127.0.0.1', () => void (bytes === '' || socket.write(bytes)));
+        let data = '';
+        socket.on('data', (d: Buffer) => (data += d.toString('latin1')));
+        socket.on('error', () => {});
+        socket.on('close', () => resolve(data));
+      });
+    try {
+      const [silent, started] = await Promise.all([answer(''), answer('POST /v1/messages HTTP/1.1\r\nhost: x\r\n')]);
+      assert.equal(silent, '');
+      assert.match(started, /^HTTP\/1\.1 408 /);
+      assert.match(started, /\r\nx-quotaring-error: request_timeout\r\n/);
+      assert.match(started, /"code":"request_timeout"/);
+    } finally {
+      await app.close();
+    }
   });
 });
