@@ -6,6 +6,7 @@
 import assert from 'node:assert/strict';
 import net from 'node:net';
 import Fastify from 'fastify';
+import type { FastifyInstance } from 'fastify';
 import { describe, test } from 'node:test';
 import { ConfigError, buildConfig } from '../../src/config/load.ts';
 import { GatewayError } from '../../src/errors.ts';
@@ -162,7 +163,7 @@ describe('listener settings', () => {
   test('node\'s header timer alone: a connection that never sent a byte is closed without an answer, one that started a request gets 408 with its catalogue code', async () => {
     // Without applyListenerLimits' own timer, node's (which runs from the connection's start) is the one that fires.
     const { server } = buildConfig({ ...base(), server: { headers_timeout: 200, request_timeout: 400 } }, 'q.yaml', {}).config;
-    const app = Fastify(listenerOptions(server, () => app.log));
+    const app: FastifyInstance = Fastify(listenerOptions(server, () => app.log));
     const url = new URL(await app.listen({ host: '127.0.0.1', port: 0 }));
     const answer = (bytes: string): Promise<string> =>
       new Promise((resolve) => {
