@@ -66,6 +66,8 @@ interface RunningUp {
   readonly exited: Promise<[number | null, NodeJS.Signals | null]>;
   /** SIGKILLs it if it still runs (for `finally`). */
   kill(): Promise<void>;
+  /** SIGINTs it if it still runs and waits until it exited (it waits for its children), SIGKILL after `ms`. */
+  stop(ms?: number): Promise<void>;
 }
 
 /** Free ports for `up --nodes N`. */
@@ -103,6 +105,13 @@ async function startUp(nodes: number, extra: readonly string[] = [], ports?: Awa
         proc.kill('SIGKILL');
         await exited;
       }
+    },
+    stop: async (ms = 15_000) => {
+      if (proc.exitCode !== null || proc.signalCode !== null) return;
+      proc.kill('SIGINT');
+      const timer = setTimeout(() => proc.kill('SIGKILL'), ms);
+      await exited;
+      clearTimeout(timer);
     },
   };
   try {
@@ -175,8 +184,9 @@ describe('quotaring up', () => {
       assert.equal(refused.code, 1);
       assert.match(refused.stderr, /^error: 409: /);
     } finally {
-      await up.kill();
-      // Children of the killed `up` may still write their local copies for a moment: retry ENOTEMPTY.
+      // Stopped, not killed: a SIGKILLed `up` leaves its children writing their local copies into cwd
+      // until they notice (ENOTEMPTY on the removal in CI); a stopped one exits after them.
+      await up.stop();
       rmSync(cwd, { recursive: true, force: true, maxRetries: 10, retryDelay: 100 });
     }
   });
