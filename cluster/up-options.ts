@@ -2,8 +2,54 @@
  * Checks of `quotaring up` options before anything starts: counts in range, a Redis URL that parses,
  * ports that exist and do not collide (routers and nodes take consecutive ports).
  */
-import type { UpOptions } from './up.ts';
-import { hasPassword, redactUrl } from '../src/config/redis-url.ts';
+import { redactUrl } from '../src/config/redis-url.ts';
+import { hasPassword } from '../src/config/url-password.ts';
+
+/** Options of `startCluster` and `runUp` (`up.ts`). */
+export interface UpOptions {
+  /**
+   * Config file whose tenants, models and deployments the cluster serves; its deployments are used
+   * as written. Without it, `cluster/demo.yaml` with every deployment pointed at the launched
+   * simulator. @default cluster/demo.yaml
+   */
+  readonly config?: string;
+  /** Gateway nodes, ids `node-1`..`node-N`. @default 3 */
+  readonly nodes?: number;
+  /** Routers. @default 1 */
+  readonly routers?: number;
+  /**
+   * Redis URL for membership; absent = static members. It may carry a password: children get it
+   * in their environment (`REDIS_URL_ENV` (see `up.ts`), named by `cluster.redis.url_env` in the generated
+   * config), never on a command line or in the config file.
+   */
+  readonly redis?: string;
+  /** First router port; routers take consecutive ports. @default 8080 */
+  readonly routerPort?: number;
+  /** First node port; nodes take consecutive ports. @default 8101 */
+  readonly nodePort?: number;
+  /** Simulator port; a `--config` file's deployments must point at it. @default 9090 */
+  readonly simulatorPort?: number;
+  /** Extra `quotaring simulate` arguments. @default ['--tps', '200', '--ttft-ms', '150'] */
+  readonly simulatorArgs?: readonly string[];
+  /**
+   * First admin port: routers' admin APIs (dashboard, live stream) take the first ports, nodes' the
+   * next ones. Absent: no admin API (unless the config's token variable is set in `env`, in which
+   * case each process uses the config's admin ports). `runUp` sets 9200.
+   */
+  readonly adminPort?: number;
+  /** Admin bearer token for every child, with `adminPort`. @default a random one */
+  readonly adminToken?: string;
+  /** Environment for every child (provider keys). */
+  readonly env?: Readonly<Record<string, string>>;
+  /**
+   * `server.log_level` of every node and router (the generated config's). `info` writes one line
+   * per request, `debug` also one per decision. Absent: the config file's own (default `info`).
+   * `runUp` sets `warn`: the banner stays in view.
+   */
+  readonly logLevel?: LogLevel;
+  /** Stop on SIGINT/SIGTERM. @default false */
+  readonly handleSignals?: boolean;
+}
 
 /** Levels of `server.log_level` (pino's), for `up --log-level`. */
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;

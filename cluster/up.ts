@@ -23,8 +23,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { request } from 'undici';
 import { redactUrl } from '../src/config/redis-url.ts';
 import { wireFormatOf } from '../src/providers/wire-format.ts';
-import type { LogLevel } from './up-options.ts';
-export type { LogLevel } from './up-options.ts';
+import type { LogLevel, UpOptions } from './up-options.ts';
+export type { LogLevel, UpOptions } from './up-options.ts';
 
 /**
  * The signal that makes a running `up` reload its config (`quotaring reload` sends it). Not SIGHUP:
@@ -32,51 +32,6 @@ export type { LogLevel } from './up-options.ts';
  */
 export const RELOAD_SIGNAL = 'SIGUSR2';
 
-/** Options of {@link startCluster} and {@link runUp}. */
-export interface UpOptions {
-  /**
-   * Config file whose tenants, models and deployments the cluster serves; its deployments are used
-   * as written. Without it, `cluster/demo.yaml` with every deployment pointed at the launched
-   * simulator. @default cluster/demo.yaml
-   */
-  readonly config?: string;
-  /** Gateway nodes, ids `node-1`..`node-N`. @default 3 */
-  readonly nodes?: number;
-  /** Routers. @default 1 */
-  readonly routers?: number;
-  /**
-   * Redis URL for membership; absent = static members. It may carry a password: children get it
-   * in their environment ({@link REDIS_URL_ENV}, named by `cluster.redis.url_env` in the generated
-   * config), never on a command line or in the config file.
-   */
-  readonly redis?: string;
-  /** First router port; routers take consecutive ports. @default 8080 */
-  readonly routerPort?: number;
-  /** First node port; nodes take consecutive ports. @default 8101 */
-  readonly nodePort?: number;
-  /** Simulator port; a `--config` file's deployments must point at it. @default 9090 */
-  readonly simulatorPort?: number;
-  /** Extra `quotaring simulate` arguments. @default ['--tps', '200', '--ttft-ms', '150'] */
-  readonly simulatorArgs?: readonly string[];
-  /**
-   * First admin port: routers' admin APIs (dashboard, live stream) take the first ports, nodes' the
-   * next ones. Absent: no admin API (unless the config's token variable is set in `env`, in which
-   * case each process uses the config's admin ports). `runUp` sets 9200.
-   */
-  readonly adminPort?: number;
-  /** Admin bearer token for every child, with `adminPort`. @default a random one */
-  readonly adminToken?: string;
-  /** Environment for every child (provider keys). */
-  readonly env?: Readonly<Record<string, string>>;
-  /**
-   * `server.log_level` of every node and router (the generated config's). `info` writes one line
-   * per request, `debug` also one per decision. Absent: the config file's own (default `info`).
-   * `runUp` sets `warn`: the banner stays in view.
-   */
-  readonly logLevel?: LogLevel;
-  /** Stop on SIGINT/SIGTERM. @default false */
-  readonly handleSignals?: boolean;
-}
 
 /** A running local cluster. */
 export interface StartedCluster {

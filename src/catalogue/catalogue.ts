@@ -13,7 +13,7 @@
  * admin API refuses to create one); a plan of the YAML `plans:` list likewise.
  */
 import { LRUCache } from 'lru-cache';
-import type { KeyAccess, Tier } from '../config/load.ts';
+import type { KeyAccess, Tier } from '../config/access.ts';
 import { policyFromTenant } from '../config/policy.ts';
 import type { Config, LimitConfig, PlanConfig, TenantConfig } from '../config/schema.ts';
 import type { Policy } from '../limiter/types.ts';

@@ -9,6 +9,7 @@ import type { Policy } from '../limiter/types.ts';
 import { policyFromTenant } from './policy.ts';
 import { ConfigSchema } from './schema.ts';
 import type { Config, DeploymentConfig, ModelConfig, PlanConfig, RedisConfig, TenantConfig } from './schema.ts';
+import type { KeyAccess, KeyLookup, Tier } from './access.ts';
 import { resolveRedisConnection } from './redis-url.ts';
 import { adminExposureProblem } from '../security/admin-exposure.ts';
 import { bedrockSigningFromEnv } from '../providers/bedrock/credentials.ts';
@@ -38,30 +39,7 @@ export interface ResolvedDeployment extends DeploymentConfig {
   readonly aws?: BedrockSigning;
 }
 
-/** A priority tier as the gateway uses it. */
-export interface Tier {
-  readonly name: string;
-  /** Position in `priorities`: 0 is the highest tier. */
-  readonly rank: number;
-  /** Fraction of each requests/tokens limit this tier leaves to higher tiers (0 ≤ floor < 1). */
-  readonly floor: number;
-  /** Longest wait in the tenant's queue, ms (0: refused at once). */
-  readonly maxWaitMs: number;
-}
-
-/** What an API key gives: its tenant, its default tier, and the tiers it may ask for by name. */
-export interface KeyAccess {
-  readonly tenant: TenantConfig;
-  /** The key's id (its name in config), when it has one: selects the key's own limits. */
-  readonly keyId?: string;
-  readonly tier: Tier;
-  readonly tiers: ReadonlyMap<string, Tier>;
-}
-
-/** A lookup by API key (the key is hashed, never kept). */
-export interface KeyLookup<T> {
-  get(key: string): T | undefined;
-}
+export type { KeyAccess, KeyLookup, Tier } from './access.ts';
 
 /** Tenant id → limiter policy, over the YAML tenants and the catalogue's. */
 export interface PolicyLookup {

@@ -6,6 +6,7 @@
  * The resolved URL and credentials are secrets: anything that prints a URL goes through {@link redactUrl}.
  */
 import type { RedisConnection, RedisTls } from './schema.ts';
+import { hasPassword } from './url-password.ts';
 
 /** `cluster.redis` as the file says it (see `RedisSchema`). */
 export interface RedisSource {
@@ -20,14 +21,6 @@ export interface RedisSource {
   readonly tls?: RedisTls | undefined;
 }
 
-/** Whether `url` carries a password (`redis://user:pw@host`, `redis://:pw@host`). */
-export function hasPassword(url: string): boolean {
-  try {
-    return new URL(url).password !== '';
-  } catch {
-    return false;
-  }
-}
 
 /**
  * The connection to make, or the problems that prevent it (`<path>: <message>`, never echoing a

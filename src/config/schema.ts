@@ -5,7 +5,7 @@
 import { z } from 'zod';
 import { CATALOGUE_ID, CatalogueSchema } from './catalogue-schema.ts';
 import { parseDuration } from './duration.ts';
-import { hasPassword } from './redis-url.ts';
+import { hasPassword } from './url-password.ts';
 import { azureBaseUrlProblem } from '../providers/azure/endpoint.ts';
 import { geminiBaseUrlProblem } from '../providers/gemini/endpoint.ts';
 import { parseUsdMicros } from '../pricing/usd.ts';
