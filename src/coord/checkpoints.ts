@@ -11,8 +11,8 @@
 import type { Claims } from './claims.ts';
 import type { HandoffContext } from './handoff-context.ts';
 import type { RingPlacement } from './placement.ts';
-import { pushStates } from './replicas.ts';
-import type { WireState } from './replicas.ts';
+import { pushStates } from './push-states.ts';
+import type { WireState } from './peer-wire.ts';
 import type { StoredState } from './state-store.ts';
 import type { Member } from './types.ts';
 

@@ -15,7 +15,7 @@
 import type { Claims } from './claims.ts';
 import type { HandoffContext } from './handoff-context.ts';
 import type { RingPlacement } from './placement.ts';
-import { pushStates } from './replicas.ts';
+import { pushStates } from './push-states.ts';
 import type { StoredState } from './state-store.ts';
 import type { Ring } from './types.ts';
 

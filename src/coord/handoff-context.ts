@@ -5,9 +5,9 @@
 import type { Clock } from '../clock.ts';
 import type { Limiter } from '../limiter/limiter.ts';
 import type { GoneProbe } from './process-gone.ts';
-import type { PeerTransport, ReplicaStore } from './replicas.ts';
+import type { PeerTransport, SettlementSender } from './peer-wire.ts';
+import type { ReplicaStore } from './replicas.ts';
 import type { RingOptions } from './ring.ts';
-import type { SettlementSender } from './settlement-forwarding.ts';
 import type { TenantStateStore } from './state-store.ts';
 import type { Member, Membership } from './types.ts';
 

@@ -52,7 +52,7 @@ import { zeroStats } from './handoff-context.ts';
 import type { HandoffContext, HandoffOptions, HandoffPeers, HandoffStats } from './handoff-context.ts';
 import { RingPlacement } from './placement.ts';
 import type { Placement } from './placement.ts';
-import type { Reclaimed, WireState } from './replicas.ts';
+import type { Reclaimed, WireState } from './peer-wire.ts';
 import { SettlementForwarding } from './settlement-forwarding.ts';
 import { takeBack } from './take-back.ts';
 import type { StandIns } from './stand-in.ts';
@@ -62,8 +62,8 @@ import type { Member, Membership, Ring } from './types.ts';
 export type { ClaimHow } from './claims.ts';
 export type { HandoffLog, HandoffOptions, HandoffPeers, HandoffStats } from './handoff-context.ts';
 export type { Placement } from './placement.ts';
-export { MAX_FORWARD_HOPS } from './settlement-forwarding.ts';
-export type { ForwardedSettlement, SettlementSender } from './settlement-forwarding.ts';
+export { MAX_FORWARD_HOPS } from './peer-wire.ts';
+export type { ForwardedSettlement, SettlementSender } from './peer-wire.ts';
 
 /** A repeated handoff subscriber error is logged at most this often, ms. */
 const SUBSCRIBER_LOG_EVERY_MS = 30_000;

@@ -29,7 +29,7 @@
 import { mkdir, open, readFile, rename, stat, unlink } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { z } from 'zod';
-import type { WireState } from './replicas.ts';
+import type { WireState } from './peer-wire.ts';
 
 /** Largest state file read, bytes. */
 export const MAX_FILE_BYTES = 512 * 1024 * 1024;

@@ -12,10 +12,7 @@
  * JSON here: the loader parses and clamps them (`parseTenantSnapshot`, `boundSnapshot`).
  */
 import { MAX_STATE_BYTES } from '../limiter/snapshot-bounds.ts';
-import type { UsageDelta } from '../limiter/usage-delta.ts';
-import type { HandoffContext } from './handoff-context.ts';
 import type { OversizedState } from './state-store.ts';
-import type { Member } from './types.ts';
 
 /** One replicated state. */
 export interface ReplicaEntry {
@@ -142,66 +139,4 @@ export class ReplicaStore {
 
 function size(json: string | OversizedState): number {
   return typeof json === 'string' ? json.length : 0;
-}
-
-/** A tenant's state on the wire between nodes: snapshot JSON (untrusted) and when it was taken (sender's clock ms). */
-export interface WireState {
-  readonly tenant: string;
-  readonly json: string;
-  readonly at: number;
-}
-
-/** Why states are sent: a `handoff` (the receiver is or stands in for the new owner) or a replica `checkpoint`. */
-export type TransferKind = 'handoff' | 'checkpoint';
-
-/** How nodes send each other tenant states (`src/coord/transfer-http.ts` over signed HTTP). */
-export interface PeerTransport {
-  /**
-   * Sends `states` from `from` to `to`. A `handoff` made for ring version `ring` names it in its last
-   * push (sent even without states): the receiver takes that as `from`'s announcement of the handoff.
-   * @throws when `to` did not store them.
-   */
-  push(from: Member, to: Member, kind: TransferKind, states: readonly WireState[], ring?: string): Promise<void>;
-  /**
-   * Asks `to` to read the member list now: `from` waits for its handoff under ring version `ring`.
-   * @throws when `to` cannot be reached or answers other than 200.
-   */
-  nudge(from: Member, to: Member, ring: string): Promise<void>;
-  /**
-   * Asks `to` for every state it holds for tenants `from` owns (replicas, stand-in claims it gives back).
-   * @throws when `to` cannot be reached or answers other than 200.
-   */
-  pull(from: Member, to: Member): Promise<WireState[]>;
-  /**
-   * `from` woke from a stall (it is fenced, `src/coord/fence.ts`): asks `to` to end every claim it
-   * holds in place of `from` and send back what it admitted there (`StandIns.reclaim`).
-   * @throws when `to` cannot be reached, answers other than 200 or with a reply that is not one.
-   */
-  reclaim?(from: Member, to: Member): Promise<Reclaimed[]>;
-}
-
-/** What a stand-in admitted for one tenant of an owner that took it back: see `StandIns.reclaim`. */
-export interface Reclaimed {
-  readonly tenant: string;
-  readonly usage: UsageDelta;
-}
-
-/**
- * Pushes `states` from this node to member `to` over the context's peer transport, counting them
- * (`stats.replicated` for a checkpoint, `stats.pushed` for a handoff). A handoff for ring version
- * `ring` is sent even without states (it announces the handoff to `to`). Never rejects: a failure
- * is logged, and the receiver gets the tenant's next checkpoint or loads it from Redis.
- * @returns whether `to` stored them (true when there is nothing to send or no peers).
- */
-export async function pushStates(ctx: HandoffContext, to: Member, kind: TransferKind, states: readonly WireState[], ring?: string): Promise<boolean> {
-  if (ctx.peers === undefined || (states.length === 0 && ring === undefined)) return true;
-  try {
-    await ctx.peers.transport.push(ctx.self, to, kind, states, ring);
-    if (kind === 'checkpoint') ctx.stats.replicated += states.length;
-    else ctx.stats.pushed += states.length;
-    return true;
-  } catch (err) {
-    ctx.log.warn({ to: to.id, kind, tenants: states.length, err: (err as Error).message }, kind === 'checkpoint' ? 'replica checkpoint not delivered' : 'handoff to a peer not delivered');
-    return false;
-  }
 }

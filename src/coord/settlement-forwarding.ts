@@ -8,44 +8,19 @@
  * gives the usage it admitted back to the owner the same way (`absorb`, `src/coord/stand-in.ts`).
  * The route that receives them is `src/gateway/routes/settlements.ts`.
  */
-import type { UsageDelta } from '../limiter/usage-delta.ts';
-import type { SettleDetail, TokenKinds } from '../limiter/types.ts';
+import type { SettleDetail } from '../limiter/types.ts';
 import type { Claims } from './claims.ts';
 import type { HandOver } from './hand-over.ts';
 import type { HandoffContext } from './handoff-context.ts';
+import { MAX_FORWARD_HOPS } from './peer-wire.ts';
+import type { ForwardedSettlement } from './peer-wire.ts';
 import type { RingPlacement } from './placement.ts';
 import type { Member } from './types.ts';
 
-/**
- * A settlement or renewal of a reservation, sent to the tenant's owner; or (`absorb`) the usage a
- * stand-in admitted for the owner's tenant, sent when it gives the tenant back.
- */
-export type ForwardedSettlement =
-  | {
-      readonly op: 'finish';
-      readonly tenant: string;
-      readonly id: string;
-      /** Actual tokens used. */
-      readonly tokens: number;
-      /** Actual cost, pico-dollars as a decimal integer string; absent: the reserved cost stays charged. */
-      readonly cost?: string;
-      /** Token kinds among `tokens`, for weighted tokens limits; absent: every token weighs 1. */
-      readonly kinds?: TokenKinds;
-    }
-  | { readonly op: 'renew'; readonly tenant: string; readonly id: string }
-  | { readonly op: 'absorb'; readonly tenant: string; readonly usage: UsageDelta };
 
 /** A forwarded settlement or renewal of one reservation. */
 type ReservationOp = Extract<ForwardedSettlement, { readonly id: string }>;
 
-/**
- * Sends a settlement from node `from` to node `to`; `hops` counts the nodes it went through.
- * @throws when the node did not accept it.
- */
-export type SettlementSender = (from: Member, to: Member, settlement: ForwardedSettlement, hops: number) => Promise<void>;
-
-/** Forwarding hops before a settlement is dropped (owner changed again while it travelled). */
-export const MAX_FORWARD_HOPS = 2;
 
 /**
  * Waits before each retry of a forwarded settlement the owner did not accept, ms. The owner is

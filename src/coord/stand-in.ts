@@ -35,10 +35,9 @@
 import type { TenantSnapshot } from '../limiter/snapshot.ts';
 import { budgetUsageSince, isEmptyUsage, openRequestsSince, windowUsageSince } from '../limiter/usage-delta.ts';
 import type { UsageDelta } from '../limiter/usage-delta.ts';
-import type { Claims } from './claims.ts';
 import type { HandoffContext } from './handoff-context.ts';
 import type { RingPlacement } from './placement.ts';
-import type { Reclaimed, WireState } from './replicas.ts';
+import type { Reclaimed, WireState } from './peer-wire.ts';
 import type { Member } from './types.ts';
 
 const DONE: Promise<void> = Promise.resolve();
@@ -74,6 +73,18 @@ export interface StandIn {
   ownerSlots: boolean;
 }
 
+/** What stand-ins need of the node's claims: `Claims` (`src/coord/claims.ts`) implements it. */
+export interface ClaimSet {
+  /** Waits for the tenant's state when this node must load it first (undefined: nothing to wait for). */
+  ready(tenant: string): Promise<void> | undefined;
+  /** True when this node has claimed `tenant`. */
+  has(tenant: string): boolean;
+  /** Marks a tenant's state as changed, for the next checkpoint. */
+  touched(tenant: string): void;
+  /** Forgets a claimed tenant here. */
+  unclaim(tenant: string): void;
+}
+
 /**
  * The claims a node holds in place of a suspect owner, and the rule above applied to them: a
  * stand-in claim is not checkpointed (Redis keeps the owner's state), and is given back once no
@@ -90,11 +101,11 @@ export interface StandIn {
 export class StandIns {
   readonly #ctx: HandoffContext;
   readonly #placement: RingPlacement;
-  readonly #claims: Claims;
+  readonly #claims: ClaimSet;
   readonly #standIns = new Map<string, StandIn>();
 
   /** @param claims the claim table the stand-in claims belong to (it builds this). */
-  constructor(ctx: HandoffContext, placement: RingPlacement, claims: Claims) {
+  constructor(ctx: HandoffContext, placement: RingPlacement, claims: ClaimSet) {
     this.#ctx = ctx;
     this.#placement = placement;
     this.#claims = claims;

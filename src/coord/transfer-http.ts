@@ -32,7 +32,7 @@ import type { UsageDelta } from '../limiter/usage-delta.ts';
 import type { RequestSigner } from '../security/request-signature.ts';
 import type { Handoff } from './handoff.ts';
 import { FROM_HEADER } from './headers.ts';
-import type { PeerTransport, Reclaimed, TransferKind, WireState } from './replicas.ts';
+import type { PeerTransport, Reclaimed, TransferKind, WireState } from './peer-wire.ts';
 import type { Member } from './types.ts';
 
 /** Path of the route that takes states pushed by another node. */
