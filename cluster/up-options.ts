@@ -1,6 +1,7 @@
 /**
- * Checks of `quotaring up` options before anything starts: counts in range, a Redis URL that parses,
- * ports that exist and do not collide (routers and nodes take consecutive ports).
+ * The options of `quotaring up` (`startCluster`, `runUp` in `up.ts`) and their checks before
+ * anything starts: counts in range, a Redis URL that parses, ports that exist and do not collide
+ * (routers and nodes take consecutive ports).
  */
 import { redactUrl } from '../src/config/redis-url.ts';
 import { hasPassword } from '../src/config/url-password.ts';
@@ -19,8 +20,8 @@ export interface UpOptions {
   readonly routers?: number;
   /**
    * Redis URL for membership; absent = static members. It may carry a password: children get it
-   * in their environment (`REDIS_URL_ENV` (see `up.ts`), named by `cluster.redis.url_env` in the generated
-   * config), never on a command line or in the config file.
+   * in their environment (the variable `REDIS_URL_ENV` of `up.ts`, named by
+   * `cluster.redis.url_env` in the generated config), never on a command line or in the config file.
    */
   readonly redis?: string;
   /** First router port; routers take consecutive ports. @default 8080 */

@@ -21,7 +21,6 @@ export interface RedisSource {
   readonly tls?: RedisTls | undefined;
 }
 
-
 /**
  * The connection to make, or the problems that prevent it (`<path>: <message>`, never echoing a
  * value: it may be a password).

@@ -17,7 +17,6 @@ import type { ForwardedSettlement } from './peer-wire.ts';
 import type { RingPlacement } from './placement.ts';
 import type { Member } from './types.ts';
 
-
 /** A forwarded settlement or renewal of one reservation. */
 type ReservationOp = Extract<ForwardedSettlement, { readonly id: string }>;
 
