@@ -18,16 +18,24 @@ import { TEST_SECRET_ENV } from './cluster-secret.ts';
 /** The built CLI; `npm run test:e2e` builds it first. */
 export const CLI = fileURLToPath(new URL('../../dist/src/cli.js', import.meta.url));
 
-/** A free TCP port on 127.0.0.1. */
+/** Ports handed out by {@link freePort} in this process: never handed out twice. */
+const handedOut = new Set<number>();
+
+/**
+ * A free TCP port on 127.0.0.1 for a process the test starts later. Drawn from 20000-32767, below
+ * Linux's ephemeral range (32768-60999): a port the kernel picked (`listen(0)`) lies in that range,
+ * and so does the local port of every outgoing connection, which a child process may open between
+ * this call and its own bind (seen in CI: a router's admin port taken by a connection, EADDRINUSE).
+ * Never returns the same port twice in one process. Throws after 200 tries.
+ */
 export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const address = srv.address();
-      srv.close(() => (typeof address === 'object' && address !== null ? resolve(address.port) : reject(new Error('no port'))));
-    });
-  });
+  for (let attempt = 0; attempt < 200; attempt++) {
+    const port = 20_000 + Math.floor(Math.random() * 12_768);
+    if (handedOut.has(port) || !(await bindable(port))) continue;
+    handedOut.add(port);
+    return port;
+  }
+  throw new Error('no free port found in 20000-32767');
 }
 
 /** Whether `port` can be bound on 127.0.0.1 right now. */
@@ -41,17 +49,19 @@ export async function bindable(port: number): Promise<boolean> {
 
 /**
  * The first of `count` consecutive free ports on 127.0.0.1, for launchers that take consecutive
- * ports. Drawn from 20000-32000, below Linux's ephemeral range (32768-60999), so it cannot meet a
- * port from {@link freePort} or an outgoing connection's local port. Throws after 50 tries.
+ * ports. Drawn, like {@link freePort}, from below Linux's ephemeral range (32768-60999), so it cannot
+ * meet an outgoing connection's local port; none of them handed out before. Throws after 50 tries.
  */
 export async function freePortRun(count: number): Promise<number> {
   for (let attempt = 0; attempt < 50; attempt++) {
-    const base = 20_000 + Math.floor(Math.random() * (12_000 - count));
+    const base = 20_000 + Math.floor(Math.random() * (12_768 - count));
     let free = true;
-    for (let i = 0; i < count && free; i++) free = await bindable(base + i);
-    if (free) return base;
+    for (let i = 0; i < count && free; i++) free = !handedOut.has(base + i) && (await bindable(base + i));
+    if (!free) continue;
+    for (let i = 0; i < count; i++) handedOut.add(base + i);
+    return base;
   }
-  throw new Error(`no run of ${count} free ports found in 20000-32000`);
+  throw new Error(`no run of ${count} free ports found in 20000-32767`);
 }
 
 /**
