@@ -7,49 +7,19 @@
  * rendered by `refusals.ts`; an admitted request leaves with what the later stages need of it.
  */
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import type { CapLeases } from '../globalcap/cap-leases.ts';
-import type { AcquireRequest, AcquireResult } from '../limiter/types.ts';
+import type { AcquireResult } from '../limiter/types.ts';
 import { levelEnabled } from '../ops/logging.ts';
 import type { RequestTrail } from '../ops/node-activity.ts';
 import { TranslationError } from '../providers/translate/index.ts';
 import type { AdmitOutcome } from './admission-queue.ts';
 import type { GatewayContext } from './context.ts';
-import type { Answered, DeploymentCall, Exchange } from './exchange.ts';
+import { firstCall } from './deployment-calls.ts';
+import { limitHeaders } from './limit-headers.ts';
 import { sendMisdirected } from './ownership.ts';
-import { sendQuotaRefusal, sendRefusal, sendUnavailable, sendUntranslatable, takeLeased } from './refusals.ts';
-import { limitHeaders } from './relay.ts';
+import { takeLeased } from './quota-take.ts';
+import { sendQuotaRefusal, sendRefusal, sendUnavailable, sendUntranslatable } from './refusals.ts';
+import type { Admission, Answered, Exchange } from './request.ts';
 import { pricesOf, reservedCost, staysOnOwner } from './spend.ts';
-import type { SpreadTenants } from './spread.ts';
-import { firstCall } from './upstream-attempt.ts';
-
-/** An admitted request: its reservation, and what the later stages need of how it was taken. */
-export interface Admission {
-  readonly kind: 'admitted';
-  /** The reservation's id, also the request id the client is told (`x-quotaring-request-id`). */
-  readonly id: string;
-  /** Tokens reserved: prompt + reserved output. */
-  readonly cost: number;
-  /** Money reserved from the tenant's and key's cost limits, at the primary deployment's prices (pico-dollars). */
-  readonly money: bigint;
-  /** The id of the API key the request came with (key-scoped limits and spend). */
-  readonly keyId: string | undefined;
-  /** What every acquire of this request asks besides its tokens: its model, key and money. */
-  readonly asked: Pick<AcquireRequest, 'requests' | 'model' | 'key' | 'cost'>;
-  /** Set when the tenant is spread: its slot is this node's, its requests and tokens on the group's leases. */
-  readonly spread: SpreadTenants | undefined;
-  /** The spread tenant's global-cap group the request took from (undefined: not spread). */
-  readonly group: string | undefined;
-  /** The node's leases of the global caps (deployment quotas and spread groups), when there are any. */
-  readonly leases: CapLeases | undefined;
-  /** The deployment whose provider quota the request holds (undefined: none). */
-  readonly held: string | undefined;
-  /** Redis unavailable refuses a take from the leases (`cluster.on_redis_failure: closed`). */
-  readonly closed: boolean;
-  /** The reply's headers so far: the tenant's limits after the decision, the request id, the time it queued. */
-  readonly headers: Record<string, string>;
-  /** The primary deployment's call (see `firstCall`): undefined when it is `ex` itself, null when only a failover deployment can take the request. */
-  readonly first: DeploymentCall | null | undefined;
-}
 
 /**
  * Admits a request, or answers it: 421 when another node decides for its tenant, 400 when no

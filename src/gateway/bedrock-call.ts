@@ -10,7 +10,7 @@ import { anthropicResponseToOpenAI } from '../providers/translate/anthropic-to-o
 import { anthropicToBedrock, bedrockResponseToAnthropic } from '../providers/translate/anthropic-to-bedrock.ts';
 import { BedrockToAnthropicStream, BedrockToOpenAIStream } from '../providers/translate/bedrock-streams.ts';
 import { openAIChatToAnthropic } from '../providers/translate/openai-to-anthropic.ts';
-import type { DeploymentCall, StreamTranslator } from './exchange.ts';
+import type { DeploymentCall, StreamTranslator } from './request.ts';
 
 /** What both client formats share in a Bedrock call. */
 function converseCall(modelId: string, stream: boolean, converse: Record<string, unknown>, json: (text: string) => string, translator: () => StreamTranslator): DeploymentCall {

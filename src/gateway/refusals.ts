@@ -2,20 +2,18 @@
  * Admission's answers to a request it does not admit (used by `admission.ts`): 429
  * `rate_limit_exceeded` with retry headers, 429 `budget_exceeded` or `request_too_large` for a
  * tenant's limit, a budget or a deployment's provider quota, 503 `limiter_unavailable`, 400 for a
- * request no deployment can take in its format — and the take from a global-cap group's leases
- * whose refusal they render (failover takes a deployment's quota with it too). "Limited" is a
- * result here, never an exception; nothing is charged on these paths.
+ * request no deployment can take in its format. "Limited" is a result here, never an exception;
+ * nothing is charged on these paths.
  */
 import type { FastifyReply } from 'fastify';
 import { GatewayError, errorBody } from '../errors.ts';
-import type { CapLeases, CapTakeResult } from '../globalcap/cap-leases.ts';
 import type { AcquireResult } from '../limiter/types.ts';
 import { formatMicros, formatPicoUsdCeil } from '../pricing/usd.ts';
 import { budgetRenewal, retryAfterHeaders, rfc3339After } from '../providers/rate-limit-headers.ts';
 import type { TranslationError } from '../providers/translate/index.ts';
 import type { GatewayContext } from './context.ts';
-import type { Exchange } from './exchange.ts';
-import { limitHeaders } from './relay.ts';
+import { limitHeaders } from './limit-headers.ts';
+import type { Exchange } from './request.ts';
 
 /** Longest wait a budget refusal still names in `retry-after`, ms: beyond it the client is told not to retry (`x-should-retry: false`). */
 const BUDGET_RETRY_MAX_MS = 3_600_000;
@@ -117,20 +115,4 @@ export function sendUnavailable(reply: FastifyReply, ex: Exchange): FastifyReply
 export function sendUntranslatable(reply: FastifyReply, ex: Exchange, why: TranslationError): FastifyReply {
   const message = `This request cannot be sent to deployment ${ex.deployment.name} (${ex.deployment.provider} API), and no other deployment of model ${ex.model.name} can take it: ${why.message}`;
   return reply.code(400).header('x-quotaring-error', 'invalid_request').send(errorBody(ex.dialect, 'invalid_request', message, { param: why.param }));
-}
-
-/**
- * One request (1 request, `cost` tokens) from a global-cap group's local leases. A refusal that only
- * means "a renewal is in flight" waits for it rather than refusing what the cluster can take.
- * @returns the take's result, or 'unavailable' when Redis is unavailable and `closedOnFailure` is set
- *   (whatever the local share gave is given back; the take itself keeps probing Redis).
- */
-export async function takeLeased(leases: CapLeases, group: string, cost: number, closedOnFailure: boolean, requests = 1): Promise<CapTakeResult | 'unavailable'> {
-  const want = { requests, tokens: cost };
-  const taken = leases.take(group, want);
-  if (leases.inFallback && closedOnFailure) {
-    if (taken.ok) leases.refund(group, want);
-    return 'unavailable';
-  }
-  return taken.ok ? taken : leases.takeAfterRenewals(group, want, taken);
 }

@@ -1,95 +1,24 @@
 /**
- * Stage 3 of a request, relay: the upstream's reply passed to the client — which upstream headers
- * pass (never the upstream's own limits or hop-by-hop headers; retry hints only with an error), the
- * tenant's rate-limit headers, the provider credentials an upstream may echo scrubbed, a JSON reply
- * whole (translated when the deployment speaks the other format) and an SSE reply event by event
- * with backpressure, renewing the concurrency slot while it flows. It records what the reply used
+ * Stage 3 of a request, relay: the upstream's reply passed to the client — the upstream headers it
+ * may see (`passed-headers.ts`), the tenant's rate-limit headers from admission, the provider
+ * credentials an upstream may echo scrubbed, a JSON reply whole (translated when the deployment
+ * speaks the other format) and an SSE reply event by event with backpressure, renewing the
+ * concurrency slot while it flows. It records what the reply used
  * for settlement (`Usage`); it never settles.
  */
 import type { EventEmitter } from 'node:events';
 import type { FastifyReply } from 'fastify';
 import { GatewayError, errorBody } from '../errors.ts';
-import type { ErrorDialect } from '../errors.ts';
-import type { LimitState } from '../limiter/types.ts';
 import { jsonField } from '../providers/json-field.ts';
-import { anthropicRateLimitHeaders, budgetHeaders, openAIRateLimitHeaders } from '../providers/rate-limit-headers.ts';
 import { SseSplitter } from '../providers/sse.ts';
 import type { SseEvent } from '../providers/sse.ts';
 import type { TokenUsage } from '../providers/types.ts';
 import { openAIShapedError } from '../providers/upstream-errors.ts';
-import { SecretScrubber } from '../security/scrub.ts';
-import type { Admission } from './admission.ts';
 import type { GatewayContext } from './context.ts';
-import type { DeploymentCall, Exchange } from './exchange.ts';
-import { renewSlot } from './settlement.ts';
-import type { Usage } from './settlement.ts';
-import type { Served, UpstreamResponse } from './upstream-attempt.ts';
-
-/**
- * Upstream response headers never passed to the client: hop-by-hop, length, and the upstream's own
- * limits (Azure's `x-ms-retry-after-ms` too: a relayed 429 carries `retry-after` and `retry-after-ms`,
- * which are replaced when the tenant must wait longer).
- */
-const DROPPED_UPSTREAM_HEADER = /^(connection|keep-alive|transfer-encoding|content-length|content-encoding|set-cookie|x-ratelimit-.*|anthropic-ratelimit-.*|openai-organization|openai-project|x-ms-retry-after-ms)$/;
-/** Upstream retry hints, passed only with an upstream error (a success carries the tenant's view alone). */
-const RETRY_HEADER = /^(retry-after|retry-after-ms|x-should-retry)$/;
-
-/** The tenant's rate-limit and budget headers in the client's dialect (OpenAI's `x-ratelimit-*`, plus Anthropic's for an Anthropic client). */
-export function limitHeaders(ctx: GatewayContext, dialect: ErrorDialect, limits: readonly LimitState[]): Record<string, string> {
-  const headers = openAIRateLimitHeaders(limits);
-  const now = ctx.clock.now();
-  Object.assign(headers, budgetHeaders(limits, now));
-  return dialect === 'anthropic' ? { ...headers, ...anthropicRateLimitHeaders(limits, now) } : headers;
-}
-
-/** One scrubber per deployment set (deployments never change on a reload; a new set gets a new one). */
-const scrubbers = new WeakMap<object, SecretScrubber>();
-
-/**
- * The scrubber of everything relayed from upstreams: it knows every deployment's provider key (a
- * failover or a shared proxy may echo another deployment's key than the one it was sent).
- */
-export function scrubberOf(ctx: GatewayContext): SecretScrubber {
-  const deployments = ctx.config.deployments;
-  let scrubber = scrubbers.get(deployments);
-  if (scrubber === undefined) {
-    scrubber = new SecretScrubber([...deployments.values()].flatMap((d) => [d.apiKey, d.aws?.credentials.secretAccessKey, d.aws?.credentials.sessionToken]));
-    scrubbers.set(deployments, scrubber);
-  }
-  return scrubber;
-}
-
-/** Copies the upstream's headers the client may see into `into`, scrubbed of credentials (see `SecretScrubber.headers`). */
-export function passHeaders(scrubber: SecretScrubber, upstream: Record<string, string | string[] | undefined>, into: Record<string, string>, isError: boolean): void {
-  const passed: Record<string, string> = {};
-  for (const [name, value] of Object.entries(upstream)) {
-    if (value === undefined || DROPPED_UPSTREAM_HEADER.test(name) || (!isError && RETRY_HEADER.test(name))) continue;
-    passed[name] = Array.isArray(value) ? value.join(', ') : value;
-  }
-  scrubber.headers(passed);
-  Object.assign(into, passed);
-}
-
-/** The provider's error message from an error body (OpenAI's, Anthropic's, or AWS's `{"message"}`), for a reply in the client's format. */
-export function upstreamMessage(text: string, deployment: string): string {
-  try {
-    const body = JSON.parse(text) as { error?: { message?: unknown }; message?: unknown };
-    if (typeof body.error?.message === 'string') return `Deployment ${deployment}: ${body.error.message}`;
-    if (typeof body.message === 'string') return `Deployment ${deployment}: ${body.message}`;
-  } catch {
-    // not JSON: fall through
-  }
-  return `Deployment ${deployment} refused the request.`;
-}
-
-/** Maps an undici failure before any response to a client error. */
-export function upstreamError(err: unknown): GatewayError {
-  const code = (err as { code?: string }).code ?? '';
-  if (code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_CONNECT_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT') {
-    return new GatewayError('upstream_timeout');
-  }
-  return new GatewayError('upstream_unavailable', `The upstream provider could not be reached (${code || 'connection failed'}).`);
-}
+import { passHeaders, scrubberOf } from './passed-headers.ts';
+import type { Admission, DeploymentCall, Exchange, Served, UpstreamResponse, Usage } from './request.ts';
+import { renewSlot } from './reservations.ts';
+import { upstreamError, upstreamMessage } from './upstream-failure.ts';
 
 /**
  * Relays a deployment's response to the client: a JSON reply (or any error, or a non-SSE reply)

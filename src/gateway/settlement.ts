@@ -3,34 +3,15 @@
  * settled on the tokens it used (priced by the deployment that served it) and its concurrency slot
  * released — in this node's limiter while it decides for the tenant, at the tenant's new owner
  * otherwise, in Redis in central mode — and the deployment quota and spread leases it holds are
- * trued up. Also here: renewing the slot while a stream flows, and freeing it early while the tokens
- * stay reserved (a reply whose usage comes later, see `Exchange.onReply`).
+ * trued up; or, for a reply whose usage comes later (see `Exchange.onReply`), the slot freed now and
+ * the tokens settled when the provider reports them. Where each is done: `reservations.ts`.
  */
-import type { SettleDetail } from '../limiter/types.ts';
 import type { RequestTrail } from '../ops/node-activity.ts';
 import type { TokenUsage } from '../providers/types.ts';
-import type { Admission } from './admission.ts';
 import type { GatewayContext } from './context.ts';
-import type { Exchange } from './exchange.ts';
+import type { Admission, Exchange, Served, Usage } from './request.ts';
+import { finish, releaseSlot } from './reservations.ts';
 import { budgetedKey, pricesOf, settleDetail } from './spend.ts';
-import type { Served } from './upstream-attempt.ts';
-
-/** What a request used, as the upstream attempt and the relay learn it; settled once, when the request ends. */
-export interface Usage {
-  /** Tokens to settle at the end; starts at 0, "refund everything" (upstream failure before any output). */
-  tokens: number;
-  /** The usage the provider reported (prices and weighs the settlement), when it did. */
-  reported: TokenUsage | undefined;
-  /** A success that reported no usage: the reserved cost stays charged. */
-  unreported: boolean;
-  /** A success: its upstream JSON text (undefined for a stream) and whether it reported usage, for `ex.onReply`. */
-  succeeded: { readonly text: string | undefined; readonly reported: boolean } | undefined;
-}
-
-/** Nothing used yet: an upstream failure before any output refunds everything. */
-export function nothingUsed(): Usage {
-  return { tokens: 0, reported: undefined, unreported: false, succeeded: undefined };
-}
 
 /**
  * Settles an admitted request that has ended, on every path (answered, failed, client gone, thrown):
@@ -66,57 +47,4 @@ export function settleExchange(ctx: GatewayContext, ex: Exchange, admission: Adm
     taken = ex.onReply(used.succeeded.text, deferrable ? settle : undefined) && deferrable;
   }
   if (!taken) settle(used.tokens, used.reported, used.unreported);
-}
-
-/**
- * Settles reservation `id` on `actual` tokens and releases its slot: in this node's limiter while it
- * holds the tenant (synchronously: the next decision sees it), at the tenant's new owner otherwise.
- */
-function finish(ctx: GatewayContext, tenant: string, id: string, actual: number, spread: boolean, detail: SettleDetail): void {
-  const handoff = ctx.handoff;
-  const central = ctx.central;
-  if (central !== undefined) {
-    // One call settles and frees the slot; if it fails the slot expires with its lease.
-    void central.guard.run(() => central.limiter.finish(tenant, id, actual));
-  } else if (spread) {
-    // A spread tenant's slot is always this node's; its tokens were settled on the leases.
-    ctx.limiter.release(tenant, id);
-  } else if (handoff === undefined || handoff.settlesHere(tenant)) {
-    ctx.limiter.settle(tenant, id, actual, detail);
-    ctx.limiter.release(tenant, id);
-    handoff?.touched(tenant);
-  } else {
-    void handoff.finish(tenant, id, actual, 0, undefined, detail);
-  }
-}
-
-/**
- * Frees the concurrency slot of reservation `id` and keeps its tokens reserved (see `Exchange.onReply`).
- * @returns false when this node no longer decides for the tenant (then the request settles at once).
- */
-function releaseSlot(ctx: GatewayContext, tenant: string, id: string, spread: boolean): boolean {
-  const handoff = ctx.handoff;
-  if (!spread && handoff !== undefined && !handoff.settlesHere(tenant)) return false;
-  ctx.limiter.release(tenant, id);
-  if (!spread) handoff?.touched(tenant);
-  return true;
-}
-
-/**
- * Renews the concurrency lease of reservation `id` while its stream flows: in this node's limiter
- * while it holds the tenant (or the tenant is spread), at the tenant's new owner otherwise, in Redis
- * in central mode.
- */
-export function renewSlot(ctx: GatewayContext, tenant: string, id: string): void {
-  const central = ctx.central;
-  if (central !== undefined) {
-    void central.guard.run(() => central.limiter.renew(tenant, id));
-  } else if (ctx.spread?.isSpread(tenant) === true) {
-    ctx.limiter.renew(tenant, id);
-  } else if (ctx.handoff === undefined || ctx.handoff.settlesHere(tenant)) {
-    ctx.limiter.renew(tenant, id);
-    ctx.handoff?.touched(tenant);
-  } else {
-    void ctx.handoff.renew(tenant, id);
-  }
 }

@@ -3,8 +3,8 @@
  * after the provider's wait within `max_retry_wait`, a provider 429 draining the deployment's
  * cluster-wide quota), what its answer means (a response to relay, the client gone, or a failure),
  * and on a hard failure the next deployment of the model (its wire format able to carry the request,
- * its quota taken) — until a response comes or none is left, when the failure is rendered. Also the
- * choice of each deployment's call (the request translated into its wire format).
+ * its quota taken) — until a response comes or none is left, when the failure is rendered. Each
+ * deployment's call is chosen by `deployment-calls.ts`.
  */
 import type { EventEmitter } from 'node:events';
 import type { FastifyReply, FastifyRequest } from 'fastify';
@@ -14,25 +14,16 @@ import { errorBody } from '../errors.ts';
 import type { RequestTrail } from '../ops/node-activity.ts';
 import { retryAfterHeaders } from '../providers/rate-limit-headers.ts';
 import { providerRetryWaitMs } from '../providers/retry-wait.ts';
-import { TranslationError } from '../providers/translate/index.ts';
 import { bodyRetryWaitMs, openAIShapedError } from '../providers/upstream-errors.ts';
-import { wireFormatOf } from '../providers/wire-format.ts';
-import type { Admission } from './admission.ts';
 import type { GatewayContext } from './context.ts';
-import type { Answered, DeploymentCall, Exchange } from './exchange.ts';
-import { takeLeased } from './refusals.ts';
-import { passHeaders, scrubberOf, upstreamError, upstreamMessage } from './relay.ts';
-import type { Usage } from './settlement.ts';
+import { translatedCall } from './deployment-calls.ts';
+import { passHeaders, scrubberOf } from './passed-headers.ts';
+import { takeLeased } from './quota-take.ts';
+import type { Admission, Answered, CallOutcome, DeploymentCall, Exchange, Served, UpstreamResponse, Usage } from './request.ts';
+import { upstreamError, upstreamMessage } from './upstream-failure.ts';
 
 /** First wait before retrying a Bedrock ThrottlingException (it carries no retry-after), ms; `retry_backoff` overrides. */
 const DEFAULT_BEDROCK_BACKOFF_MS = 1_000;
-
-/** The deployment serving the request, its call, and the deployment whose quota the request holds: failover moves all three. */
-export interface Served {
-  deployment: ResolvedDeployment;
-  call: DeploymentCall;
-  held: string | undefined;
-}
 
 /**
  * Calls the deployments of the request until one answers: `served` (the primary's, from admission)
@@ -98,32 +89,6 @@ export async function attemptUpstream(
     return attempt;
   }
 }
-
-/** One deployment's answer: a response to relay, the client gone, or a failure to render or fail over from. */
-type CallOutcome =
-  | {
-      readonly kind: 'response';
-      readonly res: Dispatcher.ResponseData;
-      /** The body, when it was read already (a relayed 429). */
-      readonly text: string | undefined;
-      readonly relayedHeaders: Record<string, string>;
-    }
-  | { readonly kind: 'gone'; /** Output may have been produced: settle on the prompt. */ readonly delivered: boolean }
-  | {
-      readonly kind: 'failed';
-      /** A failure another deployment may not share: no connection, a 5xx, a 429 after its retries. */
-      readonly hard: boolean;
-      readonly status: number;
-      readonly reason: string;
-      /** A 429's wait as the provider gave it, ms. */
-      readonly waitMs?: number;
-      /** Renders the failure; `later` (retry headers) replaces the provider's when the tenant must wait longer. */
-      readonly send: (reply: FastifyReply, headers: Record<string, string>, later?: Record<string, string>) => FastifyReply;
-    };
-
-
-/** A deployment's response to relay to the client. */
-export type UpstreamResponse = Extract<CallOutcome, { kind: 'response' }>;
 
 /**
  * Calls one deployment, retrying its 429s after the provider's wait while the request's waits fit
@@ -257,38 +222,6 @@ async function nextDeployment(
     return { deployment: candidate, call, held: undefined };
   }
   return undefined;
-}
-
-/**
- * The call of the primary deployment when it speaks another format than the client (its
- * translation); undefined when it speaks the client's (the call is `ex`); null when its translation
- * refuses the request but a failover deployment can take it; the primary's refusal when no
- * deployment of the model can.
- */
-export function firstCall(ex: Exchange): DeploymentCall | null | undefined | TranslationError {
-  if (wireFormatOf(ex.deployment.provider) === ex.dialect) return undefined;
-  const primary = translation(ex, ex.deployment);
-  if (!(primary instanceof Error)) return primary;
-  for (const d of ex.failover) if (!(translation(ex, d) instanceof Error)) return null;
-  return primary instanceof TranslationError ? primary : new TranslationError('the request could not be translated');
-}
-
-/** `ex.callFor(deployment)`, or the error that says why the request cannot be said in its format (any error: a translation that throws is a refusal). */
-function translation(ex: Exchange, deployment: ResolvedDeployment): DeploymentCall | Error {
-  try {
-    return ex.callFor(deployment);
-  } catch (err) {
-    return err instanceof Error ? err : new Error(String(err));
-  }
-}
-
-/** `ex.callFor(deployment)`, or undefined when the request cannot be said in its format. */
-function translatedCall(ex: Exchange, deployment: ResolvedDeployment): DeploymentCall | undefined {
-  try {
-    return ex.callFor(deployment);
-  } catch {
-    return undefined;
-  }
 }
 
 /** Resolves true after `ms`, or false as soon as `cancel` emits `abort` (the client left). */

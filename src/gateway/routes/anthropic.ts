@@ -5,7 +5,7 @@ import type { FastifyInstance } from 'fastify';
 import { AnthropicStreamObserver, anthropicUsage, parseMessagesRequest } from '../../providers/anthropic/messages.ts';
 import { OpenAIChatStreamObserver, openAIUsage } from '../../providers/openai/chat.ts';
 import { OpenAIToAnthropicStream, anthropicToOpenAIChat, openAIResponseToAnthropic } from '../../providers/translate/index.ts';
-import type { DeploymentCall } from '../exchange.ts';
+import type { DeploymentCall } from '../request.ts';
 import { wireFormatOf } from '../../providers/wire-format.ts';
 import { bedrockCallForAnthropic } from '../bedrock-call.ts';
 import { tenantOf, tierOf } from '../auth.ts';

@@ -10,7 +10,7 @@ import { wireFormatOf } from '../../providers/wire-format.ts';
 import { tenantOf, tierOf } from '../auth.ts';
 import type { GatewayContext } from '../context.ts';
 import { runExchange } from '../exchange.ts';
-import type { DeploymentCall } from '../exchange.ts';
+import type { DeploymentCall } from '../request.ts';
 import { countingOf, routeModel, upstreamModelOf } from '../routing.ts';
 import type { ApiHandler } from './openai.ts';
 

@@ -21,7 +21,7 @@ import { wireFormatOf } from '../../providers/wire-format.ts';
 import { tenantOf, tierOf } from '../auth.ts';
 import type { GatewayContext } from '../context.ts';
 import { runExchange } from '../exchange.ts';
-import type { DeploymentCall } from '../exchange.ts';
+import type { DeploymentCall } from '../request.ts';
 import { routeModel, upstreamModelOf } from '../routing.ts';
 
 /** Anthropic API version sent upstream when the client sends none. */

@@ -12,7 +12,7 @@ import { tenantOf, tierOf } from '../auth.ts';
 import type { GatewayContext } from '../context.ts';
 import { runExchange } from '../exchange.ts';
 import { countingOf, routeModel, upstreamModelOf } from '../routing.ts';
-import type { DeploymentCall } from '../exchange.ts';
+import type { DeploymentCall } from '../request.ts';
 import { wireFormatOf } from '../../providers/wire-format.ts';
 import { bedrockCallForOpenAI } from '../bedrock-call.ts';
 

@@ -35,8 +35,10 @@ import { TranslationError, openAIChatToAnthropic } from '../../providers/transla
 import { responsesPromptForCounting, responsesToChat } from '../../providers/translate/responses-to-chat.ts';
 import { tenantOf, tierOf } from '../auth.ts';
 import type { GatewayContext } from '../context.ts';
-import { passHeaders, runExchange, scrubberOf, upstreamError } from '../exchange.ts';
-import type { DeploymentCall } from '../exchange.ts';
+import { runExchange } from '../exchange.ts';
+import { passHeaders, scrubberOf } from '../passed-headers.ts';
+import { upstreamError } from '../upstream-failure.ts';
+import type { DeploymentCall } from '../request.ts';
 import { responseIdsOf } from '../response-ids.ts';
 import { countingOf, routeModel, upstreamModelOf } from '../routing.ts';
 import { wireFormatOf } from '../../providers/wire-format.ts';
