@@ -117,6 +117,18 @@ export const ERRORS = {
     anthropicType: 'invalid_request_error',
     message: 'This node does not own the tenant under its ring; send the request to the node named in x-quotaring-owner (routers do this themselves).',
   },
+  not_owner: {
+    status: 409,
+    openaiType: 'invalid_request_error',
+    anthropicType: 'invalid_request_error',
+    message: 'This node does not own the tenant (or only stands in for it): nothing was changed. Ask its owner, or a router, which finds the owner itself.',
+  },
+  forward_loop: {
+    status: 508,
+    openaiType: 'server_error',
+    anthropicType: 'api_error',
+    message: 'A settlement forwarded between nodes passed more nodes than a ring change can explain; it was dropped.',
+  },
   cluster_auth_failed: {
     status: 401,
     openaiType: 'invalid_request_error',

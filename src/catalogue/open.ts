@@ -3,13 +3,20 @@
  * catalogue, before the process serves: used by `quotaring node` and `quotaring router`.
  */
 import { isAbsolute, join, resolve } from 'node:path';
-import type { LoadedConfig } from '../config/load.ts';
+import type { Config } from '../config/schema.ts';
+import type { Catalogue } from './catalogue.ts';
 import { CatalogueAdmin } from './admin.ts';
 import { FileStore } from './file-store.ts';
 import { CatalogueFollower } from './follower.ts';
 import type { FollowerLog } from './follower.ts';
 import { PostgresStore } from './postgres-store.ts';
 import type { CatalogueStore } from './store.ts';
+
+/** What opening a catalogue needs of a loaded config (`LoadedConfig` is one): its sections and the process's catalogue. */
+export interface CatalogueSetting {
+  readonly config: Pick<Config, 'catalogue' | 'server'>;
+  readonly catalogue: Catalogue;
+}
 
 /** A process's catalogue machinery: the admin operations and, with a store, the follower. */
 export interface OpenCatalogue {
@@ -20,7 +27,7 @@ export interface OpenCatalogue {
 }
 
 /** The store of `catalogue.store`, or undefined for `none`. @throws Error when its URL variable is unset, or `file` has no path and no `server.state_dir`. */
-export function storeFor(config: LoadedConfig, env: NodeJS.ProcessEnv = process.env): CatalogueStore | undefined {
+export function storeFor(config: Pick<CatalogueSetting, 'config'>, env: NodeJS.ProcessEnv = process.env): CatalogueStore | undefined {
   const c = config.config.catalogue;
   if (c.store === 'none') return undefined;
   if (c.store === 'file') {
@@ -38,7 +45,7 @@ export function storeFor(config: LoadedConfig, env: NodeJS.ProcessEnv = process.
  * answer). `processName` names this process's local copy (`catalogue-copy-<name>.ndjson`).
  * @throws Error when the store cannot be reached and there is no local copy (see `CatalogueFollower.start`).
  */
-export async function openCatalogue(config: LoadedConfig, processName: string, log: FollowerLog, env: NodeJS.ProcessEnv = process.env, onApplied?: (tenants: ReadonlySet<string>) => void): Promise<OpenCatalogue> {
+export async function openCatalogue(config: CatalogueSetting, processName: string, log: FollowerLog, env: NodeJS.ProcessEnv = process.env, onApplied?: (tenants: ReadonlySet<string>) => void): Promise<OpenCatalogue> {
   const store = storeFor(config, env);
   if (store === undefined) return { admin: new CatalogueAdmin({ catalogue: config.catalogue, store: undefined, follower: undefined }), follower: undefined, close: async () => {} };
   const c = config.config.catalogue;

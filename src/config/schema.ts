@@ -6,8 +6,6 @@ import { z } from 'zod';
 import { CATALOGUE_ID, CatalogueSchema } from './catalogue-schema.ts';
 import { parseDuration } from './duration.ts';
 import { hasPassword } from './url-password.ts';
-import { azureBaseUrlProblem } from '../providers/azure/endpoint.ts';
-import { geminiBaseUrlProblem } from '../providers/gemini/endpoint.ts';
 import { parseUsdMicros } from '../pricing/usd.ts';
 import type { PriceTable } from '../pricing/prices.ts';
 import { isTimeZone } from '../limiter/budget-period.ts';
@@ -740,8 +738,6 @@ export const ConfigSchema = z
     config.deployments.forEach((d, i) => {
       if (d.responses_api !== undefined && d.provider !== 'openai' && d.provider !== 'azure' && d.provider !== 'vllm') ctx.addIssue({ code: 'custom', path: ['deployments', i, 'responses_api'], message: `responses_api applies to openai, azure and vllm deployments (a ${d.provider} deployment always serves Responses requests translated)` });
       if (d.auth !== undefined && d.provider !== 'azure') ctx.addIssue({ code: 'custom', path: ['deployments', i, 'auth'], message: `auth applies to azure deployments only (${d.provider} keys are sent the ${d.provider} way)` });
-      const problem = d.provider === 'azure' ? azureBaseUrlProblem(d.base_url) : d.provider === 'gemini' ? geminiBaseUrlProblem(d.base_url) : undefined;
-      if (problem !== undefined) ctx.addIssue({ code: 'custom', path: ['deployments', i, 'base_url'], message: problem });
     });
     const deployments = new Set(config.deployments.map((d) => d.name));
     config.deployments.forEach((d, i) => {

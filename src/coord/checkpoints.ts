@@ -1,7 +1,7 @@
 /**
  * Checkpoints: every `checkpointMs` an owner writes the state of each tenant it touched since the
  * last checkpoint to its replica (the second member of the tenant's range, the member that takes
- * over if the owner dies; over HTTP, `src/coord/transfer-http.ts`) and, with Redis, to Redis (one
+ * over if the owner dies; over HTTP, `src/peer/transfer.ts`) and, with Redis, to Redis (one
  * `HSET` per 1,000 tenants), so a crash loses at most about one period of accounting with or
  * without Redis. Stand-in claims are not checkpointed (Redis keeps the owner's state). A tenant
  * swept idle (its state fresh) has its stored state deleted and stays claimed, so a light tenant

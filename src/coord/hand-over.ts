@@ -1,7 +1,7 @@
 /**
  * Handing tenants over: on a ring change (or a graceful leave, under the ring without this node) a
  * node exports every claimed tenant it no longer owns, drops it from its limiter and stops deciding
- * for it. The states go straight to each new owner first (over HTTP, `src/coord/transfer-http.ts`:
+ * for it. The states go straight to each new owner first (over HTTP, `src/peer/transfer.ts`:
  * it loads them without a Redis read; the push names the ring and is this node's announcement to
  * that owner, sent to every member new in the ring even with no state), then to Redis in one
  * pipeline, and the handoff is announced

@@ -34,7 +34,7 @@
  * - A tenant claimed in place of a suspect owner (`fallback`) is held as a *stand-in*: not
  *   checkpointed, and given back to the owner with the usage admitted here once idle.
  *
- * With `peers` (every cluster node; `src/coord/transfer-http.ts`, `src/coord/replicas.ts`), states
+ * With `peers` (every cluster node; `src/peer/transfer.ts`, `src/coord/replicas.ts`), states
  * also travel straight between nodes over signed HTTP, with or without Redis: a handoff is pushed to
  * each new owner before it is written to Redis; every checkpoint goes to each tenant's replica (the
  * next member of its range, the member that takes over if the owner dies); a claim loads the replica
@@ -374,7 +374,7 @@ export class Handoff {
 
   /**
    * Node `from` handed this node its share of a handoff for ring version `ring` (its last push,
-   * `src/coord/transfer-http.ts`; the states are among the replicas already): recorded as its
+   * `src/peer/transfer.ts`; the states are among the replicas already): recorded as its
    * announcement, so the claims waiting for it load them now, whether or not Redis pub/sub brings
    * the announcement (a node whose subscriber connection is still recovering from a cut).
    */

@@ -1,7 +1,7 @@
 /**
  * What nodes send each other, as types first: tenant states (handoffs, checkpoints, reclaims) and
  * forwarded settlements, and the transports that carry them. The routes and clients are
- * `src/coord/transfer-http.ts` and `src/gateway/routes/settlements.ts`.
+ * `src/peer/transfer.ts` and `src/peer/settlements.ts`.
  */
 import type { UsageDelta } from '../limiter/usage-delta.ts';
 import type { TokenKinds } from '../limiter/types.ts';
@@ -17,7 +17,7 @@ export interface WireState {
 /** Why states are sent: a `handoff` (the receiver is or stands in for the new owner) or a replica `checkpoint`. */
 export type TransferKind = 'handoff' | 'checkpoint';
 
-/** How nodes send each other tenant states (`src/coord/transfer-http.ts` over signed HTTP). */
+/** How nodes send each other tenant states (`src/peer/transfer.ts` over signed HTTP). */
 export interface PeerTransport {
   /**
    * Sends `states` from `from` to `to`. A `handoff` made for ring version `ring` names it in its last

@@ -6,7 +6,7 @@
  * reservation then stays charged at its estimate, and its slot held, until its lease expires). A node that receives one
  * from the node that handed it the tenant, under a ring it has not seen yet, applies it. A stand-in
  * gives the usage it admitted back to the owner the same way (`absorb`, `src/coord/stand-in.ts`).
- * The route that receives them is `src/gateway/routes/settlements.ts`.
+ * The route that receives them is `src/peer/settlements.ts`.
  */
 import type { SettleDetail } from '../limiter/types.ts';
 import type { Claims } from './claims.ts';

@@ -3,7 +3,7 @@
  * when it renews), and the body of `POST /admin/v1/tenants/:tenant/spend`, which changes the spend of
  * one budget of a tenant or of one of its keys in the current period (a top-up with `credit_usd`, or
  * `set_spent_usd`). Amounts are decimal strings read exactly into micro-dollars (no float); the
- * change itself is applied by the tenant's owner (`src/gateway/routes/tenant-spend.ts`).
+ * change itself is applied by the tenant's owner (`src/peer/tenant-spend.ts`).
  */
 import { z } from 'zod';
 import type { LoadedConfig } from '../config/load.ts';

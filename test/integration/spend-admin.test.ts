@@ -27,7 +27,7 @@ import { createRing } from '../../src/coord/ring.ts';
 import { StaticMembership } from '../../src/coord/static-membership.ts';
 import { TenantStateStore } from '../../src/coord/state-store.ts';
 import type { Member } from '../../src/coord/types.ts';
-import { changeTenantSpend } from '../../src/gateway/routes/tenant-spend.ts';
+import { changeTenantSpend } from '../../src/peer/tenant-spend.ts';
 import { stateTtlMs } from '../../src/gateway/state-file.ts';
 import { Limiter } from '../../src/limiter/limiter.ts';
 import { buildGateway, nodeLocalState, registerNodeAdmin } from '../../src/gateway/server.ts';

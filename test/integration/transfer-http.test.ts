@@ -1,5 +1,5 @@
 /**
- * The handoff transport over signed HTTP (src/coord/transfer-http.ts) against a peer that misbehaves:
+ * The handoff transport over signed HTTP (src/peer/transfer.ts) against a peer that misbehaves:
  * a pull reply is read only up to MAX_PULL_REPLY_BYTES, then the connection is dropped and the pull
  * fails, so a broken or hostile peer cannot make a restarting member buffer without bound.
  */
@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { describe, test } from 'node:test';
-import { MAX_PULL_REPLY_BYTES, httpPeerTransport } from '../../src/coord/transfer-http.ts';
+import { MAX_PULL_REPLY_BYTES, httpPeerTransport } from '../../src/peer/transfer.ts';
 import { testSigner } from '../helpers/cluster-secret.ts';
 
 describe('httpPeerTransport against a peer that answers without end', () => {

@@ -143,6 +143,8 @@ describe('error catalogue', () => {
       budget_exceeded: 429,
       request_too_large: 429,
       misdirected: 421,
+      not_owner: 409,
+      forward_loop: 508,
       cluster_auth_failed: 401,
       upstream_unavailable: 502,
       upstream_timeout: 504,

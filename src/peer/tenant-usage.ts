@@ -3,9 +3,9 @@
  * and the node's handoff counters.
  */
 import type { FastifyInstance } from 'fastify';
-import type { Handoff } from '../../coord/handoff.ts';
-import { errorBody } from '../../errors.ts';
-import type { TenantUsage } from '../../ops/admin-routes.ts';
+import type { Handoff } from '../coord/handoff.ts';
+import { errorBody } from '../errors.ts';
+import type { TenantUsage } from '../ops/admin-routes.ts';
 
 /**
  * Registers `GET /_quotaring/v1/handoff` (`{node, ring, claimed, stats}`: see `HandoffStats`) and

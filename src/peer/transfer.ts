@@ -30,10 +30,10 @@ import { MAX_STATE_BYTES } from '../limiter/snapshot-bounds.ts';
 import { usageDeltaSchema } from '../limiter/snapshot.ts';
 import type { UsageDelta } from '../limiter/usage-delta.ts';
 import type { RequestSigner } from '../security/request-signature.ts';
-import type { Handoff } from './handoff.ts';
-import { FROM_HEADER } from './headers.ts';
-import type { PeerTransport, Reclaimed, TransferKind, WireState } from './peer-wire.ts';
-import type { Member } from './types.ts';
+import type { Handoff } from '../coord/handoff.ts';
+import { FROM_HEADER } from '../coord/headers.ts';
+import type { PeerTransport, Reclaimed, TransferKind, WireState } from '../coord/peer-wire.ts';
+import type { Member } from '../coord/types.ts';
 
 /** Path of the route that takes states pushed by another node. */
 export const HANDOFF_TENANTS_PATH = '/_quotaring/v1/handoff/tenants';

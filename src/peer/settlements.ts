@@ -8,19 +8,19 @@
 import type { FastifyInstance } from 'fastify';
 import { request as httpRequest } from 'undici';
 import { z } from 'zod';
-import type { ForwardedSettlement, Handoff } from '../../coord/handoff.ts';
-import { MAX_FORWARD_HOPS } from '../../coord/handoff.ts';
-import type { Member } from '../../coord/types.ts';
-import type { LoadedConfig } from '../../config/load.ts';
-import { usageDeltaSchema } from '../../limiter/snapshot.ts';
-import type { UsageDelta } from '../../limiter/usage-delta.ts';
-import { errorBody } from '../../errors.ts';
-import { FROM_HEADER, HOPS_HEADER } from '../../coord/headers.ts';
-import type { RequestSigner } from '../../security/request-signature.ts';
+import type { ForwardedSettlement, Handoff } from '../coord/handoff.ts';
+import { MAX_FORWARD_HOPS } from '../coord/handoff.ts';
+import type { Member } from '../coord/types.ts';
+import type { LoadedConfig } from '../config/load.ts';
+import { usageDeltaSchema } from '../limiter/snapshot.ts';
+import type { UsageDelta } from '../limiter/usage-delta.ts';
+import { errorBody } from '../errors.ts';
+import { FROM_HEADER, HOPS_HEADER } from '../coord/headers.ts';
+import type { RequestSigner } from '../security/request-signature.ts';
 
 /** Path of the settlement route on every node. */
 export const SETTLEMENTS_PATH = '/_quotaring/v1/settlements';
-export { FROM_HEADER, HOPS_HEADER } from '../../coord/headers.ts';
+export { FROM_HEADER, HOPS_HEADER } from '../coord/headers.ts';
 
 /** A count of tokens of one kind in a settlement. */
 const kindCount = z.number().int().nonnegative().optional();
@@ -57,13 +57,13 @@ export function settlementRoutes(app: FastifyInstance, config: LoadedConfig, han
     }
     const hops = Number(request.headers[HOPS_HEADER] ?? 1);
     if (!(hops >= 1 && hops <= MAX_FORWARD_HOPS)) {
-      return reply.code(508).send(errorBody('openai', 'invalid_request', `Settlement forwarded ${hops} times.`));
+      return reply.code(508).header('x-quotaring-error', 'forward_loop').send(errorBody('openai', 'forward_loop', `Settlement forwarded ${hops} times (at most ${MAX_FORWARD_HOPS}).`));
     }
     const from = request.headers[FROM_HEADER];
     const sender = typeof from === 'string' ? from : undefined;
     if (s.op === 'absorb') {
       if (await handoff.absorb(s.tenant, s.usage as UsageDelta)) return { absorbed: true };
-      return reply.code(409).header('x-quotaring-error', 'not_owner').send(errorBody('openai', 'invalid_request', `This node does not own tenant ${s.tenant}.`));
+      return reply.code(409).header('x-quotaring-error', 'not_owner').send(errorBody('openai', 'not_owner', `This node does not own tenant ${s.tenant}.`));
     }
     if (s.op === 'finish') {
       const kinds = s.kinds === undefined ? undefined : Object.fromEntries(Object.entries(s.kinds).filter(([, v]) => v !== undefined));

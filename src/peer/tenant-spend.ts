@@ -6,13 +6,13 @@
  * `src/gateway/cluster-auth.ts`). Every change is logged at info.
  */
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
-import type { Clock } from '../../clock.ts';
-import type { LoadedConfig } from '../../config/load.ts';
-import type { Handoff } from '../../coord/handoff.ts';
-import type { Limiter } from '../../limiter/limiter.ts';
-import { adminError } from '../../ops/admin-server.ts';
-import { ForwardedSpendSchema, resolveSpendChange, spendChanged } from '../../ops/spend-admin.ts';
-import type { SpendAnswer, SpendRequester } from '../../ops/spend-admin.ts';
+import type { Clock } from '../clock.ts';
+import type { LoadedConfig } from '../config/load.ts';
+import type { Handoff } from '../coord/handoff.ts';
+import type { Limiter } from '../limiter/limiter.ts';
+import { adminError } from '../ops/admin-server.ts';
+import { ForwardedSpendSchema, resolveSpendChange, spendChanged } from '../ops/spend-admin.ts';
+import type { SpendAnswer, SpendRequester } from '../ops/spend-admin.ts';
 
 /** Path of the internal route, below the tenant's: `/_quotaring/v1/tenants/:tenant/spend`. */
 export const spendPath = (tenant: string): string => `/_quotaring/v1/tenants/${encodeURIComponent(tenant)}/spend`;
