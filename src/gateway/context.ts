@@ -12,12 +12,12 @@ import type { Limiter } from '../limiter/limiter.ts';
 import type { AdmissionQueues } from './admission-queue.ts';
 import type { PromptCounter } from '../tokens/index.ts';
 import type { HotDetector } from './hot-detector.ts';
-import type { CentralLimiter } from '../central/central-limiter.ts';
-import type { RedisGuard } from '../globalcap/redis-guard.ts';
+import type { CentralDecisions } from '../central/decisions.ts';
 import type { SpreadTenants } from './spread.ts';
 import type { Upstreams } from './upstream.ts';
 import type { DeploymentHealth } from './deployment-health.ts';
 import type { NodeActivity } from '../ops/node-activity.ts';
+import type { ReservationKeepers } from './reservations.ts';
 
 /** Dependencies of the gateway routes, built once per process. */
 export interface GatewayContext {
@@ -38,6 +38,8 @@ export interface GatewayContext {
   readonly handoff?: Handoff;
   /** Fencing after a stall (`src/coord/fence.ts`): a queued request is not admitted while the node is out of date. */
   readonly fence?: Fence;
+  /** Where each reservation made here is settled, released and renewed (chosen per reservation, see `reservations.ts`). */
+  readonly reservations: ReservationKeepers;
   readonly tokens: PromptCounter;
   readonly upstreams: Upstreams;
   /** Time to first byte per deployment: slow ones get a share of requests moved away. */
@@ -46,12 +48,6 @@ export interface GatewayContext {
   readonly activity: NodeActivity;
   /** A request id unique in the cluster and unguessable: a per-process prefix and 128 random bits. */
   nextRequestId(): string;
-}
-
-/** The central-store limiter and the guard its calls run through (a timeout, no fallback: a failure is 503 `limiter_unavailable`). */
-export interface CentralDecisions {
-  readonly limiter: CentralLimiter;
-  readonly guard: RedisGuard;
 }
 
 /**

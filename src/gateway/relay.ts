@@ -17,7 +17,6 @@ import { openAIShapedError } from '../providers/upstream-errors.ts';
 import type { GatewayContext } from './context.ts';
 import { passHeaders, scrubberOf } from './passed-headers.ts';
 import type { Admission, DeploymentCall, Exchange, Served, UpstreamResponse, Usage } from './request.ts';
-import { renewSlot } from './reservations.ts';
 import { upstreamError, upstreamMessage } from './upstream-failure.ts';
 
 /**
@@ -127,7 +126,8 @@ async function pipeStream(
     }
     const now = ctx.clock.now();
     if (now - lastRenew >= renewEvery) {
-      renewSlot(ctx, ex.tenant.id, id);
+      const tenant = ex.tenant.id;
+      ctx.reservations.of(tenant, ctx.reservations.spreadNow(tenant)).renew(tenant, id);
       lastRenew = now;
     }
     return out.length > 0 && !raw.write(out);

@@ -9,7 +9,7 @@ import { loadCentralScripts } from '../central/scripts.ts';
 import { RedisGuard } from '../globalcap/redis-guard.ts';
 import type { GuardStats } from '../globalcap/redis-guard.ts';
 import { redisForDecisions } from '../globalcap/redis-connection.ts';
-import type { CentralDecisions } from './context.ts';
+import type { CentralDecisions } from '../central/decisions.ts';
 import { HotDetector } from './hot-detector.ts';
 import { HotSet } from '../coord/hot-set.ts';
 import { limitName } from '../config/policy.ts';
@@ -39,6 +39,7 @@ import { PromptCounter, exactCounter } from '../tokens/index.ts';
 import { authHook } from './auth.ts';
 import type { GatewayContext } from './context.ts';
 import { requestIdGenerator } from './context.ts';
+import { reservationKeepers } from './reservations.ts';
 import { registerJsonBody } from './json-body.ts';
 import { ownershipHook } from './ownership.ts';
 import { anthropicRoutes } from './routes/anthropic.ts';
@@ -369,6 +370,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     ...(hot === undefined ? {} : { hot }),
     ...(handoff === undefined ? {} : { handoff }),
     ...(fence === undefined ? {} : { fence }),
+    reservations: reservationKeepers({ limiter, ...(handoff === undefined ? {} : { handoff }), ...(central === undefined ? {} : { central }), ...(spread === undefined ? {} : { spread }) }),
     tokens: new PromptCounter({
       poolSize: config.config.tokens.pool_size,
       workerThresholdChars: config.config.tokens.worker_threshold_chars,

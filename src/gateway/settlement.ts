@@ -10,7 +10,6 @@ import type { RequestTrail } from '../ops/node-activity.ts';
 import type { TokenUsage } from '../providers/types.ts';
 import type { GatewayContext } from './context.ts';
 import type { Admission, Exchange, Served, Usage } from './request.ts';
-import { finish, releaseSlot } from './reservations.ts';
 import { budgetedKey, pricesOf, settleDetail } from './spend.ts';
 
 /**
@@ -28,7 +27,7 @@ export function settleExchange(ctx: GatewayContext, ex: Exchange, admission: Adm
   const servedPrices = pricesOf(ex.model, served.deployment);
   const settle = (tokens: number, usage?: TokenUsage, keepCost = false): void => {
     const detail = settleDetail(servedPrices, usage, ex.promptTokens, keepCost ? undefined : tokens);
-    finish(ctx, tenantId, id, tokens, spread !== undefined, detail);
+    ctx.reservations.of(tenantId, spread !== undefined).finish(tenantId, id, tokens, detail);
     // What the cost limits were charged: the actual cost, else the reservation that stays charged.
     if (ex.tenant.metrics) ctx.activity.metrics.spent(tenantId, ex.model.name, budgetedKey(ex.tenant, keyId), detail.cost ?? money);
     if (quotaHolder !== undefined && ctx.quotas !== undefined) {
@@ -43,7 +42,7 @@ export function settleExchange(ctx: GatewayContext, ex: Exchange, admission: Adm
   let taken = false;
   if (used.succeeded !== undefined && ex.onReply !== undefined) {
     // Maybe still at work upstream (background): the slot goes back now, the tokens once it reports them.
-    const deferrable = !used.succeeded.reported && ctx.central === undefined && releaseSlot(ctx, tenantId, id, spread !== undefined);
+    const deferrable = !used.succeeded.reported && ctx.reservations.of(tenantId, spread !== undefined).releaseSlot(tenantId, id);
     taken = ex.onReply(used.succeeded.text, deferrable ? settle : undefined) && deferrable;
   }
   if (!taken) settle(used.tokens, used.reported, used.unreported);

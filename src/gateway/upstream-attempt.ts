@@ -78,11 +78,10 @@ export async function attemptUpstream(
     if (attempt.kind === 'failed') {
       // A provider 429 and the tenant's own limits may both ask for a wait: the client is told the later.
       let later: Record<string, string> | undefined;
-      if (attempt.status === 429 && ctx.central === undefined && spread === undefined && (ctx.handoff === undefined || ctx.handoff.settlesHere(tenantId))) {
-        ctx.limiter.settle(tenantId, id, 0);
-        ctx.limiter.release(tenantId, id);
-        const own = ctx.limiter.waitMs(tenantId, { tokens: cost, ...asked, ...(ex.tier.floor > 0 ? { floor: ex.tier.floor } : {}) });
-        if (own > (attempt.waitMs ?? 0) && own < Infinity) later = retryAfterHeaders(own);
+      if (attempt.status === 429) {
+        // Where this node keeps the tenant's limits, the reservation goes back now and the tenant's own wait is known.
+        const own = ctx.reservations.of(tenantId, spread !== undefined).refundForRetry(tenantId, id, { tokens: cost, ...asked, ...(ex.tier.floor > 0 ? { floor: ex.tier.floor } : {}) });
+        if (own !== undefined && own > (attempt.waitMs ?? 0) && own < Infinity) later = retryAfterHeaders(own);
       }
       return { kind: 'answered', reply: attempt.send(reply, headers, later) };
     }
