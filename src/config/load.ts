@@ -12,7 +12,7 @@ import type { Config, DeploymentConfig, ModelConfig, PlanConfig, RedisConfig, Te
 import type { KeyAccess, KeyLookup, Tier } from './access.ts';
 import { resolveRedisConnection } from './redis-url.ts';
 import { adminExposureProblem } from '../security/admin-exposure.ts';
-import { baseUrlProblem } from '../providers/base-url.ts';
+import { adapterOf } from '../providers/adapters.ts';
 import { bedrockSigningFromEnv } from '../providers/bedrock/credentials.ts';
 import { Catalogue } from '../catalogue/catalogue.ts';
 import type { CatalogueBase } from '../catalogue/catalogue.ts';
@@ -144,7 +144,7 @@ export function buildConfig(raw: unknown, file: string, env: NodeJS.ProcessEnv =
   const deployments = new Map<string, ResolvedDeployment>();
   config.deployments.forEach((d, i) => {
     // A provider's own rule for its base URL (an Azure deployment URL needs its api-version).
-    const urlProblem = baseUrlProblem(d.provider, d.base_url);
+    const urlProblem = adapterOf(d.provider).baseUrlProblem(d.base_url);
     if (urlProblem !== undefined) problems.push(`${file}: deployments[${i}].base_url: ${urlProblem}`);
     const apiKey = d.api_key_env === undefined ? undefined : env[d.api_key_env];
     if (d.api_key_env !== undefined && (apiKey === undefined || apiKey.length === 0)) {

@@ -12,6 +12,7 @@ import type { Dispatcher } from 'undici';
 import type { ResolvedDeployment } from '../config/load.ts';
 import { errorBody } from '../errors.ts';
 import type { RequestTrail } from '../ops/node-activity.ts';
+import { adapterOf } from '../providers/adapters.ts';
 import { retryAfterHeaders } from '../providers/rate-limit-headers.ts';
 import { providerRetryWaitMs } from '../providers/retry-wait.ts';
 import { bodyRetryWaitMs, openAIShapedError } from '../providers/upstream-errors.ts';
@@ -21,9 +22,6 @@ import { passHeaders, scrubberOf } from './passed-headers.ts';
 import { takeLeased } from './quota-take.ts';
 import type { Admission, Answered, CallOutcome, DeploymentCall, Exchange, Served, UpstreamResponse, Usage } from './request.ts';
 import { upstreamError, upstreamMessage } from './upstream-failure.ts';
-
-/** First wait before retrying a Bedrock ThrottlingException (it carries no retry-after), ms; `retry_backoff` overrides. */
-const DEFAULT_BEDROCK_BACKOFF_MS = 1_000;
 
 /**
  * Calls the deployments of the request until one answers: `served` (the primary's, from admission)
@@ -111,7 +109,7 @@ async function callDeployment(
   const quotas = ctx.quotas !== undefined && ex.deploymentQuota !== false && ctx.quotas.limited.has(deployment.name) ? ctx.quotas.leases : undefined;
   let budget = deployment.max_retry_wait;
   // A 429 that names no wait (Bedrock's ThrottlingException) waits this, doubled at each retry.
-  let backoff = deployment.retry_backoff ?? (deployment.provider === 'bedrock' ? DEFAULT_BEDROCK_BACKOFF_MS : undefined);
+  let backoff = deployment.retry_backoff ?? adapterOf(deployment.provider).defaultRetryBackoffMs;
   for (;;) {
     let res: Dispatcher.ResponseData;
     const sentAt = ctx.clock.now();

@@ -2,15 +2,15 @@
  * Connections to the upstream deployments: one undici `Pool` per deployment with keep-alive
  * connections (as many as requests in flight unless the deployment's `connections` bounds them) and
  * the deployment's timeouts. A call's path goes below the base URL's path, and the
- * base URL's query string (Azure's `api-version`) is kept; Azure and Gemini deployments take the path
- * without `/v1` (their base URL holds the version), Azure its key in `api-key` (see
- * `src/providers/azure/endpoint.ts`, `src/providers/gemini/endpoint.ts`).
+ * base URL's query string (Azure's `api-version`) is kept; the path below it and the headers that
+ * carry the key are the provider's adapter's (`src/providers/adapters.ts`: Azure and Gemini drop the
+ * `/v1`, Azure sends its key in `api-key`, Anthropic in `x-api-key`).
  */
 import type { EventEmitter } from 'node:events';
 import { Pool } from 'undici';
 import type { Dispatcher } from 'undici';
 import type { ResolvedDeployment } from '../config/load.ts';
-import { azureAuthHeaders, azurePath } from '../providers/azure/endpoint.ts';
+import { adapterOf } from '../providers/adapters.ts';
 import { signBedrockRequest } from '../providers/bedrock/sigv4.ts';
 
 /** One upstream call. */
@@ -41,12 +41,11 @@ export class Upstreams {
     const method = call.method ?? 'POST';
     let headers: Record<string, string> = { ...call.headers, 'accept-encoding': 'identity' };
     if (method === 'POST') headers['content-type'] = 'application/json';
-    const base = prefix + (deployment.provider === 'azure' || deployment.provider === 'gemini' ? azurePath(call.path) : call.path);
+    const adapter = adapterOf(deployment.provider);
+    const base = prefix + adapter.upstreamPath(call.path);
     const path = query === '' ? base : `${base}${base.includes('?') ? '&' : '?'}${query.slice(1)}`;
     if (deployment.apiKey !== undefined) {
-      if (deployment.provider === 'anthropic') headers['x-api-key'] = deployment.apiKey;
-      else if (deployment.provider === 'azure') Object.assign(headers, azureAuthHeaders(deployment.apiKey, deployment.auth));
-      else headers.authorization = `Bearer ${deployment.apiKey}`;
+      Object.assign(headers, adapter.authHeaders(deployment.apiKey, deployment));
     } else if (deployment.aws !== undefined) {
       headers = await signBedrockRequest(deployment.aws, { origin, path, headers, body: call.body });
     }

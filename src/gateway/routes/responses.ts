@@ -41,6 +41,7 @@ import { upstreamError } from '../upstream-failure.ts';
 import type { DeploymentCall } from '../request.ts';
 import { responseIdsOf } from '../response-ids.ts';
 import { countingOf, routeModel, upstreamModelOf } from '../routing.ts';
+import { adapterOf } from '../../providers/adapters.ts';
 import { wireFormatOf } from '../../providers/wire-format.ts';
 import type { ApiHandler } from './openai.ts';
 
@@ -50,16 +51,9 @@ const ANTHROPIC_VERSION = '2023-06-01';
 /** Path prefixes the Responses API is served below: OpenAI's, Azure's v1 API, the `AzureOpenAI` client's. */
 const PREFIXES = ['/v1', '/openai/v1', '/openai'] as const;
 
-/** A classic Azure deployment URL (`/openai/deployments/{name}`): Azure's Responses API is not below it. */
-const AZURE_DEPLOYMENT_URL = /\/openai\/deployments\/[^/]+\/?$/;
-
-/** Whether a deployment serves `/v1/responses` itself (else the request is translated to chat completions). */
+/** Whether a deployment serves `/v1/responses` itself (else the request is translated to chat completions): its adapter's rule. */
 export function servesResponses(d: ResolvedDeployment): boolean {
-  if (d.responses_api === 'chat') return false;
-  if (d.provider === 'openai') return true;
-  // vLLM's own Responses API only when asked for (responses_api: native); Gemini has none.
-  if (d.provider === 'vllm') return d.responses_api === 'native';
-  return d.provider === 'azure' && !AZURE_DEPLOYMENT_URL.test(new URL(d.base_url).pathname);
+  return adapterOf(d.provider).servesResponses(d);
 }
 
 /** Registers `POST /v1/responses` and the stored-response calls, below each of {@link PREFIXES}. */

@@ -1,0 +1,8 @@
+/** OpenAI's API (https://platform.openai.com/docs/api-reference): the default rules, and the Responses API served natively unless `responses_api: chat`. */
+import { DEFAULT_ADAPTER } from '../adapter.ts';
+import type { ProviderAdapter } from '../adapter.ts';
+
+export const openaiAdapter: ProviderAdapter = {
+  ...DEFAULT_ADAPTER,
+  servesResponses: (d) => d.responses_api !== 'chat',
+};
