@@ -6,19 +6,16 @@
  * limits (this node's limiter and its priority queue, or Redis in central mode). Refusals are
  * rendered by `refusals.ts`; an admitted request leaves with what the later stages need of it.
  */
-import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { AcquireResult } from '../limiter/types.ts';
 import { levelEnabled } from '../ops/logging.ts';
-import type { RequestTrail } from '../ops/node-activity.ts';
 import { TranslationError } from '../providers/translate/index.ts';
 import type { AdmitOutcome } from './admission-queue.ts';
-import type { GatewayContext } from './context.ts';
 import { firstCall } from './deployment-calls.ts';
 import { limitHeaders } from './limit-headers.ts';
 import { sendMisdirected } from './ownership.ts';
 import { takeLeased } from './quota-take.ts';
 import { sendQuotaRefusal, sendRefusal, sendUnavailable, sendUntranslatable } from './refusals.ts';
-import type { Admission, Answered, Exchange } from './request.ts';
+import type { Admission, Answered, RequestRun } from './request.ts';
 import { pricesOf, reservedCost, staysOnOwner } from './spend.ts';
 
 /**
@@ -28,7 +25,8 @@ import { pricesOf, reservedCost, staysOnOwner } from './spend.ts';
  * it waited. Nothing is held on an answered path; an admitted request holds its reservation, and
  * its deployment quota or spread lease, until settlement.
  */
-export async function admit(ctx: GatewayContext, request: FastifyRequest, reply: FastifyReply, ex: Exchange, trail: RequestTrail): Promise<Admission | Answered> {
+export async function admit(run: RequestRun): Promise<Admission | Answered> {
+  const { ctx, request, reply, ex, trail } = run;
   const id = ctx.nextRequestId();
   const tenantId = ex.tenant.id;
   const cost = ex.promptTokens + ex.reservedOutput;

@@ -15,7 +15,7 @@ import { admit } from './admission.ts';
 import type { GatewayContext } from './context.ts';
 import { relayReply } from './relay.ts';
 import { nothingUsed } from './request.ts';
-import type { Exchange, Served } from './request.ts';
+import type { AdmittedRun, Exchange, RequestRun } from './request.ts';
 import { settleExchange } from './settlement.ts';
 import { attemptUpstream } from './upstream-attempt.ts';
 
@@ -28,7 +28,7 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
   const trail = newTrail(ex.tenant.id, ex.tier.name, ex.model.name, ex.promptTokens + ex.reservedOutput);
   request.trail = trail;
   try {
-    return await exchange(ctx, request, reply, ex, trail);
+    return await exchange({ ctx, request, reply, ex, trail });
   } finally {
     // A client that closed first: 499, as proxies log it.
     const status = trail.clientGone === true ? 499 : reply.raw.headersSent ? reply.raw.statusCode : reply.statusCode;
@@ -37,23 +37,23 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
 }
 
 /** The stages of an exchange, in order; settlement runs once on every path after admission. */
-async function exchange(ctx: GatewayContext, request: FastifyRequest, reply: FastifyReply, ex: Exchange, trail: RequestTrail): Promise<FastifyReply> {
-  const admission = await admit(ctx, request, reply, ex, trail);
+async function exchange(run: RequestRun): Promise<FastifyReply> {
+  const { ctx, reply, ex, trail } = run;
+  const admission = await admit(run);
   if (admission.kind === 'answered') return admission.reply;
   const { client, cancel, stop } = watchClient(reply, trail);
-  const used = nothingUsed();
-  // The deployment serving the request, its call, and the deployment whose quota it holds (failover moves all three).
-  const served: Served = { deployment: ex.deployment, call: admission.first ?? ex, held: admission.held };
+  // The primary deployment serves first, with the call admission chose for it.
+  const admitted: AdmittedRun = { ...run, admission, served: { deployment: ex.deployment, call: admission.first ?? ex, held: admission.held }, used: nothingUsed(), client, cancel };
   // In flight from here to the `finally` that settles it.
   ctx.activity.inFlight++;
   try {
-    const response = await attemptUpstream(ctx, request, reply, ex, admission, served, cancel, client, used, trail);
+    const response = await attemptUpstream(admitted);
     if (response.kind === 'answered') return response.reply;
-    return await relayReply(ctx, reply, ex, admission, served, response, client, used);
+    return await relayReply(admitted, response);
   } finally {
     stop();
     ctx.activity.inFlight--;
-    settleExchange(ctx, ex, admission, served, used, trail);
+    settleExchange(admitted);
   }
 }
 

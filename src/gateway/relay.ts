@@ -16,7 +16,7 @@ import type { TokenUsage } from '../providers/types.ts';
 import { openAIShapedError } from '../providers/upstream-errors.ts';
 import type { GatewayContext } from './context.ts';
 import { passHeaders, scrubberOf } from './passed-headers.ts';
-import type { Admission, DeploymentCall, Exchange, Served, UpstreamResponse, Usage } from './request.ts';
+import type { AdmittedRun, DeploymentCall, Exchange, UpstreamResponse } from './request.ts';
 import { upstreamError, upstreamMessage } from './upstream-failure.ts';
 
 /**
@@ -24,16 +24,8 @@ import { upstreamError, upstreamMessage } from './upstream-failure.ts';
  * whole, an SSE reply event by event (see {@link pipeStream}). Records in `used` the tokens to
  * settle, the usage the provider reported and whether the reply succeeded (for `Exchange.onReply`).
  */
-export async function relayReply(
-  ctx: GatewayContext,
-  reply: FastifyReply,
-  ex: Exchange,
-  admission: Admission,
-  served: Served,
-  attempt: UpstreamResponse,
-  client: { readonly gone: boolean },
-  used: Usage,
-): Promise<FastifyReply> {
+export async function relayReply(run: AdmittedRun, attempt: UpstreamResponse): Promise<FastifyReply> {
+  const { ctx, reply, ex, admission, served, client, used } = run;
   const { id, cost, headers } = admission;
   const { deployment, call } = served;
   const res = attempt.res;

@@ -1,19 +1,23 @@
 /**
  * The request's contract: what a route hands the request pipeline (`Exchange`, the calls of its
- * deployments) and what each stage hands the next — admission's `Admission`, the upstream attempt's
+ * deployments), the one value every stage takes (`RequestRun`, then `AdmittedRun` once admitted),
+ * and what each stage hands the next — admission's `Admission`, the upstream attempt's
  * `UpstreamResponse` and `Served`, the relay's `Usage` — or `Answered` when a stage answered the
  * client and the stages after it do not run. Types only (and the empty `Usage`): every stage
  * imports this file, and no stage imports another (the pipeline is `exchange.ts`).
  */
-import type { FastifyReply } from 'fastify';
+import type { EventEmitter } from 'node:events';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Dispatcher } from 'undici';
 import type { ResolvedDeployment, Tier } from '../config/load.ts';
 import type { ModelConfig, TenantConfig } from '../config/schema.ts';
 import type { ErrorDialect } from '../errors.ts';
 import type { CapLeases } from '../globalcap/cap-leases.ts';
 import type { AcquireRequest } from '../limiter/types.ts';
+import type { RequestTrail } from '../ops/node-activity.ts';
 import type { SseEvent } from '../providers/sse.ts';
 import type { StreamObserver, TokenUsage } from '../providers/types.ts';
+import type { GatewayContext } from './context.ts';
 import type { SpreadTenants } from './spread.ts';
 
 /** A stream of the other wire format, re-written in the client's: see `src/providers/translate`. */
@@ -167,3 +171,25 @@ export function nothingUsed(): Usage {
   return { tokens: 0, reported: undefined, unreported: false, succeeded: undefined };
 }
 
+/** One request on its way through the stages: what every stage reads. */
+export interface RequestRun {
+  readonly ctx: GatewayContext;
+  readonly request: FastifyRequest;
+  readonly reply: FastifyReply;
+  readonly ex: Exchange;
+  /** The request's log line and live counts, filled as it goes. */
+  readonly trail: RequestTrail;
+}
+
+/** An admitted request, from admission to settlement: the run, its reservation, and what the stages after admission fill. */
+export interface AdmittedRun extends RequestRun {
+  readonly admission: Admission;
+  /** The deployment serving the request, its call, and the deployment whose quota it holds (failover moves all three). */
+  readonly served: Served;
+  /** What the request used, as the upstream attempt and the relay learn it. */
+  readonly used: Usage;
+  /** Set once the client left before its reply was finished. */
+  readonly client: { readonly gone: boolean };
+  /** Emits `abort` when the client leaves: the upstream call's abort signal. */
+  readonly cancel: EventEmitter;
+}

@@ -6,10 +6,8 @@
  * trued up; or, for a reply whose usage comes later (see `Exchange.onReply`), the slot freed now and
  * the tokens settled when the provider reports them. Where each is done: `reservations.ts`.
  */
-import type { RequestTrail } from '../ops/node-activity.ts';
 import type { TokenUsage } from '../providers/types.ts';
-import type { GatewayContext } from './context.ts';
-import type { Admission, Exchange, Served, Usage } from './request.ts';
+import type { AdmittedRun } from './request.ts';
 import { budgetedKey, pricesOf, settleDetail } from './spend.ts';
 
 /**
@@ -18,7 +16,8 @@ import { budgetedKey, pricesOf, settleDetail } from './spend.ts';
  * A successful reply that reported no usage may be taken over by `ex.onReply` (the slot released
  * now, the tokens settled when the provider reports them).
  */
-export function settleExchange(ctx: GatewayContext, ex: Exchange, admission: Admission, served: Served, used: Usage, trail: RequestTrail): void {
+export function settleExchange(run: AdmittedRun): void {
+  const { ctx, ex, admission, served, used, trail } = run;
   const { id, cost, money, keyId, spread, group, leases } = admission;
   const tenantId = ex.tenant.id;
   trail.used = used.tokens;

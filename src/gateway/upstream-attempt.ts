@@ -7,11 +7,10 @@
  * deployment's call is chosen by `deployment-calls.ts`.
  */
 import type { EventEmitter } from 'node:events';
-import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyRequest } from 'fastify';
 import type { Dispatcher } from 'undici';
 import type { ResolvedDeployment } from '../config/load.ts';
 import { errorBody } from '../errors.ts';
-import type { RequestTrail } from '../ops/node-activity.ts';
 import { adapterOf } from '../providers/adapters.ts';
 import { retryAfterHeaders } from '../providers/rate-limit-headers.ts';
 import { providerRetryWaitMs } from '../providers/retry-wait.ts';
@@ -20,7 +19,7 @@ import type { GatewayContext } from './context.ts';
 import { translatedCall } from './deployment-calls.ts';
 import { passHeaders, scrubberOf } from './passed-headers.ts';
 import { takeLeased } from './quota-take.ts';
-import type { Admission, Answered, CallOutcome, DeploymentCall, Exchange, Served, UpstreamResponse, Usage } from './request.ts';
+import type { AdmittedRun, Answered, CallOutcome, DeploymentCall, Exchange, UpstreamResponse } from './request.ts';
 import { upstreamError, upstreamMessage } from './upstream-failure.ts';
 
 /**
@@ -30,18 +29,8 @@ import { upstreamError, upstreamMessage } from './upstream-failure.ts';
  * answered: the failure rendered when no deployment is left (a provider 429's wait replaced by the
  * tenant's own when that is later), nothing when the client left (`used` then names what to settle).
  */
-export async function attemptUpstream(
-  ctx: GatewayContext,
-  request: FastifyRequest,
-  reply: FastifyReply,
-  ex: Exchange,
-  admission: Admission,
-  served: Served,
-  cancel: EventEmitter,
-  client: { readonly gone: boolean },
-  used: Usage,
-  trail: RequestTrail,
-): Promise<UpstreamResponse | Answered> {
+export async function attemptUpstream(run: AdmittedRun): Promise<UpstreamResponse | Answered> {
+  const { ctx, request, reply, ex, admission, served, cancel, client, used, trail } = run;
   const { id, cost, asked, closed, headers, spread } = admission;
   const tenantId = ex.tenant.id;
   let nextCandidate = 0;
