@@ -1,5 +1,5 @@
 /**
- * The cluster's hot set: tenants their owner found too busy for one node (issue 4, "Hot tenants"),
+ * The cluster's hot set: tenants their owner found too busy for one node,
  * shared through Redis so that every router and node spreads them the same way.
  *
  * One hash, `qr:{<cluster>}:hot`: field = tenant id, value = `{"k":<nodes>,"until":<ms since the

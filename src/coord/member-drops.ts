@@ -1,6 +1,6 @@
 /**
- * Drops: how a member that others dropped while it was cut from Redis learns it (issue 13,
- * partitions), and at once when it was stalled (issue 25, fencing). A process in contact with
+ * Drops: how a member that others dropped while it was cut from Redis learns it (a
+ * partition), and at once when it was stalled (fencing). A process in contact with
  * Redis that drops a member from its ring without a leave announcement (its heartbeats stopped)
  * records it in the hash {@link dropsKey}, through `lua/drop-members.lua`, which records it only
  * while the member's heartbeat is still stale (see {@link dropSilentMembers}); every sync of
@@ -61,7 +61,7 @@ const defined = new WeakSet<Redis>();
  * entry of it scored in `[minScore, maxScore]` (among the first `maxEntries` there), atomically
  * (`lua/drop-members.lua`, defined on `redis` once per connection); renews the hash's expiry.
  *
- * Why atomically (issue 25, fencing): a process drops a silent member from its ring only once this
+ * Why atomically (fencing): a process drops a silent member from its ring only once this
  * has answered it. A member's own sync pipeline sends its heartbeat (ZADD), then reads the drops
  * (HGETALL), and Redis runs the script between two commands, never inside one: either the script
  * ran before the heartbeat, and the HGETALL of that same sync sees the drop (the member rejoins,

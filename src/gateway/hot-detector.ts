@@ -1,5 +1,5 @@
 /**
- * Finds hot tenants on their owner (issue 4, "Hot tenants"): a tenant whose request rate, as this
+ * Finds hot tenants on their owner: a tenant whose request rate, as this
  * node sees it, stays above `thresholdRps` for `sustainMs` is promoted (spread over k nodes through
  * the hot set); while it is spread, its owner keeps refreshing the entry as long as the tenant's rate
  * (its share seen here × k) stays above half the threshold, and lets it lapse otherwise.

@@ -14,7 +14,7 @@ import { HotDetector } from './hot-detector.ts';
 import { HotSet } from '../coord/hot-set.ts';
 import { limitName } from '../config/policy.ts';
 import Fastify, { LogController } from 'fastify';
-import type { FastifyBaseLogger, FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyBaseLogger, FastifyError, FastifyInstance } from 'fastify';
 import type { Redis } from 'ioredis';
 import type { TenantConfig } from '../config/schema.ts';
 import type { Clock } from '../clock.ts';
@@ -27,9 +27,8 @@ import { membersUnread } from '../coord/join.ts';
 import type { RingOptions } from '../coord/ring.ts';
 import type { TenantStateStore } from '../coord/state-store.ts';
 import type { Member, Membership } from '../coord/types.ts';
-import { GatewayError, errorBody, noRouteMessage } from '../errors.ts';
-import type { ErrorCode } from '../errors.ts';
-import { answerClientFault, dialectOf } from './client-errors.ts';
+import { GatewayError, noRouteMessage } from '../errors.ts';
+import { answerClientFault, sendCatalogueError } from './client-errors.ts';
 import { NODE_HEADER_ALLOWANCE, applyListenerLimits, listenerOptions } from './listener.ts';
 import { quotasFromConfig } from '../globalcap/quotas-from-config.ts';
 import { Limiter } from '../limiter/limiter.ts';
@@ -148,12 +147,6 @@ export function registerNodeAdmin(app: FastifyInstance, admin: FastifyInstance, 
 /** The handoff of a node built by {@link buildGateway} with a cluster; undefined for a single node. */
 export function nodeHandoff(app: FastifyInstance): Handoff | undefined {
   return handoffs.get(app);
-}
-
-function sendError(request: FastifyRequest, reply: FastifyReply, code: ErrorCode, message?: string, param: string | null = null): FastifyReply {
-  const body = errorBody(dialectOf(request.url), code, message, { param });
-  const status = new GatewayError(code).statusCode;
-  return reply.code(status).header('x-quotaring-error', code).send(body);
 }
 
 /**
@@ -396,7 +389,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     fallbackActive: () => (inFallback() ? 1 : 0),
     ring: () => (handoff === undefined ? undefined : { members: handoff.ring().members.length, version: handoff.ring().version }),
     // Only the tenant's owner on this node's ring exports its levels: a stand-in, a node of a spread
-    // tenant's range or one still holding a moved tenant has its own partial view (issue 19).
+    // tenant's range or one still holding a moved tenant has its own partial view.
     tenantLevels: () =>
       [...config.catalogue.meteredTenants()]
         .filter((t) => decidesFor(t) && (handoff === undefined || handoff.place(t).here))
@@ -419,13 +412,13 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
   const clusterAuth = clusterAuthHooks(app, signer);
 
   app.setErrorHandler((err: FastifyError | GatewayError, request, reply) => {
-    if (err instanceof GatewayError) return sendError(request, reply, err.code, err.message, err.param);
+    if (err instanceof GatewayError) return sendCatalogueError(request, reply, err.code, err.message, err.param);
     const answered = answerClientFault(err, request, reply);
     if (answered !== undefined) return answered;
     request.log.error({ err }, 'unhandled error');
-    return sendError(request, reply, 'internal_error');
+    return sendCatalogueError(request, reply, 'internal_error');
   });
-  app.setNotFoundHandler((request, reply) => sendError(request, reply, 'not_found', noRouteMessage(request.method, request.url)));
+  app.setNotFoundHandler((request, reply) => sendCatalogueError(request, reply, 'not_found', noRouteMessage(request.method, request.url)));
 
   let ready = false;
   app.get('/healthz', async () => (clusterOpts === undefined || handoff === undefined ? { status: 'ok' } : { status: 'ok', node: clusterOpts.self.id, incarnation: INCARNATION, ring: handoff.ring().version }));

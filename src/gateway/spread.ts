@@ -1,5 +1,5 @@
 /**
- * Hot tenants spread over several nodes (issue 4, "Hot tenants"). A tenant configured with
+ * Hot tenants spread over several nodes. A tenant configured with
  * `spread: k` is routed over `ring.range(tenant, k)` instead of its single owner. Its `requests` and
  * `tokens` limits then live in the global cap (one Redis token bucket per limit, capacity = the
  * limit, refilled over its window), which each of the k nodes leases from (`CapLeases`); its

@@ -1,5 +1,5 @@
 /**
- * A node's leases on the global cap (issue 4): the cluster-wide buckets that no single node can own.
+ * A node's leases on the global cap: the cluster-wide buckets that no single node can own.
  * A *group* is what one `take` spends from, all-or-nothing:
  * - a deployment's provider quota (constructor option `deployments`): requests (capacity
  *   ⌊rpm × headroom⌋) and tokens (capacity ⌊tpm × headroom⌋), refilled continuously at capacity / 60 s,

@@ -1,5 +1,5 @@
 /**
- * Leases that give back (issue 13, item 4): the rules that keep a node's leased-but-unspent units
+ * Leases that give back: the rules that keep a node's leased-but-unspent units
  * from being lost to the cluster, and that keep prefetching from taking the last units of a small
  * bucket. `lease-give-back.ts`, `lease-renewal.ts` and `lease-spend.ts` apply them; the arithmetic
  * lives here.

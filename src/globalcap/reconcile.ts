@@ -1,5 +1,5 @@
 /**
- * Reconciliation of the global cap after Redis lost or regressed its data (issue 13): restarted
+ * Reconciliation of the global cap after Redis lost or regressed its data: restarted
  * empty, restored from an older snapshot (RDB), FLUSHALL, or an older copy of the keys written back.
  *
  * Detection ({@link RestoreWatch}): on every `ready` of the connection and every probe interval,
@@ -25,7 +25,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import { luaScriptPath, readLua } from './scripts.ts';
+import { readLua } from './scripts.ts';
 
 /** The reconciliation's script files (in `lua/`), by wrapper name. */
 export const RECONCILE_SCRIPT_FILES = { reseed: 'reseed.lua', epoch: 'epoch.lua' } as const;
@@ -116,11 +116,6 @@ export function defineReconcileScripts(redis: Redis): ReconcileScripts {
   };
   defined.set(redis, scripts);
   return scripts;
-}
-
-/** Absolute path of a reconciliation script (for the scripts check). */
-export function reconcileScriptPath(file: string): string {
-  return luaScriptPath(file);
 }
 
 /** What one check of Redis found. */

@@ -3,7 +3,7 @@
  * a command while Redis is unreachable, never resends a command it already wrote, and reconnects
  * quickly with a capped backoff. Every call made on it goes through a `RedisGuard`, which bounds
  * the wait (15 ms by default) and opens a circuit breaker; this client only makes sure that
- * nothing piles up behind the guard (issue 4, "Degraded local fallback").
+ * nothing piles up behind the guard.
  */
 import type { Redis, RedisOptions } from 'ioredis';
 import { newRedisClient } from '../config/redis-client.ts';
@@ -53,7 +53,7 @@ export const DECISION_REDIS_OPTIONS: Readonly<RedisOptions> = Object.freeze({
   autoResendUnfulfilledCommands: false,
   /**
    * Off: measured on this project's machine, auto-pipelining halves the throughput of the global
-   * cap's Lua scripts (issue 4), and it delays a command to the next tick. Default `false`
+   * cap's Lua scripts, and it delays a command to the next tick. Default `false`
    * (set explicitly so nobody turns it on by accident).
    */
   enableAutoPipelining: false,

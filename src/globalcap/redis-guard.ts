@@ -2,8 +2,7 @@
  * The guard every Redis call on a decision path goes through: a timeout (15 ms by default) behind a
  * circuit breaker (opens after 3 consecutive failures, one half-open probe after 1 s). A guarded
  * call never throws and never makes its caller wait longer than the timeout; while the breaker is
- * open it answers at once without touching Redis, and the caller decides from local state
- * (issue 4, "Degraded local fallback").
+ * open it answers at once without touching Redis, and the caller decides from local state.
  */
 import type { Clock } from '../clock.ts';
 
@@ -64,12 +63,12 @@ export interface RedisGuardOptions {
   /**
    * Longest wait for Redis's answer, ms (> 0). Measured with the event loop's timers
    * (`setTimeout`), since it bounds real waiting, not the injected clock.
-   * @default 15 (issue 4)
+   * @default 15
    */
   readonly timeoutMs?: number;
   /**
    * Consecutive failures (timeouts or errors, NOSCRIPT excluded) that open the breaker (integer ≥ 1).
-   * @default 3 (issue 4)
+   * @default 3
    */
   readonly failuresToOpen?: number;
   /**

@@ -115,8 +115,3 @@ export function periodAt(p: BudgetPeriod, t: number): { readonly start: number; 
   const end = startOfLocalDay(y, mo, d + nextDays, tz);
   return t < start ? periodAt(p, start - 1) : { start, end };
 }
-
-/** `month`, `week`, `day` or the window's label, for names and messages. */
-export function periodLabel(p: BudgetPeriod, windowLabel: (ms: number) => string): string {
-  return p.kind === 'window' ? windowLabel(p.ms) : p.unit;
-}

@@ -14,9 +14,6 @@ import { adminError } from '../ops/admin-server.ts';
 import { ForwardedSpendSchema, resolveSpendChange, spendChanged } from '../ops/spend-admin.ts';
 import type { SpendAnswer, SpendRequester } from '../ops/spend-admin.ts';
 
-/** Path of the internal route, below the tenant's: `/_quotaring/v1/tenants/:tenant/spend`. */
-export const spendPath = (tenant: string): string => `/_quotaring/v1/tenants/${encodeURIComponent(tenant)}/spend`;
-
 /** What a node applies spend changes with. */
 export interface SpendDeps {
   readonly config: LoadedConfig;

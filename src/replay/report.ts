@@ -6,7 +6,7 @@
  * Every admitted request counts at its DECISION time — when it was sent plus the time it waited in
  * its tenant's queue (`x-quotaring-queued-ms`) — not at its send time: a batch request queued for
  * 50 s is admitted in the next minute, and filing it under the minute it was sent made an exact
- * limiter look 50% over its limit (issue 19).
+ * limiter look 50% over its limit.
  */
 
 /** Rate-limit headers of a response (OpenAI names), as numbers; null when absent or not a number. */

@@ -5,7 +5,7 @@
  * and builds a `"b1,b2,…"` string per lookup, so one piece of n bytes costs O(n²) lookups (the
  * whole piece is one regex match when it has no word boundary). Measured on js-tiktoken 1.0.21,
  * o200k_base: 1,000 CJK characters 0.5 s, 4,000 8.5 s; a 32,000-character word froze a node for
- * 122 s (issue 14, finding 3). Open upstream: dqbd/tiktoken PRs #101 and #156 (heap-based merge,
+ * 122 s. Open upstream: dqbd/tiktoken PRs #101 and #156 (heap-based merge,
  * unmerged), issues openai/tiktoken#195, coder/ai-tokenizer#6.
  *
  * What the reference does: OpenAI's tiktoken (Rust `src/lib.rs`, v0.13.0 "Branch byte pair
