@@ -4,29 +4,20 @@
  */
 import { randomUUID } from 'node:crypto';
 import { SpreadTenants } from './spread.ts';
-import { CentralLimiter } from '../central/central-limiter.ts';
-import { loadCentralScripts } from '../central/scripts.ts';
-import { RedisGuard } from '../globalcap/redis-guard.ts';
-import type { GuardStats } from '../globalcap/redis-guard.ts';
-import { redisForDecisions } from '../globalcap/redis-connection.ts';
-import type { CentralDecisions } from '../central/decisions.ts';
-import { HotDetector } from './hot-detector.ts';
+import type { GatewayOptions, ReadinessWait } from './gateway-options.ts';
+import { guardResults } from './guard-series.ts';
+import { hotDetector, limitUsage, seedUsage } from './hot-wiring.ts';
+import { warmExactCounters } from './warm-up.ts';
+import { centralDecisions } from '../central/from-config.ts';
 import { HotSet } from '../coord/hot-set.ts';
-import { limitName } from '../config/policy.ts';
 import Fastify, { LogController } from 'fastify';
-import type { FastifyBaseLogger, FastifyError, FastifyInstance } from 'fastify';
-import type { Redis } from 'ioredis';
+import type { FastifyError, FastifyInstance } from 'fastify';
 import type { TenantConfig } from '../config/schema.ts';
-import type { Clock } from '../clock.ts';
 import { systemClock } from '../clock.ts';
-import type { LoadedConfig } from '../config/load.ts';
 import { Handoff } from '../coord/handoff.ts';
 import { Fence } from '../coord/fence.ts';
 import { processGone } from '../coord/process-gone.ts';
 import { membersUnread } from '../coord/join.ts';
-import type { RingOptions } from '../coord/ring.ts';
-import type { TenantStateStore } from '../coord/state-store.ts';
-import type { Member, Membership } from '../coord/types.ts';
 import { GatewayError, noRouteMessage } from '../errors.ts';
 import { answerClientFault, sendCatalogueError } from './client-errors.ts';
 import { NODE_HEADER_ALLOWANCE, applyListenerLimits, listenerOptions } from './listener.ts';
@@ -34,7 +25,7 @@ import { quotasFromConfig } from '../globalcap/quotas-from-config.ts';
 import { Limiter } from '../limiter/limiter.ts';
 import { AdmissionQueues } from './admission-queue.ts';
 import { DeploymentHealth } from './deployment-health.ts';
-import { PromptCounter, exactCounter } from '../tokens/index.ts';
+import { PromptCounter } from '../tokens/index.ts';
 import { authHook } from './auth.ts';
 import type { GatewayContext } from './context.ts';
 import { requestIdGenerator } from './context.ts';
@@ -60,7 +51,6 @@ import { budgetUsage } from '../ops/spend-admin.ts';
 import { changeTenantSpend, tenantSpendRoutes } from '../peer/tenant-spend.ts';
 import type { SpendDeps } from '../peer/tenant-spend.ts';
 import { ReloadableConfig } from '../config/reloadable.ts';
-import type { ClusterSecret } from '../security/cluster-secret.ts';
 import { missingSecret } from '../security/cluster-secret.ts';
 import { RequestSigner } from '../security/request-signature.ts';
 import { clusterAuthHooks } from './cluster-auth.ts';
@@ -69,52 +59,7 @@ import { httpPeerTransport, transferRoutes } from '../peer/transfer.ts';
 import { nodeStateFile, stateTtlMs } from './state-file.ts';
 import type { NodeLocalState } from './state-file.ts';
 
-/** Options of {@link buildGateway}. */
-export interface GatewayOptions {
-  readonly config: LoadedConfig;
-  /** @default systemClock */
-  readonly clock?: Clock;
-  /** Use fastify's pino logger at `server.log_level`. @default true */
-  readonly logger?: boolean;
-  /** Readable log lines (pino-pretty) whatever `server.log_format` says. @default false */
-  readonly prettyLogs?: boolean;
-  /** Where JSON log lines go in place of stdout (tests). */
-  readonly logStream?: NodeJS.WritableStream;
-  /** This node's id where no cluster names it (a single node: admin API, levels, tenant views), read when used (a port chosen at listen). @default `single` */
-  readonly nodeId?: () => string;
-  /** This node's place in a cluster; absent for a single node, which owns every tenant. */
-  readonly cluster?: NodeClusterOptions;
-  /**
-   * The cluster secret: signs this node's calls to other nodes and verifies routers' and nodes' calls
-   * (`src/gateway/cluster-auth.ts`). Required with `cluster`; a single node without one refuses every
-   * internal route (`/_quotaring/v1/*`).
-   */
-  readonly clusterSecret?: ClusterSecret;
-  /**
-   * Directory of the node's state file (`server.state_dir`, see `src/coord/local-state.ts`): saved
-   * by {@link nodeLocalState}`.save()` on a graceful stop, loaded by `.restore()` before listening.
-   * Absent: neither (tests, embedding).
-   */
-  readonly stateDir?: string;
-  /** The cluster identity the state file carries and must match (`clusterIdentity` in `./state-file.ts`). @default from `config.cluster` */
-  readonly stateCluster?: string;
-}
-
-/** A node's place in a cluster. Handoff timings come from the config's `cluster.handoff`. */
-export interface NodeClusterOptions {
-  readonly self: Member;
-  /** The cluster's Redis connection (membership's), for the hot set; absent with static members. */
-  readonly redis?: Redis;
-  /** Source of the ring; started by the caller after the gateway listens (then call `nodeHandoff(app).joined()`). */
-  readonly membership: Membership;
-  /** Options the membership builds its rings with. */
-  readonly ringOptions?: RingOptions;
-  /** Where tenant state is handed over and checkpointed (Redis membership); absent with static members. */
-  readonly store?: TenantStateStore;
-}
-
-/** What `/readyz` names while a node is not ready yet (see `buildGateway`). */
-export type ReadinessWait = 'start' | 'redis' | 'ring' | 'handoff' | 'scripts';
+export type { GatewayOptions, NodeClusterOptions, ReadinessWait } from './gateway-options.ts';
 
 const handoffs = new WeakMap<FastifyInstance, Handoff>();
 export type { NodeLocalState } from './state-file.ts';
@@ -148,103 +93,6 @@ export function registerNodeAdmin(app: FastifyInstance, admin: FastifyInstance, 
 export function nodeHandoff(app: FastifyInstance): Handoff | undefined {
   return handoffs.get(app);
 }
-
-/**
- * Builds the vocabularies exact counting will use (~100 ms each, o200k_base), so that a node does not
- * stall its event loop on its first requests (and fail routers' health checks) after it joins.
- */
-function warmExactCounters(config: LoadedConfig, cacheEntries: number): void {
-  const anyTenantExact = config.config.tenants.some((t) => t.estimator === 'exact');
-  for (const model of config.config.models) {
-    if (model.encoding !== 'none' && (model.estimator === 'exact' || anyTenantExact)) exactCounter(model.encoding, cacheEntries).count('warm up');
-  }
-}
-
-/** Units used of each requests/tokens limit of `tenant` in `limiter` (config order): limit − remaining. */
-function limitUsage(limiter: Limiter, tenant: TenantConfig): number[] {
-  return tenant.limits
-    .filter((l) => l.concurrent === undefined)
-    .map((l) => {
-      const name = limitName(l);
-      const state = limiter.peek(tenant.id, l.model).find((s) => s.name === name);
-      return state === undefined ? 0 : Math.max(0, state.limit - state.remaining);
-    });
-}
-
-/** Charges a cooled tenant's usage (read from the global cap) to the owner's limiter: one acquire, settled and released at once. */
-function seedUsage(limiter: Limiter, tenant: string, used: { readonly requests: number; readonly tokens: number }, clock: Clock, log: FastifyBaseLogger): void {
-  const id = `seed-${clock.now()}`;
-  const r = limiter.acquire(tenant, { id, requests: used.requests, tokens: used.tokens });
-  if (!r.ok) {
-    log.warn({ tenant, used, refused: r.limit }, 'cooled hot tenant: its usage could not be charged to the owner\'s limiter');
-    return;
-  }
-  limiter.settle(tenant, id, used.tokens);
-  limiter.release(tenant, id);
-  log.info({ tenant, used }, 'hot tenant cooled: back on its owner with its usage from the global cap');
-}
-
-/** The owner's hot detection: promotes by seeding the global cap then marking the hot set; refreshes while hot. */
-function hotDetector(
-  set: HotSet,
-  spread: SpreadTenants,
-  o: { readonly thresholdRps: number; readonly k: number; readonly sustainMs: number; readonly cooldownMs: number },
-  clock: Clock,
-  log: FastifyBaseLogger,
-): HotDetector {
-  return new HotDetector({
-    clock,
-    thresholdRps: o.thresholdRps,
-    sustainMs: o.sustainMs,
-    refreshMs: o.cooldownMs / 3,
-    promote: async (tenant) => {
-      if (!(await spread.promote(tenant, o.k, o.cooldownMs))) throw new Error('the global cap could not take the tenant\'s usage');
-      log.info({ tenant, k: o.k, thresholdRps: o.thresholdRps }, 'hot tenant: spread over k nodes');
-    },
-    refresh: (tenant) => set.mark(tenant, o.k, o.cooldownMs),
-  });
-}
-
-/** `mode: central`: the central-store limiter on its own decision connection, every call behind a 1 s guard; undefined in the sharded mode. */
-function centralDecisions(config: LoadedConfig): (CentralDecisions & { ready(): Promise<void>; close(): void }) | undefined {
-  const connection = config.config.cluster.redis?.connection;
-  if (config.config.mode !== 'central' || connection === undefined) return undefined;
-  const redis = redisForDecisions(connection);
-  return {
-    limiter: new CentralLimiter({ redis, cluster: config.config.cluster.name, policyFor: (tenant) => config.policies.get(tenant) }),
-    guard: new RedisGuard({ clock: systemClock, timeoutMs: CENTRAL_TIMEOUT_MS }),
-    // The decision connection queues nothing while connecting: serve once it is up and the scripts
-    // are loaded (or after 5 s anyway; a failed load leaves ioredis to EVAL them on first use).
-    ready: () =>
-      new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, 5_000);
-        const load = (): void => {
-          loadCentralScripts(redis)
-            .catch(() => undefined)
-            .finally(() => {
-              clearTimeout(timer);
-              resolve();
-            });
-        };
-        if (redis.status === 'ready') load();
-        else redis.once('ready', load);
-      }),
-    close: () => redis.disconnect(),
-  };
-}
-
-/** A guard's counters as `quotaring_redis_guard_calls_total` series. */
-function guardResults(guard: string, stats: GuardStats): { guard: string; result: 'ok' | 'timeout' | 'error' | 'open'; n: number }[] {
-  return [
-    { guard, result: 'ok', n: stats.ok },
-    { guard, result: 'timeout', n: stats.timeouts },
-    { guard, result: 'error', n: stats.errors },
-    { guard, result: 'open', n: stats.rejectedOpen },
-  ];
-}
-
-/** Longest wait for one central-store decision, ms: beyond it the request gets 503 `limiter_unavailable`. */
-const CENTRAL_TIMEOUT_MS = 1_000;
 
 /**
  * Builds the gateway (not listening). The limiter's idle sweep runs every `server.sweep_interval`;
