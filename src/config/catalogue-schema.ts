@@ -1,7 +1,7 @@
 /**
- * The config sections of the tenant catalogue: `plans:` (named sets of limits tenants reference)
- * and `catalogue:` (where tenants managed at runtime are stored). Split from `schema.ts`, which
- * composes them into the whole config.
+ * The `catalogue:` section (where tenants managed at runtime are stored) and the id alphabet of the
+ * tenant catalogue; plans (`plans:`) are in `schema-plans.ts`. `schema-sections.ts` composes the
+ * sections into the whole config.
  */
 import { z } from 'zod';
 import { parseDuration } from './duration.ts';
