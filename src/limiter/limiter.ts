@@ -1,50 +1,28 @@
+/**
+ * The in-RAM `Limiter` and its decisions: acquire, settle, release, renew, waitMs (per-limit rules in
+ * admission.ts). Delegated: tenant-store.ts, limit-views.ts, tenant-transfer.ts, spend-change.ts, bucket-tally.ts.
+ */
 import type { Clock } from '../clock.ts';
-import { applicableLimits, compilePolicy, type CompiledPolicy } from './compiled-policy.ts';
-import { Reservation } from './reservation.ts';
-import type { Budget } from './budget.ts';
-import { asBudget, budgetView, changeSpend, type BudgetView, type SpendChange } from './budget-view.ts';
-import {
-  type LimitObject,
-  limitObject,
-  adjustBucket,
-  budgetKeep,
-  costOf,
-  createTenantLimits,
-  limitState,
-  limitsIdle,
-  rebuildTenantLimits,
-  syncLimit,
-  syncedWaitMs,
-  takeLimit,
-} from './tenant-limits.ts';
-import { boundSnapshot, conservativeSnapshot } from './snapshot-bounds.ts';
-import type { TenantSnapshot } from './snapshot.ts';
+import { tooLarge, waitOf } from './admission.ts';
 import { BucketTallies, tallyAdd } from './bucket-tally.ts';
-import { purgeReservations, TenantState } from './tenant-state.ts';
-import { restoredState, snapshotOf } from './tenant-snapshot-io.ts';
-import { withCarriedRequests, withUsage } from './usage-delta.ts';
-import type { BucketUsage, UsageDelta } from './usage-delta.ts';
+import type { BudgetView, SpendChange } from './budget-view.ts';
+import { applicableLimits, type CompiledPolicy } from './compiled-policy.ts';
+import { budgetViews, limitStates, peekLimits } from './limit-views.ts';
+import type { LimiterOptions } from './limiter-options.ts';
+import { Reservation, reservedObject } from './reservation.ts';
+import type { TenantSnapshot } from './snapshot.ts';
+import { changeTenantSpend } from './spend-change.ts';
+import { adjustBucket, costOf, limitState, syncLimit, takeLimit } from './tenant-limits.ts';
+import { purgeReservations, type TenantState } from './tenant-state.ts';
+import { TenantStore } from './tenant-store.ts';
+import { absorbUsage, exportTenant, importConservative, importTenant } from './tenant-transfer.ts';
+import { weightedTokens } from './token-weights.ts';
+import type { AcquireRequest, AcquireResult, LimitSpec, LimitState, Policy, SettleDetail, SettleResult } from './types.ts';
 import { checkAcquireRequest } from './types.ts';
-import type { AcquireRequest, AcquireResult, LimitSpec, LimitState, Policy, RateLimitSpec, SettleDetail, SettleResult, TokenKinds } from './types.ts';
+import type { BucketUsage, UsageDelta } from './usage-delta.ts';
 
-/** Options of a `Limiter`. */
-export interface LimiterOptions {
-  /** Source of time (ms). */
-  clock: Clock;
-  /**
-   * The policy of a tenant; undefined = the tenant has no limits (acquire returns ok with
-   * `limits: []`). Called on every acquire: it must be cheap (a Map lookup). Returning a
-   * different object than before (a config reload) rebuilds the tenant's state.
-   */
-  policyFor: (tenant: string) => Policy | undefined;
-  /** Retry hint for a concurrency refusal, ms: min(this, ms until the earliest lease expires). @default 1000 */
-  concurrencyRetryHintMs?: number;
-  /**
-   * Called (synchronously, after the change) when capacity came back early for a tenant: a slot
-   * released, or tokens refunded by a settlement. The admission queue wakes its waiters with it.
-   */
-  onFreed?: (tenant: string) => void;
-}
+export type { LimiterOptions } from './limiter-options.ts';
+export { weightedTokens } from './token-weights.ts';
 
 const UNLIMITED: AcquireResult = Object.freeze({ ok: true, limits: Object.freeze([]) as readonly LimitState[] });
 const NOT_SETTLED: SettleResult = Object.freeze({ settled: false, deltaTokens: 0 });
@@ -62,8 +40,9 @@ export class Limiter {
   readonly #policyFor: (tenant: string) => Policy | undefined;
   readonly #hintMs: number;
   readonly #onFreed: ((tenant: string) => void) | undefined;
-  readonly #tenants = new Map<string, TenantState>();
-  readonly #compiled = new WeakMap<Policy, CompiledPolicy>();
+  /** The tenants' state and compiled policies; `#tenants` is its map. */
+  readonly #store: TenantStore;
+  readonly #tenants: Map<string, TenantState>;
   /** Units taken from each token bucket of the tenants being tallied (stand-ins). */
   readonly #tallies = new BucketTallies();
 
@@ -73,6 +52,8 @@ export class Limiter {
     this.#policyFor = opts.policyFor;
     this.#hintMs = opts.concurrencyRetryHintMs ?? 1000;
     this.#onFreed = opts.onFreed;
+    this.#store = new TenantStore(opts.clock, opts.policyFor);
+    this.#tenants = this.#store.tenants;
     if (!(this.#hintMs >= 0)) throw new RangeError('concurrencyRetryHintMs must be ≥ 0');
   }
 
@@ -111,8 +92,8 @@ export class Limiter {
     const floor = req.floor ?? 0;
     const money = req.cost ?? 0n;
     let st = this.#tenants.get(tenant);
-    if (st !== undefined && st.policy !== policy) this.#rebuild(st, policy, now);
-    const c = st === undefined ? this.#compile(policy) : st.compiled;
+    if (st !== undefined && st.policy !== policy) this.#store.rebuild(st, policy, now);
+    const c = st === undefined ? this.#store.compile(policy) : st.compiled;
     const applied = applicableLimits(c, req.model, req.key);
     if (applied.length === 0) return UNLIMITED;
     const specs = c.limits;
@@ -132,15 +113,14 @@ export class Limiter {
     }
 
     if (st === undefined) {
-      st = new TenantState(policy, c, createTenantLimits(c, now));
-      this.#tenants.set(tenant, st);
+      st = this.#store.create(tenant, policy, c, now);
     } else {
       // Check every limit first; take only if all fit.
       let wait = 0;
       let first = -1;
       for (let k = 0; k < applied.length; k++) {
         const i = applied[k] as number;
-        const w = this.#waitOf(c, st, i, tokens, requests, floor, now, money);
+        const w = waitOf(c, st, i, tokens, requests, floor, now, money, this.#hintMs);
         if (w > 0) {
           if (first < 0) first = i;
           if (w > wait) wait = w;
@@ -161,7 +141,7 @@ export class Limiter {
     const res = new Reservation(tokens, requests, c, st.objs, applied, seqs, now, money, now);
     st.set(id, res);
     if (res.expiresAt < (st.num[0] as number)) st.num[0] = res.expiresAt;
-    return { ok: true, limits: this.#states(st, applied, now) };
+    return { ok: true, limits: limitStates(st, applied, now) };
   }
 
   /**
@@ -300,8 +280,8 @@ export class Limiter {
     const st = this.#tenants.get(tenant);
     if (policy === undefined) return 0;
     const now = this.#clock.now();
-    if (st !== undefined && st.policy !== policy) this.#rebuild(st, policy, now);
-    const c = st === undefined ? this.#compile(policy) : st.compiled;
+    if (st !== undefined && st.policy !== policy) this.#store.rebuild(st, policy, now);
+    const c = st === undefined ? this.#store.compile(policy) : st.compiled;
     const floor = req.floor ?? 0;
     const money = req.cost ?? 0n;
     let wait = 0;
@@ -311,199 +291,65 @@ export class Limiter {
       if (tooLarge(spec, req.tokens, requests, money, floor)) return Infinity;
       if (st === undefined) continue;
       syncLimit(c, st, i, now);
-      const w = this.#waitOf(c, st, i, req.tokens, requests, floor, now, money);
+      const w = waitOf(c, st, i, req.tokens, requests, floor, now, money, this.#hintMs);
       if (w > wait) wait = w;
     }
     return Math.ceil(wait);
   }
 
-  /**
-   * Ms until limit `i` (synced to `now`) could take a request of `tokens`/`requests` (0: now). A floored request must
-   * leave `floor × limit` behind it: it waits as if it cost that much more. A full concurrency
-   * limit counts min(hint, earliest lease expiry).
-   */
-  #waitOf(c: CompiledPolicy, st: TenantState, i: number, tokens: number, requests: number, floor: number, now: number, money: bigint): number {
-    const spec = c.limits[i] as LimitSpec;
-    if (spec.kind === 'concurrent') return Math.min(syncedWaitMs(c, st, i, 0, now), this.#hintMs);
-    if (spec.kind === 'cost') return syncedWaitMs(c, st, i, 0, now, money, budgetKeep(spec.limit, floor));
-    return syncedWaitMs(c, st, i, floor === 0 ? costOf(spec, tokens, requests) : costOf(spec, tokens, requests) + floor * spec.limit, now);
-  }
-
-  /**
-   * State of every limit that applies to `model` and key `key` for `tenant` now, without taking
-   * anything (`[]` when the tenant has no policy; a tenant without state reads as fresh).
-   */
+  /** State of every limit that applies to `model` and key `key` for `tenant` now, taking nothing (see `peekLimits`). */
   peek(tenant: string, model?: string, key?: string): readonly LimitState[] {
-    return this.#peekLimits(tenant, (c) => applicableLimits(c, model, key));
+    return peekLimits(this.#store, tenant, (c) => applicableLimits(c, model, key));
   }
 
-  /**
-   * State of every limit of `tenant`'s policy now (every model's and every key's), without taking
-   * anything; for operators. `[]` when the tenant has no policy.
-   */
+  /** State of every limit of `tenant`'s policy now (every model's and key's), taking nothing; for operators. */
   peekAll(tenant: string): readonly LimitState[] {
-    return this.#peekLimits(tenant, (c) => c.limits.map((_, i) => i));
+    return peekLimits(this.#store, tenant, (c) => c.limits.map((_, i) => i));
   }
 
-  /**
-   * Every budget (`cost` limit) of `tenant`'s policy now, exactly (see `BudgetView`), taking nothing;
-   * for operators. A budget without state reads as fresh. `[]` when the tenant has no policy.
-   */
+  /** Every budget (`cost` limit) of `tenant`'s policy now, exactly, taking nothing; for operators (see `budgetViews`). */
   budgets(tenant: string): BudgetView[] {
-    const current = this.#current(tenant);
-    if (current === undefined) return [];
-    const { st, c, now } = current;
-    const out: BudgetView[] = [];
-    c.limits.forEach((spec, i) => {
-      if (spec.kind === 'cost') out.push(budgetView(spec, asBudget(st?.objs[i]), now));
-    });
-    return out;
+    return budgetViews(this.#store, tenant);
   }
 
   /**
-   * Changes the spend of `tenant`'s budget `name` in its current period (an operator's top-up, see
-   * `changeSpend`), creating the tenant's state if it has none. Waiters are woken when the spend went down.
-   * @returns the spend before (pico-dollars) and the budget after.
+   * Changes the spend of `tenant`'s budget `name` in its current period (see `changeTenantSpend`);
+   * waiters are woken when the spend went down. @returns the spend before (pico-dollars) and the budget after.
    * @throws RangeError when the tenant's policy has no `cost` limit named `name`, or `change.pico` < 0.
    */
   changeSpend(tenant: string, name: string, change: SpendChange): { readonly beforePico: bigint; readonly after: BudgetView } {
-    const current = this.#current(tenant);
-    const i = current?.c.indexByName.get(name) ?? -1;
-    const spec = current?.c.limits[i];
-    if (current === undefined || spec === undefined || spec.kind !== 'cost') throw new RangeError(`tenant ${tenant} has no cost limit ${name}`);
-    const { policy, c, now } = current;
-    let st = current.st;
-    if (st === undefined) {
-      st = new TenantState(policy, c, createTenantLimits(c, now));
-      this.#tenants.set(tenant, st);
-    }
-    const budget = asBudget(st.objs[i]) as Budget;
-    const beforePico = changeSpend(budget, change, now);
-    if (budget.spent < beforePico) this.#onFreed?.(tenant);
-    return { beforePico, after: budgetView(spec, budget, now) };
+    return changeTenantSpend(this.#store, tenant, name, change, this.#onFreed);
   }
 
-  /**
-   * `tenant`'s policy, its state (rebuilt when the policy changed; undefined when it has none), the
-   * compiled policy and the clock now; undefined when the tenant has no policy. Takes nothing.
-   */
-  #current(tenant: string): { policy: Policy; st: TenantState | undefined; c: CompiledPolicy; now: number } | undefined {
-    const policy = this.#policyFor(tenant);
-    if (policy === undefined) return undefined;
-    const now = this.#clock.now();
-    const st = this.#tenants.get(tenant);
-    if (st !== undefined && st.policy !== policy) this.#rebuild(st, policy, now);
-    return { policy, st, c: st === undefined ? this.#compile(policy) : st.compiled, now };
-  }
-
-  /** The state now of the limits `pick` chooses of `tenant`'s compiled policy, taking nothing. */
-  #peekLimits(tenant: string, pick: (c: CompiledPolicy) => readonly number[]): readonly LimitState[] {
-    const current = this.#current(tenant);
-    if (current === undefined) return [];
-    const { st, c, now } = current;
-    const picked = pick(c);
-    if (st === undefined) return picked.map((i) => limitState(c, undefined, i, now));
-    for (const i of picked) syncLimit(c, st, i, now);
-    return this.#states(st, picked, now);
-  }
-
-  /**
-   * Drops the state of every idle tenant (every bucket full, every window empty, no live lease,
-   * no open reservation) and of tenants that no longer have a policy. O(tenants).
-   * @returns how many tenants were dropped.
-   */
+  /** Drops the state of every idle tenant and of tenants without a policy (see `TenantStore.sweep`). @returns how many. */
   sweep(): number {
-    const now = this.#clock.now();
-    let dropped = 0;
-    for (const [tenant, st] of this.#tenants) {
-      if (this.#policyFor(tenant) === undefined || this.#isIdle(st, now)) {
-        this.#tenants.delete(tenant);
-        dropped++;
-      }
-    }
-    return dropped;
+    return this.#store.sweep();
   }
 
-  /**
-   * The complete state of `tenant` now, for a handoff to another node or a checkpoint
-   * (see `TenantSnapshot`): every limit's state and every open reservation. Expired
-   * reservations, window entries and leases are purged first; a tenant whose policy object
-   * changed is first rebuilt onto the new one (as its next acquire would). O(state).
-   * @returns undefined when the limiter holds no state for the tenant, which means fresh
-   *   (full buckets, empty windows, no lease, no reservation).
-   */
+  /** The complete state of `tenant` now, for a handoff or a checkpoint (see `exportTenant`); undefined: fresh. */
   exportTenant(tenant: string): TenantSnapshot | undefined {
-    const st = this.#tenants.get(tenant);
-    if (st === undefined) return undefined;
-    const now = this.#clock.now();
-    const policy = this.#policyFor(tenant);
-    if (policy !== undefined && st.policy !== policy) this.#rebuild(st, policy, now);
-    purgeReservations(st, now);
-    return snapshotOf(st, now);
+    return exportTenant(this.#store, tenant);
   }
 
   /**
-   * Replaces the state of `tenant` (if any) with `snap` mapped onto the tenant's current
-   * policy by limit name, as a policy reload keeps usage (see `restoreLimits`): limits absent
-   * from the snapshot, or whose kind or algorithm changed, start fresh; snapshot limits absent
-   * from the policy are ignored; entries, leases and reservations already expired now are
-   * dropped. Restored reservations settle, release and renew exactly as if admitted here: a
-   * settlement adjusts the window entry with the reservation's id at its original timestamp
-   * (and the buckets), a release frees the lease with its id. No-op when the tenant has no
-   * policy. `snap` must be well-formed (untrusted JSON goes through `parseTenantSnapshot` first);
-   * its values are not trusted: each is first clamped to what the policy allows now (see
-   * `boundSnapshot`: bucket levels to [−capacity, capacity], times to at most now + clock skew,
-   * lease expiries to now + leaseTtlMs, reservations to the policy's capacities and lifetime).
-   * @returns how many values were out of range and clamped (0 for any snapshot a limiter exported).
-   * @throws RangeError when the tenant's policy is invalid (see `compilePolicy`).
+   * Replaces the state of `tenant` with `snap`, clamped to and mapped onto its policy (see `importTenant`).
+   * @returns how many values were out of range and clamped. @throws RangeError for an invalid policy.
    */
   importTenant(tenant: string, snap: TenantSnapshot): number {
-    const policy = this.#policyFor(tenant);
-    if (policy === undefined) return 0;
-    const now = this.#clock.now();
-    const c = this.#compile(policy);
-    const bounded = boundSnapshot(c, snap, now);
-    this.#restore(tenant, policy, c, bounded.snapshot, now);
-    return bounded.clamped;
+    return importTenant(this.#store, tenant, snap);
   }
 
-  /**
-   * Replaces the state of `tenant` (if any) with the conservative state of its policy (see
-   * `conservativeSnapshot`): every requests and tokens limit used up now, so nothing is admitted
-   * until it refills (bucket) or slides (window), one window at most; no lease, no reservation.
-   * For a tenant whose stored state is corrupt: what it used is unknown, so it is taken as all,
-   * never as nothing. No-op when the tenant has no policy.
-   * @throws RangeError when the tenant's policy is invalid (see `compilePolicy`).
-   */
+  /** Replaces the state of `tenant` with its policy's conservative state (see `importConservative`). @throws RangeError for an invalid policy. */
   importConservative(tenant: string): void {
-    const policy = this.#policyFor(tenant);
-    if (policy === undefined) return;
-    const now = this.#clock.now();
-    const c = this.#compile(policy);
-    this.#restore(tenant, policy, c, conservativeSnapshot(c, now), now);
+    importConservative(this.#store, tenant);
   }
 
-  #restore(tenant: string, policy: Policy, c: CompiledPolicy, snap: TenantSnapshot, now: number): void {
-    this.#tenants.set(tenant, restoredState(policy, c, snap, now));
-  }
-
-  /**
-   * Adds usage another node admitted for `tenant` (a stand-in's, see `usage-delta.ts`) to its state
-   * here: window entries at their own times, bucket units taken now, and the requests it still runs
-   * (their reservations and slots; their settlements are forwarded here). Open reservations, leases
-   * and the rest of the state are kept. No-op when the tenant has no policy.
-   * @throws RangeError when the tenant's policy is invalid (see `compilePolicy`).
-   */
+  /** Adds usage a stand-in admitted for `tenant` to its state here (see `absorbUsage`). @throws RangeError for an invalid policy. */
   absorbUsage(tenant: string, usage: UsageDelta): void {
-    if (this.#policyFor(tenant) === undefined) return;
-    this.importTenant(tenant, withCarriedRequests(withUsage(this.exportTenant(tenant), usage, this.#clock.now()), usage.open));
+    absorbUsage(this.#store, tenant, usage);
   }
 
-  /**
-   * Starts counting the units taken from `tenant`'s token buckets (admissions, and settlement debits
-   * and refunds of them), for {@link bucketUsage}; a running count is reset. Costs nothing for
-   * tenants not tallied. A stand-in node tallies the tenants it holds for a suspect owner.
-   */
+  /** Starts counting the units taken from `tenant`'s token buckets, net of settlements, for {@link bucketUsage} (a stand-in does). */
   startTally(tenant: string): void {
     this.#tallies.start(tenant);
   }
@@ -513,11 +359,7 @@ export class Limiter {
     this.#tallies.stop(tenant);
   }
 
-  /**
-   * The units taken from each token bucket of `tenant` since the tally started (net of settlements,
-   * less what {@link untally} took off; > 0 only), with each bucket's spec under the tenant's
-   * current policy. Empty when not tallied or when no bucket was taken from.
-   */
+  /** Units taken from each token bucket of `tenant` since the tally started, net, > 0 only (see `BucketTallies.usage`). */
   bucketUsage(tenant: string): BucketUsage[] {
     const policy = this.#policyFor(tenant);
     return policy === undefined ? [] : this.#tallies.usage(tenant, policy);
@@ -543,90 +385,15 @@ export class Limiter {
     return this.#tenants.has(tenant);
   }
 
-  #isIdle(st: TenantState, now: number): boolean {
-    if (now >= (st.num[0] as number)) purgeReservations(st, now);
-    if (st.size > 0) return false;
-    return limitsIdle(st.compiled, st, now);
-  }
-
-  #compile(policy: Policy): CompiledPolicy {
-    let c = this.#compiled.get(policy);
-    if (c === undefined) {
-      c = compilePolicy(policy);
-      this.#compiled.set(policy, c);
-    }
-    return c;
-  }
-
-  /** A reload gave the tenant a new policy object: rebuild its limits, keeping usage by name. */
-  #rebuild(st: TenantState, policy: Policy, now: number): void {
-    const c = this.#compile(policy);
-    st.relimit(policy, c, rebuildTenantLimits(st.compiled, st, c, now));
-  }
-
-  #states(st: TenantState, applied: readonly number[], now: number): LimitState[] {
-    const out: LimitState[] = [];
-    for (let k = 0; k < applied.length; k++) out.push(limitState(st.compiled, st, applied[k] as number, now));
-    return out;
-  }
-
-  #refusal(
-    reason: 'limited' | 'too_large' | 'duplicate',
-    spec: LimitSpec,
-    retryAfterMs: number,
-    st: TenantState | undefined,
-    c: CompiledPolicy,
-    applied: readonly number[],
-    now: number,
-  ): AcquireResult {
+  /** A refusal by `spec`, with the state of every applicable limit synced to `now` (ms); `st` undefined: fresh. */
+  #refusal(reason: 'limited' | 'too_large' | 'duplicate', spec: LimitSpec, retryAfterMs: number, st: TenantState | undefined, c: CompiledPolicy, applied: readonly number[], now: number): AcquireResult {
     let limits: LimitState[];
     if (st === undefined) {
       limits = applied.map((i) => limitState(c, undefined, i, now));
     } else {
       for (const i of applied) syncLimit(c, st, i, now);
-      limits = this.#states(st, applied, now);
+      limits = limitStates(st, applied, now);
     }
     return { ok: false, reason, limit: spec.name, kind: spec.kind, retryAfterMs, limits };
   }
-}
-
-/**
- * The state object of limit `i` (in `res.compiled`) that reservation `res` of tenant `st` was taken
- * from, or null for a token bucket: `st.first` while the tenant still has the objects the
- * reservation was admitted with (no reload since), else from the reservation's own `objs`.
- */
-function reservedObject(res: Reservation, st: TenantState, i: number): LimitObject | null {
-  return res.objs === st.objs ? limitObject(res.compiled, st, i) : (res.objs[i] ?? null);
-}
-
-/**
- * True when a request can never pass `spec`: more tokens or requests than its capacity (less the
- * floor's part of it), or a dearer reservation than its budget (less the floor's part).
- */
-function tooLarge(spec: LimitSpec, tokens: number, requests: number, money: bigint, floor: number): boolean {
-  if (spec.kind === 'concurrent') return false;
-  if (spec.kind === 'cost') return money + budgetKeep(spec.limit, floor) > BigInt(spec.limit) * 1_000_000n;
-  return costOf(spec, tokens, requests) + floor * spec.limit > spec.limit;
-}
-
-/**
- * `actual` tokens as a weighted `tokens` limit counts them: each cached, cache-write or reasoning
- * token weighs its weight instead of 1 (parts larger than the whole are taken as the whole);
- * rounded up to a whole token, never below 0.
- */
-export function weightedTokens(actual: number, kinds: TokenKinds | undefined, spec: RateLimitSpec): number {
-  const w = spec.weights;
-  if (w === undefined || kinds === undefined) return actual;
-  let total = actual;
-  const part = (n: number | undefined, weight: number | undefined): void => {
-    if (weight === undefined || weight === 1 || n === undefined || !(n > 0)) return;
-    const m = Math.min(n, actual);
-    total += m * (weight - 1);
-  };
-  part(kinds.cacheRead, w.cacheRead);
-  part(kinds.cacheWrite, w.cacheWrite);
-  part(kinds.reasoning, w.reasoning);
-  // Weights are decimals (0.1): round a hair of float error down before rounding up.
-  const rounded = Math.ceil(total - 1e-9);
-  return rounded > 0 ? rounded : 0;
 }

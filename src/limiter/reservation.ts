@@ -1,5 +1,6 @@
+/** What one admitted request holds (`Reservation`), and the limit objects it acts on. */
 import type { CompiledPolicy } from './compiled-policy.ts';
-import type { LimitObject } from './tenant-limits.ts';
+import { limitObject, type LimitObject, type TenantLimits } from './tenant-limits.ts';
 
 /**
  * What one admitted request holds until it is settled and released: the tokens and requests
@@ -53,4 +54,13 @@ export class Reservation {
     this.ttlMs = compiled.reservationTtlMs;
     this.expiresAt = nowMs + compiled.reservationTtlMs;
   }
+}
+
+/**
+ * The state object of limit `i` (in `res.compiled`) that reservation `res` of a tenant with limits
+ * `st` was taken from, or null for a token bucket: from `st` while the tenant still has the objects
+ * the reservation was admitted with (no reload since), else from the reservation's own `objs`.
+ */
+export function reservedObject(res: Reservation, st: TenantLimits, i: number): LimitObject | null {
+  return res.objs === st.objs ? limitObject(res.compiled, st, i) : (res.objs[i] ?? null);
 }
