@@ -11,6 +11,7 @@ const LAYERS = [
   ['config', '^src/config/(?!(load|reloadable)\\.ts$)'],
   ['edges', '^src/(providers|security|catalogue)/'],
   ['config-load', '^src/config/(load|reloadable)\\.ts$'],
+  ['redis', '^src/redis/'],
   ['shared-state', '^src/(globalcap|central)/'],
   ['coordination', '^src/coord/(?!(types|headers)\\.ts$)'],
   ['node', '^src/gateway/(?!(server|start)\\.ts$)'],

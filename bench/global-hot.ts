@@ -20,7 +20,7 @@
 import { bucketSpec } from '../src/gateway/spread.ts';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { CapBucketSpec, CapLeases } from '../src/globalcap/cap-leases.ts';
-import type { GuardStats } from '../src/globalcap/redis-guard.ts';
+import type { GuardStats } from '../src/redis/guard.ts';
 import { commandDelta } from './cluster-processes.ts';
 import type { BenchRedis } from './cluster-processes.ts';
 

@@ -1,8 +1,8 @@
 /** Central-store mode built from a config (`mode: central`), for a gateway node. */
 import type { LoadedConfig } from '../config/load.ts';
 import { systemClock } from '../clock.ts';
-import { redisForDecisions } from '../globalcap/redis-connection.ts';
-import { RedisGuard } from '../globalcap/redis-guard.ts';
+import { redisForDecisions } from '../redis/connection.ts';
+import { RedisGuard } from '../redis/guard.ts';
 import { CentralLimiter } from './central-limiter.ts';
 import type { CentralDecisions } from './decisions.ts';
 import { loadCentralScripts } from './scripts.ts';

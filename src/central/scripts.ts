@@ -8,13 +8,10 @@
  * retries a NOSCRIPT as EVAL itself.
  */
 import type { Redis } from 'ioredis';
-import { readLua, scriptLoad } from '../globalcap/scripts.ts';
+import { LUA_SCRIPTS, defineScript, scriptLoad, scriptText } from '../redis/lua-scripts.ts';
 
-/** The script files of central-store mode, by wrapper name (files in `lua/`). */
-export const CENTRAL_SCRIPT_FILES = { acquire: 'central-acquire.lua', settle: 'central-settle.lua' } as const;
-
-/** Names under which the scripts are defined on the ioredis connection. */
-const COMMANDS = { acquire: 'qrCentralAcquire', settle: 'qrCentralSettle' } as const;
+/** The script files of central-store mode, by wrapper name (files in `lua/`; see the registry, `src/redis/lua-scripts.ts`). */
+export const CENTRAL_SCRIPT_FILES = { acquire: LUA_SCRIPTS.centralAcquire.file, settle: LUA_SCRIPTS.centralSettle.file } as const;
 
 /** One limit as the scripts see it: its type, numbers and its two keys. */
 export interface CentralLimitArg {
@@ -75,12 +72,6 @@ export interface CentralScripts {
   settle(reservationsKey: string, args: CentralSettleArgs): Promise<CentralSettleReply>;
 }
 
-interface CentralCommands {
-  qrCentralAcquire(numKeys: number, ...args: string[]): Promise<unknown>;
-  qrCentralSettle(numKeys: number, ...args: string[]): Promise<unknown>;
-}
-
-let scriptTexts: { readonly acquire: string; readonly settle: string } | undefined;
 const defined = new WeakMap<Redis, CentralScripts>();
 
 /**
@@ -89,8 +80,7 @@ const defined = new WeakMap<Redis, CentralScripts>();
  * @throws the Redis error (as a rejection) when a load fails; Error for a SHA1 mismatch.
  */
 export async function loadCentralScripts(redis: Redis): Promise<void> {
-  scriptTexts ??= { acquire: readLua(CENTRAL_SCRIPT_FILES.acquire), settle: readLua(CENTRAL_SCRIPT_FILES.settle) };
-  await Promise.all([scriptLoad(redis, scriptTexts.acquire, CENTRAL_SCRIPT_FILES.acquire), scriptLoad(redis, scriptTexts.settle, CENTRAL_SCRIPT_FILES.settle)]);
+  await Promise.all([scriptLoad(redis, scriptText('centralAcquire'), CENTRAL_SCRIPT_FILES.acquire), scriptLoad(redis, scriptText('centralSettle'), CENTRAL_SCRIPT_FILES.settle)]);
 }
 
 /**
@@ -101,10 +91,7 @@ export async function loadCentralScripts(redis: Redis): Promise<void> {
 export function defineCentralScripts(redis: Redis): CentralScripts {
   const existing = defined.get(redis);
   if (existing !== undefined) return existing;
-  scriptTexts ??= { acquire: readLua(CENTRAL_SCRIPT_FILES.acquire), settle: readLua(CENTRAL_SCRIPT_FILES.settle) };
-  redis.defineCommand(COMMANDS.acquire, { lua: scriptTexts.acquire });
-  redis.defineCommand(COMMANDS.settle, { lua: scriptTexts.settle });
-  const commands = redis as unknown as CentralCommands;
+  defineScript(redis, 'centralAcquire', 'centralSettle');
 
   const scripts: CentralScripts = {
     async acquire(reservationsKey, a) {
@@ -114,7 +101,7 @@ export function defineCentralScripts(redis: Redis): CentralScripts {
         keys.push(l.key, l.aux);
         argv.push(l.type, String(l.limit), String(l.periodMs), String(l.cost), l.name);
       }
-      const reply = await commands.qrCentralAcquire(keys.length, ...keys, ...argv);
+      const reply = await redis.qrCentralAcquire(keys.length, ...keys, ...argv);
       return parseAcquire(reply, a.limits);
     },
     async settle(reservationsKey, a) {
@@ -124,7 +111,7 @@ export function defineCentralScripts(redis: Redis): CentralScripts {
         keys.push(l.key, l.aux);
         argv.push(l.type, String(l.limit), String(l.periodMs), l.name);
       }
-      const reply = await commands.qrCentralSettle(keys.length, ...keys, ...argv);
+      const reply = await redis.qrCentralSettle(keys.length, ...keys, ...argv);
       return parseSettle(reply);
     },
   };

@@ -12,16 +12,13 @@
  * `rejoin.ts`).
  */
 import type { Redis } from 'ioredis';
-import { readLua } from '../globalcap/scripts.ts';
+import { LUA_SCRIPTS, defineScript } from '../redis/lua-scripts.ts';
 
 /** The drops hash expires this long after its last write, ms. */
 export const DROPS_TTL_MS = 86_400_000;
 
-/** The script file (in `lua/`). */
-export const DROP_MEMBERS_SCRIPT = 'drop-members.lua';
-
-/** Name under which the script is defined on the ioredis connection. */
-const COMMAND = 'qrDropMembers';
+/** The script file (in `lua/`; see the registry, `src/redis/lua-scripts.ts`). */
+export const DROP_MEMBERS_SCRIPT = LUA_SCRIPTS.dropMembers.file;
 
 /**
  * The hash of drops: member id → the Redis time (ms) when a process in contact with Redis last
@@ -49,12 +46,6 @@ export interface DropRequest {
   /** The member ids to drop. */
   readonly ids: readonly string[];
 }
-
-interface DropCommand {
-  qrDropMembers(membersKey: string, dropsKey: string, ...args: string[]): Promise<unknown>;
-}
-
-const defined = new WeakSet<Redis>();
 
 /**
  * Records `ids` in the drops hash as dropped at `dropsAt`, each only if the members set holds no
@@ -84,12 +75,9 @@ const defined = new WeakSet<Redis>();
  */
 export async function dropSilentMembers(redis: Redis, r: DropRequest): Promise<string[]> {
   if (r.ids.length === 0) return [];
-  if (!defined.has(redis)) {
-    redis.defineCommand(COMMAND, { numberOfKeys: 2, lua: readLua(DROP_MEMBERS_SCRIPT) });
-    defined.add(redis);
-  }
+  defineScript(redis, 'dropMembers');
   const args = [r.minScore, r.maxScore, r.dropsAt, DROPS_TTL_MS, r.maxEntries].map((n) => String(Math.floor(n)));
-  const reply = await (redis as unknown as DropCommand).qrDropMembers(r.membersKey, r.dropsKey, ...args, ...r.ids);
+  const reply = await redis.qrDropMembers(r.membersKey, r.dropsKey, ...args, ...r.ids);
   const asked = new Set(r.ids);
   if (Array.isArray(reply) && reply.every((id): id is string => typeof id === 'string' && asked.has(id))) return reply;
   throw new Error(`${DROP_MEMBERS_SCRIPT} answered ${JSON.stringify(reply)}, not a subset of the ids asked`);

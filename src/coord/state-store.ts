@@ -11,8 +11,7 @@
  * a value is replaced by the next write and deleted when its tenant goes idle, so the hash holds at
  * most one value per configured tenant.
  */
-import { readFileSync } from 'node:fs';
-import { luaScriptPath } from '../globalcap/scripts.ts';
+import { defineScript } from '../redis/lua-scripts.ts';
 import type { Redis } from 'ioredis';
 import { MAX_STATE_BYTES } from '../limiter/snapshot-bounds.ts';
 
@@ -56,14 +55,6 @@ export interface OversizedState {
  * long (`HSTRLEN` first, O(1)); a longer one answers its length (an integer) instead, so a hostile
  * 80 MB value is never transferred nor parsed. One round trip, as the `HGET`/`HMGET` it replaces.
  */
-/** The bounded read (`lua/state-read-bounded.lua`): a value over the cap comes back as its length, untransferred. */
-const READ_BOUNDED_LUA = readFileSync(luaScriptPath('state-read-bounded.lua'), 'utf8');
-const READ_BOUNDED = 'qrStateReadBounded';
-const withScript = new WeakSet<Redis>();
-/** The command `defineCommand` adds to the connection. */
-interface BoundedRead {
-  qrStateReadBounded(key: string, ...args: string[]): Promise<unknown>;
-}
 
 /** A stored value: `<expiresAtMs> <json>`. */
 function storedValue(json: string, expiresAtMs: number): string {
@@ -116,10 +107,8 @@ export class TenantStateStore {
     this.#key = stateKey(cluster);
     this.#channel = handoffChannel(cluster);
     this.#now = now;
-    if (!withScript.has(redis)) {
-      redis.defineCommand(READ_BOUNDED, { numberOfKeys: 1, lua: READ_BOUNDED_LUA });
-      withScript.add(redis);
-    }
+    // The bounded read (`lua/state-read-bounded.lua`): a value over the cap comes back as its length, untransferred.
+    defineScript(redis, 'stateReadBounded');
   }
 
   /**
@@ -127,7 +116,7 @@ export class TenantStateStore {
    * {@link OversizedState} without transferring it (see `lua/state-read-bounded.lua`). @throws the Redis error.
    */
   async #readBounded(tenants: readonly string[], maxBytes: number): Promise<(string | OversizedState | null)[]> {
-    const reply = await (this.#redis as unknown as BoundedRead).qrStateReadBounded(this.#key, String(maxBytes), ...tenants);
+    const reply = await this.#redis.qrStateReadBounded(this.#key, String(maxBytes), ...tenants);
     if (!Array.isArray(reply)) throw new Error('state read: the script answered no list');
     return tenants.map((_, i): string | OversizedState | null => {
       const v: unknown = reply[i];

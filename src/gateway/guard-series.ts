@@ -1,5 +1,5 @@
 /** A Redis guard's counters as metric series. */
-import type { GuardStats } from '../globalcap/redis-guard.ts';
+import type { GuardStats } from '../redis/guard.ts';
 
 /** A guard's counters as `quotaring_redis_guard_calls_total` series. */
 export function guardResults(guard: string, stats: GuardStats): { guard: string; result: 'ok' | 'timeout' | 'error' | 'open'; n: number }[] {

@@ -1,7 +1,7 @@
 /**
  * How the global cap calls Redis: every script call goes through a {@link CapCall}, which reports a
  * failure as a result instead of throwing (a timeout and circuit-breaker wrapper fits here: see
- * `guardedCall` in `redis-guard.ts`). A failure says whether it is a blip (breaker still closed)
+ * `guardedCall` in `src/redis/guard.ts`). A failure says whether it is a blip (breaker still closed)
  * or Redis being unavailable; the fallback rules (`fallback-share.ts`) act on that.
  */
 

@@ -25,13 +25,10 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import { readLua } from './scripts.ts';
+import { LUA_SCRIPTS, defineScript } from '../redis/lua-scripts.ts';
 
-/** The reconciliation's script files (in `lua/`), by wrapper name. */
-export const RECONCILE_SCRIPT_FILES = { reseed: 'reseed.lua', epoch: 'epoch.lua' } as const;
-
-/** Names under which the scripts are defined on the ioredis connection. */
-const COMMANDS = { reseed: 'qrCapReseed', epoch: 'qrCapEpoch' } as const;
+/** The reconciliation's script files (in `lua/`), by wrapper name (see the registry, `src/redis/lua-scripts.ts`). */
+export const RECONCILE_SCRIPT_FILES = { reseed: LUA_SCRIPTS.capReseed.file, epoch: LUA_SCRIPTS.capEpoch.file } as const;
 
 /** One bucket to re-seed (see `lua/reseed.lua`). */
 export interface ReseedOptions {
@@ -76,11 +73,6 @@ export interface ReconcileScripts {
   epoch(key: string, fresh: string, seen: EpochReply | undefined): Promise<EpochReply>;
 }
 
-interface ReconcileCommands {
-  qrCapReseed(key: string, ...args: string[]): Promise<unknown>;
-  qrCapEpoch(key: string, ...args: string[]): Promise<unknown>;
-}
-
 const defined = new WeakMap<Redis, ReconcileScripts>();
 
 /**
@@ -90,16 +82,14 @@ const defined = new WeakMap<Redis, ReconcileScripts>();
 export function defineReconcileScripts(redis: Redis): ReconcileScripts {
   const existing = defined.get(redis);
   if (existing !== undefined) return existing;
-  redis.defineCommand(COMMANDS.reseed, { numberOfKeys: 1, lua: readLua(RECONCILE_SCRIPT_FILES.reseed) });
-  redis.defineCommand(COMMANDS.epoch, { numberOfKeys: 1, lua: readLua(RECONCILE_SCRIPT_FILES.epoch) });
-  const commands = redis as unknown as ReconcileCommands;
+  defineScript(redis, 'capReseed', 'capEpoch');
   const scripts: ReconcileScripts = {
     async reseed(key, o) {
       if (!(o.capacity > 0) || !(o.ratePerSec > 0) || !Number.isFinite(o.knownLevel) || !(o.ageMs >= 0) || !(o.ttlMs > 0) || o.epoch === '') {
         throw new RangeError(`bad reseed options ${JSON.stringify(o)}`);
       }
       const args = [o.capacity, o.ratePerSec, o.knownLevel, Math.min(o.ageMs, 2 ** 40), o.epoch, Math.ceil(Math.min(o.ttlMs, 2 ** 40))].map(String);
-      const reply = await commands.qrCapReseed(key, ...args);
+      const reply = await redis.qrCapReseed(key, ...args);
       if (Array.isArray(reply) && reply.length === 3 && reply.every((n) => Number.isSafeInteger(n))) {
         const [before, level, base] = reply as [number, number, number];
         if (level <= o.capacity && level <= Math.max(before, -o.capacity)) return { before, level, base };
@@ -107,7 +97,7 @@ export function defineReconcileScripts(redis: Redis): ReconcileScripts {
       throw new Error(`${RECONCILE_SCRIPT_FILES.reseed} answered ${JSON.stringify(reply)}, out of range for the call`);
     },
     async epoch(key, fresh, seen) {
-      const reply = await commands.qrCapEpoch(key, fresh, seen?.id ?? '', String(seen?.n ?? 0));
+      const reply = await redis.qrCapEpoch(key, fresh, seen?.id ?? '', String(seen?.n ?? 0));
       if (Array.isArray(reply) && reply.length === 2 && typeof reply[0] === 'string' && reply[0] !== '' && Number.isSafeInteger(reply[1]) && (reply[1] as number) >= 1) {
         return { id: reply[0], n: reply[1] as number };
       }

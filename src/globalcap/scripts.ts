@@ -8,29 +8,14 @@
  * Do not enable `enableAutoPipelining` on the connection given here: measured on this project's
  * machine it halves these scripts' throughput.
  */
-import { createHash } from 'node:crypto';
-import { readFileSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
+import { LUA_SCRIPTS, defineScript, scriptLoad, scriptText } from '../redis/lua-scripts.ts';
 
-/** The script files of the global cap, by wrapper name (files in `lua/`). */
-export const CAP_SCRIPT_FILES = { tokenBucket: 'token-bucket.lua', lease: 'lease.lua' } as const;
-
-/** Names under which the scripts are defined on the ioredis connection. */
-const COMMANDS = { tokenBucket: 'qrCapTokenBucket', lease: 'qrCapLease' } as const;
+/** The script files of the global cap, by wrapper name (files in `lua/`; see the registry, `src/redis/lua-scripts.ts`). */
+export const CAP_SCRIPT_FILES = { tokenBucket: LUA_SCRIPTS.capTokenBucket.file, lease: LUA_SCRIPTS.capLease.file } as const;
 
 /** Longest key expiry the scripts accept, ms (2^40, about 35 years; the scripts cap at the same). */
 const MAX_TTL_MS = 2 ** 40;
-
-/**
- * Absolute path of a file in `lua/`, from the TypeScript sources (`src/globalcap/`) or from the
- * build (`dist/src/globalcap/`).
- * @param file a file name such as `token-bucket.lua`.
- */
-export function luaScriptPath(file: string): string {
-  const relative = import.meta.url.endsWith('.ts') ? `../../lua/${file}` : `../../../lua/${file}`;
-  return fileURLToPath(new URL(relative, import.meta.url));
-}
 
 /** One token-bucket call (see `lua/token-bucket.lua`). */
 export interface TokenBucketOptions {
@@ -123,13 +108,6 @@ export interface CapScripts {
   lease(key: string, options: LeaseOptions): Promise<LeaseResult>;
 }
 
-/** The commands `defineCommand` adds to the connection. */
-interface CapCommands {
-  qrCapTokenBucket(key: string, ...args: string[]): Promise<unknown>;
-  qrCapLease(key: string, ...args: string[]): Promise<unknown>;
-}
-
-let scriptTexts: { readonly tokenBucket: string; readonly lease: string } | undefined;
 const defined = new WeakMap<Redis, CapScripts>();
 
 /**
@@ -140,25 +118,19 @@ const defined = new WeakMap<Redis, CapScripts>();
 export function defineCapScripts(redis: Redis): CapScripts {
   const existing = defined.get(redis);
   if (existing !== undefined) return existing;
-  scriptTexts ??= {
-    tokenBucket: readLua(CAP_SCRIPT_FILES.tokenBucket),
-    lease: readLua(CAP_SCRIPT_FILES.lease),
-  };
-  redis.defineCommand(COMMANDS.tokenBucket, { numberOfKeys: 1, lua: scriptTexts.tokenBucket });
-  redis.defineCommand(COMMANDS.lease, { numberOfKeys: 1, lua: scriptTexts.lease });
-  const commands = redis as unknown as CapCommands;
+  defineScript(redis, 'capTokenBucket', 'capLease');
 
   const scripts: CapScripts = {
     async tokenBucket(key, options) {
       const args = tokenBucketArgs(key, options);
-      const reply = await commands.qrCapTokenBucket(key, ...args);
+      const reply = await redis.qrCapTokenBucket(key, ...args);
       const [allowed, waitMs, level] = parseReply(reply, CAP_SCRIPT_FILES.tokenBucket);
       if ((allowed !== 0 && allowed !== 1) || waitMs < -1 || level > options.capacity) throw outOfRange(CAP_SCRIPT_FILES.tokenBucket, reply);
       return { allowed: allowed === 1, waitMs, level };
     },
     async lease(key, options) {
       const args = leaseArgs(key, options);
-      const reply = await commands.qrCapLease(key, ...args);
+      const reply = await redis.qrCapLease(key, ...args);
       const [granted, waitMs, level] = parseReply(reply, CAP_SCRIPT_FILES.lease);
       if ((granted !== 0 && (granted < options.min || granted > options.want)) || waitMs < -1 || level > options.capacity) {
         throw outOfRange(CAP_SCRIPT_FILES.lease, reply);
@@ -181,38 +153,9 @@ export function defineCapScripts(redis: Redis): CapScripts {
  *   answers another SHA1 than the script's.
  */
 export async function loadCapScripts(redis: Redis): Promise<{ readonly tokenBucket: string; readonly lease: string }> {
-  scriptTexts ??= {
-    tokenBucket: readLua(CAP_SCRIPT_FILES.tokenBucket),
-    lease: readLua(CAP_SCRIPT_FILES.lease),
-  };
-  const texts = scriptTexts;
+  const texts = { tokenBucket: scriptText('capTokenBucket'), lease: scriptText('capLease') };
   const [tokenBucket, lease] = await Promise.all([scriptLoad(redis, texts.tokenBucket, CAP_SCRIPT_FILES.tokenBucket), scriptLoad(redis, texts.lease, CAP_SCRIPT_FILES.lease)]);
   return { tokenBucket, lease };
-}
-
-/**
- * `SCRIPT LOAD` of one script's text on `redis`.
- * @param file the script's file name, for the error message.
- * @returns its SHA1.
- * @throws the Redis error (as a rejection); Error when Redis answers another SHA1 than the text's.
- */
-export async function scriptLoad(redis: Redis, text: string, file: string): Promise<string> {
-  const sha = String(await redis.script('LOAD', text));
-  if (sha !== createHash('sha1').update(text).digest('hex')) throw new Error(`SCRIPT LOAD of ${file} answered ${sha}, not the script's SHA1`);
-  return sha;
-}
-
-/**
- * The text of a script in `lua/`.
- * @throws Error naming the path when the file cannot be read.
- */
-export function readLua(file: string): string {
-  const path = luaScriptPath(file);
-  try {
-    return readFileSync(path, 'utf8');
-  } catch (err) {
-    throw new Error(`cannot read the Redis script ${path}: ${(err as Error).message}`, { cause: err });
-  }
 }
 
 /** ARGV of token-bucket.lua, validated. */

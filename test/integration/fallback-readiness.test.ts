@@ -13,7 +13,7 @@ import { buildConfig } from '../../src/config/load.ts';
 import type { LoadedConfig } from '../../src/config/load.ts';
 import { createRing } from '../../src/coord/ring.ts';
 import type { Member } from '../../src/coord/types.ts';
-import { RECONNECT_MAX_MS } from '../../src/globalcap/redis-connection.ts';
+import { RECONNECT_MAX_MS } from '../../src/redis/connection.ts';
 import { buildGateway, nodeHandoff } from '../../src/gateway/server.ts';
 import { startSimulator } from '../../src/simulator/server.ts';
 import { TEST_SECRET } from '../helpers/cluster-secret.ts';

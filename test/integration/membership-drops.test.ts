@@ -18,7 +18,7 @@ import { ManualClock } from '../../src/clock.ts';
 import { DROPS_TTL_MS, DROP_MEMBERS_SCRIPT, dropSilentMembers } from '../../src/coord/member-drops.ts';
 import { MAX_ENTRIES_READ, RedisMembership, dropsKey, membersKey } from '../../src/coord/redis-membership.ts';
 import type { Member, Ring } from '../../src/coord/types.ts';
-import { luaScriptPath } from '../../src/globalcap/scripts.ts';
+import { luaScriptPath } from '../../src/redis/lua-scripts.ts';
 import { signedMemberEntry } from '../../src/security/member-entry.ts';
 import { TEST_SECRET } from '../helpers/cluster-secret.ts';
 import { startRedis } from '../helpers/redis.ts';

@@ -13,9 +13,9 @@ import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Redis } from 'ioredis';
 import { systemClock } from '../../src/clock.ts';
-import { redisForDecisions } from '../../src/globalcap/redis-connection.ts';
-import { RedisGuard } from '../../src/globalcap/redis-guard.ts';
-import type { BreakerChangeReason, BreakerState, GuardResult } from '../../src/globalcap/redis-guard.ts';
+import { redisForDecisions } from '../../src/redis/connection.ts';
+import { RedisGuard } from '../../src/redis/guard.ts';
+import type { BreakerChangeReason, BreakerState, GuardResult } from '../../src/redis/guard.ts';
 import { freePort } from '../helpers/processes.ts';
 import { pings } from '../helpers/redis.ts';
 

@@ -15,7 +15,7 @@ import { Redis } from 'ioredis';
 import { buildConfig } from '../../src/config/load.ts';
 import type { LoadedConfig } from '../../src/config/load.ts';
 import { membershipFromConfig } from '../../src/coord/from-config.ts';
-import { redisForDecisions } from '../../src/globalcap/redis-connection.ts';
+import { redisForDecisions } from '../../src/redis/connection.ts';
 import { pings } from '../helpers/redis.ts';
 import { freePort } from '../helpers/processes.ts';
 

@@ -7,8 +7,8 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import type { TestContext } from 'node:test';
 import { ManualClock } from '../../src/clock.ts';
-import { RedisGuard } from '../../src/globalcap/redis-guard.ts';
-import type { BreakerChangeReason, BreakerState, GuardResult, RedisGuardOptions } from '../../src/globalcap/redis-guard.ts';
+import { RedisGuard } from '../../src/redis/guard.ts';
+import type { BreakerChangeReason, BreakerState, GuardResult, RedisGuardOptions } from '../../src/redis/guard.ts';
 
 /** A promise the test settles itself. */
 interface Deferred<T> {
