@@ -3,76 +3,29 @@
  * base, replaced by a config reload) and the rows of the catalogue store (plans, tenants, keys),
  * applied as they arrive. Requests look keys up here, never in the store.
  *
- * What is held per row is kept small, for a million tenants: a tenant on a plan with no limits of
- * its own is its id, its plan's name and its keys; its policy is the plan's (one compiled policy
- * for every tenant of the plan). The full view of a tenant (`TenantConfig`, its policy, its keys'
- * tiers) is built on first use and kept in a bounded cache, dropped when the tenant, one of its keys
- * or its plan changes. Keys are held as their SHA-256 only (`keys.ts`).
+ * What is held per row is kept small, for a million tenants (`entries.ts`): a tenant on a plan with
+ * no limits of its own is its id, its plan's name and its keys; its policy is the plan's (one
+ * compiled policy for every tenant of the plan). The full view of a tenant (`TenantConfig`, its
+ * policy, its keys' tiers) is built on first use (`materialize.ts`) and kept in a bounded cache,
+ * dropped when the tenant, one of its keys or its plan changes. Keys are held as their SHA-256 only
+ * (`keys.ts`).
  *
  * Identity rules: a tenant id of the YAML list wins over a catalogue row of the same id (the
  * admin API refuses to create one); a plan of the YAML `plans:` list likewise.
  */
 import { LRUCache } from 'lru-cache';
-import type { KeyAccess, Tier } from '../config/access.ts';
-import { policyFromTenant } from '../config/policy.ts';
-import type { Config, LimitConfig, PlanConfig, TenantConfig } from '../config/schema.ts';
+import type { KeyAccess } from '../config/access.ts';
+import type { Config, PlanConfig, TenantConfig } from '../config/schema.ts';
 import type { Policy } from '../limiter/types.ts';
-import { KeyDocSchema, PlanDocSchema, TenantDocSchema, mergeLimits } from './docs.ts';
-import type { KeyDoc, PlanDoc, TenantDoc } from './docs.ts';
+import { KeyDocSchema, PlanDocSchema, TenantDocSchema } from './docs.ts';
+import type { PlanDoc } from './docs.ts';
+import type { CatalogueBase, KeyEntry, PlanEntry, TenantEntry } from './entries.ts';
 import { issuedKeyId, keyHash, keyMatches } from './keys.ts';
+import { materialize } from './materialize.ts';
+import type { Materialized } from './materialize.ts';
 import type { CatalogueRow } from './store.ts';
 
-/** A catalogue tenant as held in RAM. */
-export interface TenantEntry {
-  readonly id: string;
-  /** Its doc when it holds more than a plan's name (own limits, tiers, labels, metrics). */
-  readonly doc: TenantDoc | undefined;
-  readonly plan: string | undefined;
-  /** The doc as stored (durations and dollars as written), when `doc` is set. */
-  readonly raw: Readonly<Record<string, unknown>> | undefined;
-  readonly version: number;
-  /** Its live keys. */
-  keys: KeyEntry[];
-}
-
-/** A catalogue key as held in RAM (its hash, never the key). */
-export interface KeyEntry {
-  readonly id: string;
-  readonly tenant: string;
-  readonly hash: string;
-  /** Its doc when it holds anything (name, limits, tiers). */
-  readonly doc: KeyDoc | undefined;
-  /** The doc as stored, when `doc` is set. */
-  readonly raw: Readonly<Record<string, unknown>> | undefined;
-  readonly version: number;
-}
-
-/** A catalogue plan as held in RAM, with its compiled policy shared by its tenants. */
-interface PlanEntry {
-  readonly plan: PlanConfig;
-  readonly raw: Readonly<Record<string, unknown>>;
-  readonly version: number;
-  policy: Policy | undefined;
-}
-
-/** The base the catalogue layers its rows on: the loaded config's YAML lookups. */
-export interface CatalogueBase {
-  readonly config: Config;
-  readonly tiers: ReadonlyMap<string, Tier>;
-  /** SHA-256 (base64url) of a YAML key → what it gives. */
-  readonly yamlAccess: ReadonlyMap<string, KeyAccess>;
-  /** YAML tenant id → its policy. */
-  readonly yamlPolicies: ReadonlyMap<string, Policy>;
-  /** YAML tenant id → the tenant. */
-  readonly yamlTenants: ReadonlyMap<string, TenantConfig>;
-}
-
-/** The full view of one catalogue tenant, built on first use. */
-interface Materialized {
-  readonly tenant: TenantConfig;
-  readonly policy: Policy;
-  readonly access: ReadonlyMap<string, KeyAccess>;
-}
+export type { CatalogueBase, KeyEntry, TenantEntry } from './entries.ts';
 
 /** What applying rows changed. */
 export interface AppliedRows {
@@ -84,10 +37,6 @@ export interface AppliedRows {
 
 /** Size of the cache of full tenant views. @default 100_000 */
 const MATERIALIZED_MAX = 100_000;
-
-function emptyToUndefined<T extends readonly unknown[]>(v: T | undefined): T | undefined {
-  return v === undefined || v.length === 0 ? undefined : v;
-}
 
 /** The catalogue in RAM. */
 export class Catalogue {
@@ -102,11 +51,14 @@ export class Catalogue {
   /** Tombstones seen: `kind/id` → version (a revoked key, a deleted tenant or plan). */
   readonly #tombstones = new Map<string, number>();
   readonly #cache = new LRUCache<string, Materialized>({ max: MATERIALIZED_MAX });
+  /** The shared policy of each YAML plan object, for tenants on it with nothing of their own. */
+  readonly #yamlPlanPolicies = new WeakMap<PlanConfig, Policy>();
   /** Catalogue tenants with `metrics: true`. */
   readonly #metered = new Set<string>();
   #version = 0;
   #versionAt = 0;
 
+  /** A catalogue of the YAML `base` only, until rows are applied. */
   constructor(base: CatalogueBase) {
     this.#base = base;
   }
@@ -371,75 +323,14 @@ export class Catalogue {
     return undefined;
   }
 
-  /** The full view of a catalogue tenant (cached); undefined when it does not exist. */
+  /** The full view of a catalogue tenant (cached; built by `materialize.ts`); undefined when it does not exist. */
   #materialize(id: string): Materialized | undefined {
     const hit = this.#cache.get(id);
     if (hit !== undefined) return hit;
     const entry = this.#tenants.get(id);
     if (entry === undefined || this.#base.yamlTenants.has(id)) return undefined;
-    const made = this.#build(entry);
+    const made = materialize(entry, this.#plans, this.#base, this.#yamlPlanPolicies);
     this.#cache.set(id, made);
     return made;
-  }
-
-  #build(entry: TenantEntry): Materialized {
-    const base = this.#base;
-    const planEntry = entry.plan === undefined ? undefined : this.#plans.get(entry.plan);
-    const plan = planEntry?.plan ?? (entry.plan === undefined ? undefined : base.config.plans.find((p) => p.name === entry.plan));
-    const doc = entry.doc;
-    const own: readonly LimitConfig[] = doc?.limits ?? [];
-    const limits = mergeLimits(plan?.limits ?? [], own);
-    const allTiers = [...base.tiers.keys()];
-    const known = (names: readonly string[] | undefined): string[] | undefined => {
-      const kept = names?.filter((n) => base.tiers.has(n));
-      return kept === undefined || kept.length === 0 ? undefined : kept;
-    };
-    const priorities = known(doc?.priorities) ?? known(plan?.priorities);
-    const tenantTiers = priorities ?? allTiers;
-    const askedDefault = doc?.priority ?? plan?.priority;
-    const priority = askedDefault !== undefined && tenantTiers.includes(askedDefault) ? askedDefault : undefined;
-    const estimator = doc?.estimator ?? plan?.estimator;
-    const keys = entry.keys.map((k) => ({
-      id: k.id,
-      ...(k.doc === undefined ? {} : { limits: k.doc.limits, ...(k.doc.priority === undefined ? {} : { priority: k.doc.priority }), ...(emptyToUndefined(k.doc.priorities) === undefined ? {} : { priorities: k.doc.priorities as string[] }) }),
-    }));
-    const tenant: TenantConfig = Object.freeze({
-      id: entry.id,
-      keys,
-      limits,
-      metrics: doc?.metrics ?? false,
-      ...(entry.plan === undefined ? {} : { plan: entry.plan }),
-      ...(priority === undefined ? {} : { priority }),
-      ...(priorities === undefined ? {} : { priorities }),
-      ...(estimator === undefined ? {} : { estimator }),
-    });
-    // A tenant with nothing of its own shares its plan's policy object (stable while the plan is).
-    const keyLimits = entry.keys.some((k) => (k.doc?.limits.length ?? 0) > 0);
-    let policy: Policy;
-    if (own.length === 0 && !keyLimits && planEntry !== undefined) policy = planEntry.policy ??= policyFromTenant(tenant);
-    else if (own.length === 0 && !keyLimits && plan !== undefined) policy = this.#yamlPlanPolicy(plan, tenant);
-    else policy = policyFromTenant(tenant);
-    const access = new Map<string, KeyAccess>();
-    const tierOf = (name: string): Tier => base.tiers.get(name) as Tier;
-    for (const k of entry.keys) {
-      const allowed = known(k.doc?.priorities)?.filter((n) => tenantTiers.includes(n)) ?? tenantTiers;
-      const usable = allowed.length === 0 ? tenantTiers : allowed;
-      const tenantDefault = priority ?? (tenantTiers[0] as string);
-      const keyDefault = k.doc?.priority !== undefined && usable.includes(k.doc.priority) ? k.doc.priority : usable.includes(tenantDefault) ? tenantDefault : (usable[0] as string);
-      access.set(k.id, Object.freeze({ tenant, keyId: k.id, tier: tierOf(keyDefault), tiers: new Map(usable.map((n) => [n, tierOf(n)])) }));
-    }
-    return { tenant, policy, access };
-  }
-
-  readonly #yamlPlanPolicies = new WeakMap<PlanConfig, Policy>();
-
-  /** The shared policy of a YAML plan (one per plan object: a reload makes new ones). */
-  #yamlPlanPolicy(plan: PlanConfig, tenant: TenantConfig): Policy {
-    let p = this.#yamlPlanPolicies.get(plan);
-    if (p === undefined) {
-      p = policyFromTenant(tenant);
-      this.#yamlPlanPolicies.set(plan, p);
-    }
-    return p;
   }
 }

@@ -2,21 +2,18 @@
  * The embedded catalogue store: one append-only NDJSON file that the processes of one machine
  * share (`npm start`, a single node, a few processes on one host). No server.
  *
- * Format: each line is one JSON object, one of
- * - a {@link CatalogueRow} (`kind, id, version, deleted, tenant?, hash?, doc, at, actor`); the
- *   latest line of a `(kind, id)` is its row, and every row line is an audit entry;
- * - `{"advance": v}`: the next version assigned is > v (written by `advanceTo`);
- * - `{"compacted": v}`: this file was compacted when its head was v (first line of a compacted file).
- * A line that does not parse, is not one of those (id 1-64 of A-Z a-z 0-9 . _ -, integer versions)
- * or whose version is not above the previous row's is skipped and reported ({@link FileStore.problems},
- * `onProblem`); the store never throws on it.
+ * Format (`file-format.ts`): each line is one JSON object: a {@link CatalogueRow}, `{"advance": v}`
+ * or `{"compacted": v}`. A line that does not parse, is not one of those (id 1-64 of A-Z a-z 0-9 .
+ * _ -, integer versions) or whose version is not above the previous row's is skipped and reported
+ * ({@link FileStore.problems}, `onProblem`); the store never throws on it.
  *
  * Multi-process rules:
  * - Writers (`write`, `advanceTo`, `compact`) hold an inter-process lock (`proper-lockfile`: a
  *   directory `<path>.lock`, waited for at most 2 s, then {@link CatalogueUnavailable}), within a
- *   process one at a time. Under it a writer reads what others appended, checks its conditions,
- *   appends all its lines in one write and fsyncs, then releases. So versions are assigned in file
- *   order, and a reader that has read up to byte N has every version below the ones after N.
+ *   process one at a time (`file-lock.ts`). Under it a writer reads what others appended, checks
+ *   its conditions, appends all its lines in one write and fsyncs, then releases. So versions are
+ *   assigned in file order, and a reader that has read up to byte N has every version below the
+ *   ones after N.
  *   A lock left by a crashed process is taken over after 10 s (stale); writes meanwhile answer 503.
  * - Readers tail the file: a directory watch, and a size check every `pollMs`, read only the bytes
  *   appended since the last read; a torn last line (a write in progress, or one cut by a crash)
@@ -25,33 +22,27 @@
  * - A file that shrank or was replaced (another inode: compaction, a restore from an older copy) is
  *   read again from the start; `head` then reports a restore as gone back in time.
  *
- * Durability: `write` resolves only after the lines are fsynced (and the folder once, when the file
- * was created): a crash after that loses nothing. A write that fails part way is truncated back.
+ * Durability (`file-writes.ts`): `write` resolves only after the lines are fsynced (and the folder
+ * once, when the file was created): a crash after that loses nothing. A write that fails part way
+ * is truncated back.
  *
- * Compaction (`compact`, and at `open` when the file has more than 10,000 row lines and more than
- * twice as many as rows): rewrites the file with the latest line of each row only (tombstones kept:
- * followers behind still learn of the deletion), through a temporary file, fsync and rename, under
- * the lock. Trade-off: the audit history of superseded lines is gone (`audit` then lists each row's
- * last write only), and `head(known)` must trust that a version at or below the compaction point
- * that has no line any more was superseded rather than lost. Without it the file grows by one line
- * (about 200 bytes) per change and every process reads all of it at start.
+ * Compaction (`compact`, and at `open` when the file is mostly superseded lines) rewrites the file
+ * with the latest line of each row only: see `file-compaction.ts` for when and its trade-off.
  */
-import { closeSync, fstatSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readSync, renameSync, unlinkSync, watch, writeSync } from 'node:fs';
+import { closeSync, fstatSync, openSync, readSync, watch } from 'node:fs';
 import type { FSWatcher, Stats } from 'node:fs';
 import { basename, dirname } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
-import lockfile from 'proper-lockfile';
-import { isRow } from './follower.ts';
+import { worthCompacting, writeCompacted } from './file-compaction.ts';
+import type { Compaction } from './file-compaction.ts';
+import { parseLine, rowLine } from './file-format.ts';
+import { FileLock } from './file-lock.ts';
+import { appendSynced, createFile } from './file-writes.ts';
 import { checkWrite, conflictOf } from './store-checks.ts';
 import { CatalogueUnavailable } from './store.ts';
 import type { AuditEntry, CatalogueRow, CatalogueStore, CatalogueWrite, StoreHead } from './store.ts';
 
-/** Longest wait for the inter-process lock, ms. */
-const LOCK_WAIT_MS = 2_000;
-/** A lock not refreshed for this long (ms) belongs to a dead process and is taken over (proper-lockfile refreshes it every half of it). */
-const LOCK_STALE_MS = 10_000;
-/** `open` compacts when the file has more row lines than this, and more than twice its rows. */
-const COMPACT_MIN_LINES = 10_000;
+export type { Compaction } from './file-compaction.ts';
+
 /** Bytes read per `readSync` while catching up. */
 const READ_CHUNK = 4 << 20;
 /** Problems kept for {@link FileStore.problems} (later ones only counted and passed to `onProblem`). */
@@ -65,13 +56,6 @@ export interface FileStoreOptions {
   readonly pollMs?: number;
   /** Called with each skipped line's reason (path, byte offset, why). */
   readonly onProblem?: (problem: string) => void;
-}
-
-/** What {@link FileStore.compact} did. */
-export interface Compaction {
-  /** Row lines before and after. */
-  readonly before: number;
-  readonly after: number;
 }
 
 const rowKey = (r: { readonly kind: string; readonly id: string }): string => `${r.kind}/${r.id}`;
@@ -106,8 +90,8 @@ export class FileStore implements CatalogueStore {
   #announcing: NodeJS.Immediate | undefined;
   #watcher: FSWatcher | undefined;
   #timer: NodeJS.Timeout | undefined;
-  /** Serializes this process's lock holders (the file lock is for other processes). */
-  #queue: Promise<void> = Promise.resolve();
+  /** This process's turn and the file lock, held by writers. */
+  readonly #lock: FileLock;
   #closed = false;
 
   /** @throws Error when `pollMs` is not a positive integer. */
@@ -116,6 +100,7 @@ export class FileStore implements CatalogueStore {
     this.#pollMs = opts.pollMs ?? 200;
     if (!Number.isSafeInteger(this.#pollMs) || this.#pollMs <= 0) throw new Error(`FileStore: pollMs must be a positive integer, got ${this.#pollMs}`);
     this.#onProblem = opts.onProblem;
+    this.#lock = new FileLock(this.#path, (p) => this.#problem(p));
   }
 
   /** Lines skipped so far, each with its reason (the first {@link MAX_PROBLEMS}). */
@@ -129,9 +114,9 @@ export class FileStore implements CatalogueStore {
    * @throws CatalogueUnavailable when the file cannot be created or read.
    */
   async open(): Promise<void> {
-    this.#ensureFile();
+    createFile(this.#path);
     this.#catchUp();
-    if (this.#log.length > COMPACT_MIN_LINES && this.#log.length > 2 * this.#rows.size) {
+    if (worthCompacting(this.#log.length, this.#rows.size)) {
       try {
         await this.compact();
       } catch (err) {
@@ -196,10 +181,7 @@ export class FileStore implements CatalogueStore {
       if (write.rows.length === 0) return [];
       let next = Math.max(this.#version, this.#floor);
       const at = Date.now();
-      const lines = write.rows.map((r) => {
-        const { kind, id, deleted, tenant, hash, doc } = r;
-        return JSON.stringify({ kind, id, version: ++next, deleted, ...(tenant === undefined ? {} : { tenant }), ...(hash === undefined ? {} : { hash }), doc, at, actor: write.actor });
-      });
+      const lines = write.rows.map((r) => rowLine(r, ++next, at, write.actor));
       const from = this.#log.length;
       this.#append(lines.join('\n') + '\n');
       this.#catchUp();
@@ -234,9 +216,9 @@ export class FileStore implements CatalogueStore {
   }
 
   /**
-   * Rewrites the file with the latest line of each row (see the header): a temporary file beside
-   * it, fsynced, renamed over it, the folder fsynced; other processes notice the new inode and
-   * read it again. Under the lock.
+   * Rewrites the file with the latest line of each row (`file-compaction.ts`): a temporary file
+   * beside it, fsynced, renamed over it, the folder fsynced; other processes notice the new inode
+   * and read it again. Under the lock.
    * @throws CatalogueUnavailable when the lock stays busy or the file cannot be written (the old file stays).
    */
   async compact(): Promise<Compaction> {
@@ -244,28 +226,7 @@ export class FileStore implements CatalogueStore {
       this.#catchUp();
       const before = this.#log.length;
       const kept = this.#log.filter((r) => this.#rows.get(rowKey(r)) === r);
-      const lines = [JSON.stringify({ compacted: this.#version })];
-      if (this.#floor > this.#version) lines.push(JSON.stringify({ advance: this.#floor }));
-      for (const r of kept) lines.push(JSON.stringify(r));
-      const tmp = `${this.#path}.compact-${process.pid}-${Date.now()}`;
-      try {
-        const fd = openSync(tmp, 'wx', 0o600);
-        try {
-          writeAll(fd, Buffer.from(lines.join('\n') + '\n'));
-          fsyncSync(fd);
-        } finally {
-          closeSync(fd);
-        }
-        renameSync(tmp, this.#path);
-        fsyncDir(dirname(this.#path));
-      } catch (err) {
-        try {
-          unlinkSync(tmp);
-        } catch {
-          // not created, or already renamed
-        }
-        throw new CatalogueUnavailable(`catalogue store: cannot compact ${this.#path}: ${(err as NodeJS.ErrnoException).code ?? String(err)}`);
-      }
+      writeCompacted(this.#path, this.#version, this.#floor, kept);
       this.#catchUp();
       return { before, after: kept.length };
     });
@@ -285,7 +246,7 @@ export class FileStore implements CatalogueStore {
     this.#announcing = undefined;
     this.#watcher?.close();
     this.#watcher = undefined;
-    await this.#queue;
+    await this.#lock.idle();
   }
 
   /** Index of the first row line with version > `version` (binary search: lines are in version order). */
@@ -300,87 +261,16 @@ export class FileStore implements CatalogueStore {
     return lo;
   }
 
-  #ensureFile(): void {
-    try {
-      mkdirSync(dirname(this.#path), { recursive: true });
-      try {
-        closeSync(openSync(this.#path, 'wx', 0o600));
-        fsyncDir(dirname(this.#path));
-      } catch (err) {
-        if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-      }
-    } catch (err) {
-      throw new CatalogueUnavailable(`catalogue store: cannot create ${this.#path}: ${(err as NodeJS.ErrnoException).code ?? String(err)}`);
-    }
-  }
-
-  /** Runs `fn` holding this process's turn and the file lock. */
+  /** Runs `fn` holding this process's turn and the file lock (`file-lock.ts`). @throws CatalogueUnavailable */
   async #exclusive<T>(fn: () => T): Promise<T> {
     if (this.#closed) throw new CatalogueUnavailable('catalogue store: closed');
-    const previous = this.#queue;
-    let done = (): void => {};
-    this.#queue = new Promise<void>((resolve) => (done = resolve));
-    await previous;
-    try {
-      const release = await this.#lock();
-      try {
-        return fn();
-      } finally {
-        await release().catch(() => {});
-      }
-    } finally {
-      done();
-    }
-  }
-
-  /** The inter-process lock, waited for at most {@link LOCK_WAIT_MS}. @throws CatalogueUnavailable */
-  async #lock(): Promise<() => Promise<void>> {
-    this.#ensureFile();
-    const deadline = Date.now() + LOCK_WAIT_MS;
-    let backoffMs = 2;
-    for (;;) {
-      try {
-        return await lockfile.lock(this.#path, {
-          stale: LOCK_STALE_MS,
-          realpath: false,
-          retries: 0,
-          // Default: throw from a timer (a crash). Our lock taken over means we were stalled > 10 s.
-          onCompromised: (err) => this.#problem(`${this.#path}: lock compromised: ${err.message}`),
-        });
-      } catch (err) {
-        const code = (err as NodeJS.ErrnoException).code;
-        if (code !== 'ELOCKED') throw new CatalogueUnavailable(`catalogue store: cannot lock ${this.#path}: ${code ?? String(err)}`);
-        if (Date.now() >= deadline) throw new CatalogueUnavailable(`catalogue store: ${this.#path} stayed locked by another process for ${LOCK_WAIT_MS} ms`);
-        await sleep(backoffMs * (0.5 + Math.random()));
-        backoffMs = Math.min(backoffMs * 2, 50);
-      }
-    }
+    return this.#lock.hold(fn);
   }
 
   /** Appends `text` in one write and fsyncs, ending a torn tail first; truncates back on failure. Under the lock. */
   #append(text: string): void {
-    let fd: number;
-    try {
-      fd = openSync(this.#path, 'a');
-    } catch (err) {
-      throw new CatalogueUnavailable(`catalogue store: cannot write ${this.#path}: ${(err as NodeJS.ErrnoException).code ?? String(err)}`);
-    }
-    let size = -1;
-    try {
-      size = fstatSync(fd).size;
-      // A torn last line under the lock is a crashed writer's: end it (skipped as a problem) so our first line stays whole.
-      writeAll(fd, Buffer.from(this.#partial.length > 0 ? `\n${text}` : text));
-      fsyncSync(fd);
-    } catch (err) {
-      try {
-        if (size >= 0) ftruncateSync(fd, size);
-      } catch {
-        // the next writer ends the torn line
-      }
-      throw new CatalogueUnavailable(`catalogue store: cannot write ${this.#path}: ${(err as NodeJS.ErrnoException).code ?? String(err)}`);
-    } finally {
-      closeSync(fd);
-    }
+    // A torn last line under the lock is a crashed writer's: end it (skipped as a problem) so our first line stays whole.
+    appendSynced(this.#path, this.#partial.length > 0 ? `\n${text}` : text);
   }
 
   #poll(): void {
@@ -443,40 +333,23 @@ export class FileStore implements CatalogueStore {
     this.#offset += bytes.length;
   }
 
+  /** Applies one line read at byte `at` (`file-format.ts`); a bad line, or a row not after the previous one, is a problem. */
   #line(text: string, at: number): void {
-    if (text.trim() === '') return;
-    let v: unknown;
-    try {
-      v = JSON.parse(text);
-    } catch {
-      this.#problem(`${this.#path}: line at byte ${at}: not JSON, skipped`);
-      return;
+    const line = parseLine(text);
+    if (line.type === 'blank') return;
+    if (line.type === 'bad') {
+      this.#problem(`${this.#path}: line at byte ${at}: ${line.why}, skipped`);
+    } else if (line.type === 'advance') {
+      this.#floor = Math.max(this.#floor, line.version);
+    } else if (line.type === 'compacted') {
+      this.#compactedThrough = Math.max(this.#compactedThrough, line.version);
+    } else if (line.row.version <= this.#version) {
+      this.#problem(`${this.#path}: line at byte ${at}: version ${line.row.version} is not after ${this.#version}, skipped`);
+    } else {
+      this.#version = line.row.version;
+      this.#rows.set(rowKey(line.row), line.row);
+      this.#log.push(line.row);
     }
-    if (typeof v === 'object' && v !== null && !Array.isArray(v)) {
-      const o = v as Record<string, unknown>;
-      const keys = Object.keys(o);
-      if (keys.length === 1 && (keys[0] === 'advance' || keys[0] === 'compacted')) {
-        const n = o[keys[0]];
-        if (typeof n === 'number' && Number.isSafeInteger(n) && n >= 0) {
-          if (keys[0] === 'advance') this.#floor = Math.max(this.#floor, n);
-          else this.#compactedThrough = Math.max(this.#compactedThrough, n);
-          return;
-        }
-      }
-    }
-    if (!isRow(v)) {
-      this.#problem(`${this.#path}: line at byte ${at}: not a catalogue row (kind plan|tenant|key, id 1-64 of A-Z a-z 0-9 . _ -, integer version and at, doc an object), skipped`);
-      return;
-    }
-    if (v.version <= this.#version) {
-      this.#problem(`${this.#path}: line at byte ${at}: version ${v.version} is not after ${this.#version}, skipped`);
-      return;
-    }
-    const { kind, id, version, deleted, tenant, hash, doc, at: when, actor } = v;
-    const row: CatalogueRow = { kind, id, version, deleted, ...(tenant === undefined ? {} : { tenant }), ...(hash === undefined ? {} : { hash }), doc, at: when, actor };
-    this.#version = version;
-    this.#rows.set(rowKey(row), row);
-    this.#log.push(row);
   }
 
   #problem(p: string): void {
@@ -502,26 +375,5 @@ export class FileStore implements CatalogueStore {
         }
       }
     });
-  }
-}
-
-function writeAll(fd: number, buf: Buffer): void {
-  for (let off = 0; off < buf.length; ) off += writeSync(fd, buf, off, buf.length - off);
-}
-
-/** fsync of a folder, so that a file created or renamed in it survives a crash (a no-op where folders cannot be opened). */
-function fsyncDir(dir: string): void {
-  let fd: number;
-  try {
-    fd = openSync(dir, 'r');
-  } catch {
-    return;
-  }
-  try {
-    fsyncSync(fd);
-  } catch {
-    // not supported here
-  } finally {
-    closeSync(fd);
   }
 }

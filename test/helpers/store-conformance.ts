@@ -253,35 +253,39 @@ export function describeStoreConformance(name: string, makeStore: MakeStore): vo
       assert.deepEqual(await readAll(b, 0, 700), w);
     });
 
-    test('concurrent writers on two instances never share or reorder versions, and a follower reading in a loop misses no row', async () => {
+    test('concurrent writers on two instances never share or reorder versions, and a reader in a loop misses no row, on a third instance (a follower) and on one of the writers', async () => {
       const [a, b, follower] = (await instances(3)) as [CatalogueStore, CatalogueStore, CatalogueStore];
-      const seen = new Map<string, number>();
       let done = false;
-      let since = 0;
-      const reading = (async () => {
+      /** Reads `store` in a loop, pages of 3, until one more page after the last write resolved: each row once, in version order. */
+      const readInLoop = async (store: CatalogueStore, who: string): Promise<Map<string, number>> => {
+        const seen = new Map<string, number>();
+        let since = 0;
         for (;;) {
           const finished = done; // read once more after the last write resolved
-          const rows = await follower.readSince(since, 3);
+          const rows = await store.readSince(since, 3);
           for (const r of rows) {
-            assert.ok(r.version > since, `follower: ${r.version} after ${since}`);
-            assert.ok(!seen.has(r.id), `follower: ${r.id} twice`);
+            assert.ok(r.version > since, `${who}: ${r.version} after ${since}`);
+            assert.ok(!seen.has(r.id), `${who}: ${r.id} twice`);
             seen.set(r.id, r.version);
             since = r.version;
           }
-          if (finished && rows.length < 3) return;
+          if (finished && rows.length < 3) return seen;
           await sleep(rows.length === 0 ? 2 : 0);
         }
-      })();
+      };
+      const reading = Promise.all([readInLoop(follower, 'follower'), readInLoop(b, 'writer b')]);
       reading.catch(() => {}); // awaited below; its failure is reported there
       const writes = await Promise.all(
         Array.from({ length: 20 }, (_, i) => (i % 2 === 0 ? a : b).write({ actor: `w${i}`, rows: Array.from({ length: 1 + (i % 3) }, (_, j) => tenant(`c${i}-${j}`)) })),
       );
       done = true;
-      await reading;
+      const [seenByFollower, seenByWriter] = await reading;
       const versions = writes.flat().map((r) => r.version);
       assert.equal(new Set(versions).size, versions.length, 'no version given twice');
       for (const w of writes) for (let j = 1; j < w.length; j++) assert.ok((w[j] as CatalogueRow).version > (w[j - 1] as CatalogueRow).version, 'a write\'s rows in the order given');
-      assert.deepEqual(new Map([...seen].sort()), new Map(writes.flat().map((r): [string, number] => [r.id, r.version]).sort()));
+      const written = new Map(writes.flat().map((r): [string, number] => [r.id, r.version]).sort());
+      assert.deepEqual(new Map([...seenByFollower].sort()), written, 'the follower');
+      assert.deepEqual(new Map([...seenByWriter].sort()), written, 'writer b');
     });
   });
 }

@@ -536,13 +536,13 @@ describe('catalogue: hostile admin and API clients', () => {
 
   test('import: plans named as a plan of the YAML list are refused (409 plan_in_config, as PUT)', async () => {
     // Found by the hostile review, fixed: src/catalogue/admin.ts importLines() plan lines skip the isYamlPlan check of putPlan(): the plan is written (200) and
-    // shadows the YAML plan for catalogue tenants (Catalogue.plan() and #build() prefer the catalogue's).
+    // shadows the YAML plan for catalogue tenants (Catalogue.plan() and materialize() in src/catalogue/materialize.ts prefer the catalogue's).
     await probe('import: shadow yaml-plan', () => importLines([{ kind: 'plan', name: 'yaml-plan', limits: [{ requests: 1_000_000, window: '1m' }] }]), { status: 409, code: 'plan_in_config' });
   });
 
   test('import: a tenant on a plan that does not exist (nor in the import) is refused', async () => {
     // Found by the hostile review, fixed: src/catalogue/admin.ts importLines() never checks that a tenant's plan exists (createTenant/updateTenant do): the tenant
-    // is written (200) with no limits at all (Catalogue #build finds no plan), i.e. unlimited.
+    // is written (200) with no limits at all (materialize() finds no plan), i.e. unlimited.
     await probe('import: plan nope', () => importLines([{ id: 'planless', plan: 'nope', keys: ['planless-key-0001'] }]), { status: 400, param: lineParam(1, 'plan') });
     // A plan given in the same import is fine (positive control).
     const res = await importLines([{ id: 'planned', plan: 'in-import' }, { kind: 'plan', name: 'in-import', limits: [{ requests: 5, window: '1m' }] }]);

@@ -1,8 +1,10 @@
 /**
- * The catalogue stores against a real PostgreSQL and a real file, with two store instances as two
- * processes: versions in commit order, conditions, tombstones, the audit log, notifications; and
- * the follower: catch-up, the local copy, a store restored from an older backup (a revoked key
- * stays revoked and is written back), a store that does not answer.
+ * The catalogue follower against a real PostgreSQL: catch-up, the local copy, a store restored from
+ * an older backup (a revoked key stays revoked and is written back), a store that does not answer;
+ * and a file store whose file is rewritten in place under it. The store contract itself (versions in
+ * commit order, conditions, tombstones, the audit log, notifications, two instances as two
+ * processes) is the conformance suite of `test/helpers/store-conformance.ts`, run for each store by
+ * `catalogue-postgres.test.ts` and `catalogue-file.test.ts`.
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -10,16 +12,15 @@ import { mkdtempSync, rmSync, writeFileSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { buildConfig } from '../../src/config/load.ts';
 import { CatalogueAdmin } from '../../src/catalogue/admin.ts';
 import { FileStore } from '../../src/catalogue/file-store.ts';
 import { CatalogueFollower } from '../../src/catalogue/follower.ts';
 import { PostgresStore } from '../../src/catalogue/postgres-store.ts';
-import { CatalogueConflict, CatalogueUnavailable } from '../../src/catalogue/store.ts';
-import type { CatalogueStore } from '../../src/catalogue/store.ts';
+import { CatalogueUnavailable } from '../../src/catalogue/store.ts';
 import { postgresBin, startPostgres } from '../helpers/postgres.ts';
 import type { RunningPostgres } from '../helpers/postgres.ts';
+import { until } from '../helpers/store-conformance.ts';
 
 const silent = { info() {}, warn() {}, error() {} };
 const rawConfig = {
@@ -29,92 +30,6 @@ const rawConfig = {
   deployments: [{ name: 'd', provider: 'openai', base_url: 'http://127.0.0.1:1' }],
 };
 const fresh = () => buildConfig(rawConfig, 'c.yaml', {});
-
-async function until(what: string, check: () => boolean | Promise<boolean>, ms = 5_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!(await check())) {
-    assert.ok(Date.now() < deadline, `not within ${ms} ms: ${what}`);
-    await sleep(20);
-  }
-}
-
-/** The contract every store keeps, on two instances of one backing (two processes). */
-function conformance(name: string, make: () => [CatalogueStore, CatalogueStore]): void {
-  describe(`${name} store`, () => {
-    let a: CatalogueStore;
-    let b: CatalogueStore;
-    before(async () => {
-      [a, b] = make();
-      await a.open();
-      await b.open();
-    });
-    after(async () => {
-      await a.close();
-      await b.close();
-    });
-
-    test('versions increase in write order across instances; readSince pages every row once at its latest version', async () => {
-      const w1 = await a.write({ actor: 'alice', rows: [{ kind: 'tenant', id: 't1', deleted: false, doc: { plan: 'free' } }, { kind: 'tenant', id: 't2', deleted: false, doc: {} }] });
-      const w2 = await b.write({ actor: 'bob', rows: [{ kind: 'tenant', id: 't1', deleted: false, doc: { plan: 'pro' } }] });
-      assert.ok((w1[1]?.version ?? 0) > (w1[0]?.version ?? 0));
-      assert.ok((w2[0]?.version ?? 0) > (w1[1]?.version ?? 0));
-      const rows = [...(await a.readSince(0, 1)), ...(await a.readSince(w1[1]?.version ?? 0, 10))];
-      assert.deepEqual(rows.map((r) => [r.id, r.doc, r.actor]), [['t2', {}, 'alice'], ['t1', { plan: 'pro' }, 'bob']]);
-      assert.deepEqual((await a.head()).version, w2[0]?.version);
-    });
-
-    test('a failed condition writes nothing; live and version conditions', async () => {
-      const headBefore = (await a.head()).version;
-      await assert.rejects(a.write({ actor: 'x', rows: [{ kind: 'tenant', id: 't9', deleted: false, doc: {} }], conditions: [{ kind: 'tenant', id: 't1', live: false }] }), CatalogueConflict);
-      const t1 = (await a.readSince(0, 100)).find((r) => r.id === 't1');
-      await assert.rejects(a.write({ actor: 'x', rows: [{ kind: 'tenant', id: 't1', deleted: true, doc: {} }], conditions: [{ kind: 'tenant', id: 't1', version: (t1?.version ?? 0) - 1 }] }), CatalogueConflict);
-      assert.equal((await a.head()).version, headBefore);
-      const del = await a.write({ actor: 'x', rows: [{ kind: 'tenant', id: 't1', deleted: true, doc: {} }], conditions: [{ kind: 'tenant', id: 't1', live: true, version: t1?.version ?? 0 }] });
-      assert.equal(del[0]?.deleted, true);
-      await a.write({ actor: 'x', rows: [{ kind: 'tenant', id: 't1', deleted: false, doc: {} }], conditions: [{ kind: 'tenant', id: 't1', live: false }] });
-    });
-
-    test('the audit log, newest first, names who wrote what', async () => {
-      const log = await b.audit(undefined, 3);
-      assert.deepEqual(log.map((e) => [e.kind, e.id, e.op, e.actor]), [['tenant', 't1', 'put', 'x'], ['tenant', 't1', 'delete', 'x'], ['tenant', 't1', 'put', 'bob']]);
-    });
-
-    test('a write on one instance notifies the other', async () => {
-      const seen: number[] = [];
-      b.onChange((v) => seen.push(v));
-      const [w] = await a.write({ actor: 'x', rows: [{ kind: 'plan', id: 'p', deleted: false, doc: { limits: [] } }] });
-      await until('notification', () => seen.includes(w?.version ?? -1));
-    });
-
-    test('concurrent writers never share or reorder a version, and a reader in a loop misses no row', async () => {
-      const start = (await a.head()).version;
-      const seen = new Map<string, number>();
-      let done = false;
-      const reader = (async () => {
-        let since = start;
-        while (!done || since < (await b.head()).version) {
-          for (const r of await b.readSince(since, 100)) {
-            seen.set(r.id, r.version);
-            since = r.version;
-          }
-          await sleep(1);
-        }
-      })();
-      await Promise.all(Array.from({ length: 20 }, (_, i) => (i % 2 === 0 ? a : b).write({ actor: 'x', rows: [{ kind: 'tenant', id: `c${i}`, deleted: false, doc: {} }] })));
-      done = true;
-      await reader;
-      assert.equal(seen.size, 20);
-      assert.equal(new Set(seen.values()).size, 20);
-    });
-
-    test('advanceTo moves the next version past a given one', async () => {
-      const h = (await a.head()).version;
-      await b.advanceTo(h + 100);
-      const [w] = await a.write({ actor: 'x', rows: [{ kind: 'tenant', id: 'adv', deleted: false, doc: {} }] });
-      assert.ok((w?.version ?? 0) > h + 100);
-    });
-  });
-}
 
 describe('catalogue stores', () => {
   let pg: RunningPostgres;
@@ -126,9 +41,6 @@ describe('catalogue stores', () => {
     await pg.stop();
     rmSync(dir, { recursive: true, force: true });
   });
-
-  conformance('postgres', () => [new PostgresStore({ url: pg.url, schema: 'conf' }), new PostgresStore({ url: pg.url, schema: 'conf' })]);
-  conformance('file', () => [new FileStore({ path: join(dir, 'conf.ndjson') }), new FileStore({ path: join(dir, 'conf.ndjson') })]);
 
   test('file store: a torn last line waits for the rest; a garbage line is skipped and reported', async () => {
     const path = join(dir, 'torn.ndjson');
