@@ -307,7 +307,6 @@ describe('RedisMembership (real redis-server)', () => {
     const client = redis.client();
     try {
       const node = c.add(member(1));
-      const startedAt = new Map<RedisMembership, number>([[node, performance.now()]]);
       await node.start();
       const [sec, usec] = await client.time();
       const now = Number(sec) * 1000 + Math.floor(Number(usec) / 1000);
