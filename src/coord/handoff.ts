@@ -446,7 +446,7 @@ export class Handoff {
 
   /**
    * The membership found that the other nodes dropped this node from their ring while it could not
-   * reach Redis (`RedisMembership`, `#rejoin`): they took its tenants over from its checkpoints and
+   * reach Redis (`MembershipSync#rejoin`): they took its tenants over from its checkpoints and
    * have decided for them since. It hands nothing over (its states are the stale ones) and keeps
    * deciding for none of them: every claim is dropped, its state kept aside (`Rejoined`) in
    * case no newer one arrives (no interim owner decided for the tenant, Redis holds none), and the announcements seen are

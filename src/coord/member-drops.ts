@@ -8,7 +8,7 @@
  * (deletes its field, which it does on start and once it has seen the drop), so a heartbeat it sent
  * while cut off and delivered late does not bring it back before it knows. A node whose own field
  * is later than its last answered heartbeat was dropped meanwhile: it shows its listeners the ring
- * without itself, then with it (`RedisMembership`, `#rejoin`; what `Handoff` then does:
+ * without itself, then with it (`MembershipSync#rejoin`; what `Handoff` then does:
  * `rejoin.ts`).
  */
 import type { Redis } from 'ioredis';
@@ -24,7 +24,7 @@ export const DROP_MEMBERS_SCRIPT = LUA_SCRIPTS.dropMembers.file;
  * The hash of drops: member id → the Redis time (ms) when a process in contact with Redis last
  * dropped that member from its ring without a leave announcement (its heartbeats stopped). A node
  * back from a gap reads its own field to learn whether the others dropped it meanwhile (see
- * `RedisMembership`, `#rejoin`). Expires a day after the last write.
+ * `MembershipSync#rejoin`). Expires a day after the last write.
  */
 export function dropsKey(cluster: string): string {
   return `qr:{${cluster}}:dropped`;
@@ -56,7 +56,7 @@ export interface DropRequest {
  * has answered it. A member's own sync pipeline sends its heartbeat (ZADD), then reads the drops
  * (HGETALL), and Redis runs the script between two commands, never inside one: either the script
  * ran before the heartbeat, and the HGETALL of that same sync sees the drop (the member rejoins,
- * `RedisMembership#rejoin`), or after it, and the script finds the fresh entry and refuses (the
+ * `MembershipSync#rejoin`), or after it, and the script finds the fresh entry and refuses (the
  * member stays in the caller's ring). A member woken from a stall longer than `deadAfterMs` thus
  * learns its drop from its first sync, never a heartbeat later while the others have given its
  * tenants away. Recording after the ring change (as before) let the member's heartbeat and read

@@ -3,7 +3,7 @@
  * after `dead_after`: its tenants go to other nodes, which start from its last checkpoint and decide
  * for them while it is away. It cannot read Redis, so it never sees that ring; when the link heals,
  * its membership finds that a process in contact recorded its drop (`dropsKey`, later than its last
- * answered heartbeat; `RedisMembership`, `#rejoin`) and shows it the ring without it, then the ring
+ * answered heartbeat; `MembershipSync#rejoin`) and shows it the ring without it, then the ring
  * with it. `Handoff` then drops every tenant it decided for, keeping
  * their states here, and loads each again like any moved tenant: the interim owner's handoff, or
  * the newest checkpoint, and this node's own state only when what it loads is older than the moment
