@@ -32,7 +32,6 @@
  * An announcement that lists tenants for this node loads them at once ({@link Claims.prefetch}), so
  * most first requests after a ring change find their tenant claimed.
  */
-import { MAX_STATE_BYTES } from '../limiter/snapshot-bounds.ts';
 import { parseTenantSnapshot } from '../limiter/snapshot.ts';
 import type { TenantSnapshot } from '../limiter/snapshot.ts';
 import { withOpenRequests, withUsage } from '../limiter/usage-delta.ts';
@@ -42,7 +41,7 @@ import type { HandoffContext } from './handoff-context.ts';
 import type { RingPlacement } from './placement.ts';
 import { LateHandoffs, mergeLateHandoff } from './late-handoff.ts';
 import { HeldSlots } from './held-slots.ts';
-import type { ProcessIdentity } from './process-gone.ts';
+import { clip, loadStoredState } from './stored-state-load.ts';
 import { Rejoined } from './rejoin.ts';
 import { StandIns, slotsDiedWithOwner } from './stand-in.ts';
 import type { OversizedState, StoredState, TenantStateStore } from './state-store.ts';
@@ -301,7 +300,7 @@ export class Claims {
     const json = this.#rejoined.newer(tenant, loaded);
     try {
       if (json === null) limiter.dropTenant(tenant);
-      else this.#load(tenant, json, crashed, asOwner ? readUnder : undefined, previous);
+      else loadStoredState({ ctx: this.#ctx, placement: this.#placement, announcements: this.#announcements, held: this.held, stored: this.stored, holding: this.#holding }, tenant, json, crashed, asOwner ? readUnder : undefined, previous);
     } catch (err) {
       // The tenant's policy is invalid (its acquires fail the same way): nothing to restore onto.
       limiter.dropTenant(tenant);
@@ -318,70 +317,6 @@ export class Claims {
     // Loaded from elsewhere: its replica may not hold it (a restarted replica); the next checkpoint sends it there.
     if (json !== null && this.#ctx.peers !== undefined) this.dirty.add(tenant);
     return true;
-  }
-
-  /**
-   * Loads a stored state into the limiter. Its values are clamped to the tenant's limits (counted in
-   * `stats.clamped`, logged); a state that does not parse is corrupt (`stats.corrupt`, logged with
-   * the reason, never the value): the tenant starts in the conservative state, every requests and
-   * tokens limit used up for one window, never with fresh limits. So is a value over the byte cap
-   * (`OversizedState`: never read, see `TenantStateStore.read`). When its writer stopped deciding
-   * for the tenant without a handoff (`crashed`, or a checkpoint of a node gone from `ownerUnder`),
-   * the slots of its open requests are held until the writer is proven gone (`HeldSlots.hold`,
-   * which the claim awaits).
-   * @throws RangeError when the tenant's policy is invalid (see `compilePolicy`).
-   */
-  #load(tenant: string, json: string | OversizedState, crashed: boolean, ownerUnder?: Ring, previous?: Member): void {
-    const { limiter, log, stats } = this.#ctx;
-    let snapshot: TenantSnapshot;
-    try {
-      if (typeof json !== 'string') throw new Error(`tenant snapshot: ${json.bytes} bytes, over the ${MAX_STATE_BYTES}-byte cap (not read)`);
-      snapshot = parseTenantSnapshot(json);
-    } catch (err) {
-      stats.corrupt++;
-      log.warn({ tenant, err: clip((err as Error).message) }, 'tenant state in Redis is corrupt: its requests and tokens limits start used up for one window');
-      limiter.importConservative(tenant);
-      this.stored.add(tenant);
-      return;
-    }
-    const clamped = limiter.importTenant(tenant, snapshot);
-    this.stored.add(tenant);
-    stats.loaded++;
-    if (clamped > 0) {
-      stats.clamped++;
-      log.warn({ tenant, values: clamped }, 'tenant state in Redis out of range: values clamped to the limits');
-    }
-    // Its writer stopped deciding for the tenant without a handoff: crashed, or only stalled. Its
-    // open requests keep their slots until it is proven gone (src/coord/held-slots.ts).
-    if (crashed || (ownerUnder !== undefined && this.#writerGone(snapshot, ownerUnder))) {
-      const writer = this.#writerOf(snapshot, previous);
-      const open = snapshot.reservations.filter((r) => !r.released).map((r) => r.id);
-      if (writer !== undefined) this.#holding.set(tenant, this.held.hold(tenant, writer, open, this.#ctx.waitMs));
-    }
-  }
-
-  /**
-   * The process that wrote `snapshot`: its `by`, `byUrl` and `byInc`, or for a state of an older
-   * version (no `byUrl`) the previous owner's id and URL, or a member of either ring with its id.
-   * Undefined when no URL is known (the slots then stay held until their leases expire).
-   */
-  #writerOf(snapshot: TenantSnapshot, previous: Member | undefined): ProcessIdentity | undefined {
-    const id = snapshot.by ?? previous?.id;
-    if (id === undefined) return undefined;
-    const url = snapshot.byUrl ?? [previous, ...this.#placement.previous.members, ...this.#placement.ring.members].find((m) => m?.id === id)?.url;
-    return url === undefined ? undefined : { id, url, inc: snapshot.byInc };
-  }
-
-  /**
-   * Whether `snapshot` is a checkpoint of a node gone from `ring` without announcing a handoff for
-   * it: the node was deciding for the tenant when it wrote it and died since, so the requests open in
-   * it died with it. Catches a dead owner's checkpoint that reaches a claim through another previous
-   * owner (a join moved the tenant again before the member that took it over claimed it).
-   */
-  #writerGone(snapshot: TenantSnapshot, ring: Ring): boolean {
-    const by = snapshot.by;
-    if (snapshot.how !== 'checkpoint' || by === undefined || by === this.#ctx.self.id) return false;
-    return !ring.members.some((m) => m.id === by) && !this.#announcements.has(by, ring.version);
   }
 
   /**
@@ -419,11 +354,6 @@ export class Claims {
     stats.lastPrefetchMs = clock.now() - started;
     onMoved?.('prefetch', stats.lastPrefetchMs, stats.prefetched - before);
   }
-}
-
-/** At most 200 characters of an error message about a stored value (it may quote the value). */
-function clip(message: string): string {
-  return message.length <= 200 ? message : `${message.slice(0, 200)}…`;
 }
 
 /** `promise`, or a rejection after `ms` (the promise's own outcome is then ignored). */

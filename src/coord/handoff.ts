@@ -18,21 +18,7 @@
  * | static members: leave, stand-in and restart rules and their bounds | `src/coord/static-handoff.ts` |
  * | a single node's state across restarts | `src/coord/local-state.ts` |
  *
- * In short:
- * - A node decides for a tenant once it has *claimed* it: it owns the tenant under its ring (or a
- *   router sent the request here because the owner is suspect) and has loaded the tenant's state.
- *   Claimed tenants cost nothing more per request: no Redis command.
- * - On a ring change the node exports every claimed tenant it no longer owns, drops it from its
- *   limiter, writes the states in one pipeline and announces the handoff (`HandoffDone`); the new
- *   owners load their share at once. A claim otherwise waits (up to `waitMs`) for a live previous
- *   owner's announcement, then starts from whatever Redis holds: the last checkpoint, at most one
- *   checkpoint period old, or fresh limits; clamped, a corrupt value starting conservatively.
- * - Every `checkpointMs` the tenants touched since the last checkpoint are written.
- * - Settlements, releases and renewals of requests admitted here for a tenant that has since moved
- *   are forwarded to its owner, which applies them to the reservation it received in the handoff.
- * - A graceful leave hands every tenant over to the ring without this node before it deregisters.
- * - A tenant claimed in place of a suspect owner (`fallback`) is held as a *stand-in*: not
- *   checkpointed, and given back to the owner with the usage admitted here once idle.
+ * The rules in prose, with their bounds: docs/internals.md, "Membership, ownership and handoff".
  *
  * With `peers` (every cluster node; `src/peer/transfer.ts`, `src/coord/replicas.ts`), states
  * also travel straight between nodes over signed HTTP, with or without Redis: a handoff is pushed to
@@ -48,6 +34,8 @@ import { Checkpoints } from './checkpoints.ts';
 import { Claims } from './claims.ts';
 import type { ClaimHow } from './claims.ts';
 import { HandOver } from './hand-over.ts';
+import { JoinHandoffs } from './join-handoffs.ts';
+import { ringChanged } from './ring-change.ts';
 import { zeroStats } from './handoff-context.ts';
 import type { HandoffContext, HandoffOptions, HandoffPeers, HandoffStats } from './handoff-context.ts';
 import { RingPlacement } from './placement.ts';
@@ -80,6 +68,7 @@ export class Handoff {
   readonly #checkpoints: Checkpoints;
   readonly #handOver: HandOver;
   readonly #settlements: SettlementForwarding;
+  readonly #joinHandoffs: JoinHandoffs;
   #timer: NodeJS.Timeout | undefined;
   #unsubscribe: (() => void) | undefined;
   /** The counters (see {@link HandoffStats}). */
@@ -114,6 +103,7 @@ export class Handoff {
     this.#checkpoints = new Checkpoints(this.#ctx, this.#placement, this.#claims);
     this.#handOver = new HandOver(this.#ctx, this.#placement, this.#claims);
     this.#settlements = new SettlementForwarding(this.#ctx, this.#placement, this.#claims, this.#handOver);
+    this.#joinHandoffs = new JoinHandoffs(this.#ctx, this.#placement, this.#claims, this.#announcements);
   }
 
   /**
@@ -155,40 +145,15 @@ export class Handoff {
       this.#placement.previous = this.#placement.without(ring);
       this.#placement.ring = ring;
     }
-    this.#awaitHandoffs();
+    this.#joinHandoffs.await();
   }
 
   /**
-   * True once this node has received its handoffs after {@link joined}: every member of the ring
-   * before it joined that is still in the ring announced its handoff for the ring it joined (and
-   * the states announced for this node are loaded), or `waitMs` passed without an announcement.
-   * True as soon as `joined()` ran without a store (nothing is handed over) or when nobody held
-   * tenants before. False before `joined()` (`/readyz` waits for it: `handoff`).
+   * True once this node has received its handoffs after {@link joined} (see `JoinHandoffs` in
+   * `./join-handoffs.ts`); false before `joined()` (`/readyz` waits for it: `handoff`).
    */
   get handoffsReceived(): boolean {
-    return this.#handoffsReceived;
-  }
-
-  #handoffsReceived = false;
-  #awaitingHandoffs = false;
-
-  #awaitHandoffs(): void {
-    if (this.#awaitingHandoffs) return;
-    this.#awaitingHandoffs = true;
-    const ring = this.#placement.ring;
-    const inRing = new Set(ring.members.map((m) => m.id));
-    const self = this.#ctx.self;
-    const from = this.#ctx.store === undefined ? [] : this.#placement.previous.members.filter((m) => m.id !== self.id && inRing.has(m.id));
-    if (from.length === 0) {
-      this.#handoffsReceived = true;
-      return;
-    }
-    void Promise.all(from.map((m) => (this.#announcements.has(m.id, ring.version) ? true : this.#announcements.waitFor(m.id, ring.version))))
-      // The announcements start loading this node's tenants (prefetch): wait for those loads too.
-      .then(() => Promise.allSettled(this.#claims.pending()))
-      .then(() => {
-        this.#handoffsReceived = true;
-      });
+    return this.#joinHandoffs.received;
   }
 
   /** The ring this node decides by (without itself once leaving). */
@@ -427,39 +392,6 @@ export class Handoff {
   }
 
   #ringChanged(ring: Ring): void {
-    const placement = this.#placement;
-    const self = this.#ctx.self;
-    const next = placement.leaving ? placement.without(ring) : ring;
-    if (next.version === placement.ring.version) return;
-    if (!placement.leaving && placement.ring.members.length > 0 && !ring.members.some((m) => m.id === self.id)) {
-      this.#dropped(ring);
-      return;
-    }
-    // Replicas of tenants this node is no longer owner nor replica of: their new replica gets the owner's next checkpoint.
-    this.#ctx.peers?.replicas.retain((t) => next.range(t, 2).some((m) => m.id === self.id));
-    // The first ring (this node joining): the tenants it gains come from the ring without it.
-    placement.previous = placement.ring.members.length === 0 ? placement.without(ring) : placement.ring;
-    placement.ring = next;
-    this.#ctx.log.info({ ring: next.version, members: next.members.map((m) => m.id) }, 'ring changed');
-    void this.#handOver.handOver(next);
-  }
-
-  /**
-   * The membership found that the other nodes dropped this node from their ring while it could not
-   * reach Redis (`MembershipSync#rejoin`): they took its tenants over from its checkpoints and
-   * have decided for them since. It hands nothing over (its states are the stale ones) and keeps
-   * deciding for none of them: every claim is dropped, its state kept aside (`Rejoined`) in
-   * case no newer one arrives (no interim owner decided for the tenant, Redis holds none), and the announcements seen are
-   * forgotten (ring versions repeat: the ring it rejoins has the version of the one it had), so that
-   * when the ring with it comes next each tenant is loaded like any moved tenant's: the interim
-   * owner's handoff (waited for), or its checkpoint, whichever is newer than this node's own state.
-   */
-  #dropped(ring: Ring): void {
-    const at = this.#membership.lastSyncMs?.() ?? this.#ctx.clock.now();
-    const kept = this.#claims.dropAll(at);
-    this.#announcements.forget();
-    this.#placement.previous = this.#placement.ring;
-    this.#placement.ring = ring;
-    this.#ctx.log.warn({ ring: ring.version, tenants: kept }, 'dropped from the ring while cut from Redis: deciding for no tenant until they are handed back');
+    ringChanged({ ctx: this.#ctx, placement: this.#placement, claims: this.#claims, announcements: this.#announcements, handOver: this.#handOver, membership: this.#membership }, ring);
   }
 }
