@@ -146,9 +146,9 @@ describe('Dockerfile', () => {
     assert.deepEqual([tsconfig.compilerOptions.outDir, tsconfig.compilerOptions.rootDir], ['dist', '.']);
     assert.deepEqual(jsonArgs(runtime, 'ENTRYPOINT'), ['node', '/app/dist/src/cli.js']);
     assert.ok(existsSync(resolve(ROOT, 'src/cli.ts')));
-    // In the image: /app/dist/src/globalcap/scripts.js resolves lua/ relative to itself.
-    const luaRelative = /: `(\.\.\/\.\.\/\.\.\/lua\/)\$\{file\}`/.exec(text('src/globalcap/scripts.ts'))?.[1];
-    assert.equal(new URL(`${luaRelative}token-bucket.lua`, 'file:///app/dist/src/globalcap/scripts.js').pathname, '/app/lua/token-bucket.lua');
+    // In the image: /app/dist/src/redis/lua-scripts.js resolves lua/ relative to itself.
+    const luaRelative = /: `(\.\.\/\.\.\/\.\.\/lua\/)\$\{file\}`/.exec(text('src/redis/lua-scripts.ts'))?.[1];
+    assert.equal(new URL(`${luaRelative}token-bucket.lua`, 'file:///app/dist/src/redis/lua-scripts.js').pathname, '/app/lua/token-bucket.lua');
     const demoRelative = /: '(\.\.\/\.\.\/cluster\/demo\.yaml)'/.exec(text('cluster/demo.ts'))?.[1];
     assert.equal(new URL(demoRelative ?? '', 'file:///app/dist/cluster/demo.js').pathname, '/app/cluster/demo.yaml');
   });
