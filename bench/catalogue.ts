@@ -45,7 +45,7 @@ import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
 import pg from 'pg';
 import { Pool, request } from 'undici';
-import { createRing } from '../src/coord/ring.ts';
+import { createRing } from '../src/coord/ring/ring.ts';
 import { startPostgres } from '../test/helpers/postgres.ts';
 import type { RunningPostgres } from '../test/helpers/postgres.ts';
 import { PLANS, pgCounters, postmasterOf, seedCatalogue } from './catalogue-seed.ts';

@@ -6,7 +6,7 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { request } from 'undici';
-import { createRing } from '../src/coord/ring.ts';
+import { createRing } from '../src/coord/ring/ring.ts';
 import type { Member } from '../src/coord/types.ts';
 import { chatBody, MODEL, percentile, sendPaced, statusCounts } from './load.ts';
 import { BENCH_SIGNER, CLI, freePort, waitUntil, writeConfig } from './cluster-processes.ts';

@@ -20,7 +20,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { request } from 'undici';
-import { createRing, ringVersion } from '../src/coord/ring.ts';
+import { createRing, ringVersion } from '../src/coord/ring/ring.ts';
 import type { Member } from '../src/coord/types.ts';
 import { startBusyLoops } from './busy-loops.ts';
 import type { BusyLoops } from './busy-loops.ts';

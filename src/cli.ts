@@ -10,7 +10,7 @@ import type { LogLevel, UpOptions } from '../cluster/up.ts';
 import { findUp } from '../cluster/up-pid.ts';
 import { ConfigError, loadConfig } from './config/load.ts';
 import type { ClusterConfig } from './config/schema.ts';
-import { parseMemberList } from './coord/member-list.ts';
+import { parseMemberList } from './coord/membership/member-list.ts';
 import { replayCommand } from './replay/cli.ts';
 import { clusterSecretFor } from './security/cluster-secret.ts';
 import { packageVersion } from './version.ts';
@@ -95,7 +95,7 @@ program
   .option('--pretty-logs', 'readable log lines instead of JSON (server.log_format: pretty)')
   .action(async (opts: { config: string; host?: string; port?: number; members?: string; adminPort?: number; prettyLogs?: boolean }) => {
     try {
-      const [{ membershipFromConfig }, { HotSet }, { startRouter }] = await Promise.all([import('./coord/from-config.ts'), import('./coord/hot-set.ts'), import('./router/server.ts')]);
+      const [{ membershipFromConfig }, { HotSet }, { startRouter }] = await Promise.all([import('./coord/from-config.ts'), import('./coord/hot/hot-set.ts'), import('./router/server.ts')]);
       const config = loadConfig(opts.config);
       const cluster = withMembers(config.config.cluster, opts.members);
       const clusterSecret = clusterSecretFor(cluster, process.env, 'a router');

@@ -12,7 +12,7 @@ export const OWNER_HEADER = 'x-quotaring-owner';
 export const OWNER_URL_HEADER = 'x-quotaring-owner-url';
 /**
  * Response header of a 421 from a node a router sent a request to in place of a suspect owner: that
- * owner (its id) woke from a stall and took its tenants back from this node (`src/coord/fence.ts`),
+ * owner (its id) woke from a stall and took its tenants back from this node (`src/coord/handoff/fence.ts`),
  * so it is alive and answering. The router stops suspecting it and retries there.
  */
 export const OWNER_BACK_HEADER = 'x-quotaring-owner-back';

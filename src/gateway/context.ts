@@ -4,8 +4,8 @@
 import { randomBytes } from 'node:crypto';
 import { randomId } from '../security/random-id.ts';
 import type { Clock } from '../clock.ts';
-import type { Fence } from '../coord/fence.ts';
-import type { Handoff } from '../coord/handoff.ts';
+import type { Fence } from '../coord/handoff/fence.ts';
+import type { Handoff } from '../coord/handoff/handoff.ts';
 import type { ConfiguredQuotas } from '../globalcap/quotas-from-config.ts';
 import type { LoadedConfig } from '../config/load.ts';
 import type { Limiter } from '../limiter/limiter.ts';
@@ -36,7 +36,7 @@ export interface GatewayContext {
   readonly hot?: HotDetector;
   /** Ownership and handoff in a cluster: settlements of tenants that moved away go to their owner. */
   readonly handoff?: Handoff;
-  /** Fencing after a stall (`src/coord/fence.ts`): a queued request is not admitted while the node is out of date. */
+  /** Fencing after a stall (`src/coord/handoff/fence.ts`): a queued request is not admitted while the node is out of date. */
   readonly fence?: Fence;
   /** Where each reservation made here is settled, released and renewed (chosen per reservation, see `reservations.ts`). */
   readonly reservations: ReservationKeepers;

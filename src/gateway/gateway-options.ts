@@ -5,8 +5,8 @@
 import type { Redis } from 'ioredis';
 import type { Clock } from '../clock.ts';
 import type { LoadedConfig } from '../config/load.ts';
-import type { RingOptions } from '../coord/ring.ts';
-import type { TenantStateStore } from '../coord/state-store.ts';
+import type { RingOptions } from '../coord/ring/ring.ts';
+import type { TenantStateStore } from '../coord/handoff/state-store.ts';
 import type { Member, Membership } from '../coord/types.ts';
 import type { ClusterSecret } from '../security/cluster-secret.ts';
 
@@ -32,7 +32,7 @@ export interface GatewayOptions {
    */
   readonly clusterSecret?: ClusterSecret;
   /**
-   * Directory of the node's state file (`server.state_dir`, see `src/coord/local-state.ts`): saved
+   * Directory of the node's state file (`server.state_dir`, see `src/coord/handoff/local-state.ts`): saved
    * by `nodeLocalState``.save()` on a graceful stop, loaded by `.restore()` before listening.
    * Absent: neither (tests, embedding).
    */

@@ -7,7 +7,7 @@ import type { FastifyBaseLogger } from 'fastify';
 import type { Clock } from '../clock.ts';
 import { limitName } from '../config/policy.ts';
 import type { TenantConfig } from '../config/schema.ts';
-import type { HotSet } from '../coord/hot-set.ts';
+import type { HotSet } from '../coord/hot/hot-set.ts';
 import type { Limiter } from '../limiter/limiter.ts';
 import { HotDetector } from './hot-detector.ts';
 import type { SpreadTenants } from './spread.ts';

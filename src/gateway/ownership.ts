@@ -10,12 +10,12 @@
  * `node_starting`, and routers route around it.
  */
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import type { ClaimHow, Handoff } from '../coord/handoff.ts';
-import type { Fence } from '../coord/fence.ts';
+import type { ClaimHow, Handoff } from '../coord/handoff/handoff.ts';
+import type { Fence } from '../coord/handoff/fence.ts';
 import { FALLBACK_HEADER, OWNER_BACK_HEADER, OWNER_HEADER, OWNER_URL_HEADER, REDIRECTED_HEADER, RING_HEADER, TENANT_HEADER } from '../coord/headers.ts';
 import type { Member, Membership } from '../coord/types.ts';
 import { ERRORS, errorBody } from '../errors.ts';
-import { membersUnread } from '../coord/join.ts';
+import { membersUnread } from '../coord/membership/join.ts';
 import { tenantOf } from './auth.ts';
 import type { SpreadTenants } from './spread.ts';
 
@@ -29,7 +29,7 @@ export interface NodeCluster {
   readonly handoff: Handoff;
   /** Hot tenants: decided by any of their k nodes, never claimed or handed over. */
   readonly spread?: SpreadTenants;
-  /** Fencing after a stall (`src/coord/fence.ts`): decisions wait for its catch-up. */
+  /** Fencing after a stall (`src/coord/handoff/fence.ts`): decisions wait for its catch-up. */
   readonly fence?: Fence;
 }
 

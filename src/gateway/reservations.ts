@@ -6,7 +6,7 @@
  * (`central`). {@link ReservationKeepers.of} chooses one when the reservation is touched, since a
  * tenant may move between admission and settlement; the stages call it and branch on nothing.
  */
-import type { Handoff } from '../coord/handoff.ts';
+import type { Handoff } from '../coord/handoff/handoff.ts';
 import type { Limiter } from '../limiter/limiter.ts';
 import type { AcquireRequest, SettleDetail } from '../limiter/types.ts';
 import type { CentralDecisions } from '../central/decisions.ts';

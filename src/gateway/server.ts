@@ -9,15 +9,15 @@ import { guardResults } from './guard-series.ts';
 import { hotDetector, limitUsage, seedUsage } from './hot-wiring.ts';
 import { warmExactCounters } from './warm-up.ts';
 import { centralDecisions } from '../central/from-config.ts';
-import { HotSet } from '../coord/hot-set.ts';
+import { HotSet } from '../coord/hot/hot-set.ts';
 import Fastify, { LogController } from 'fastify';
 import type { FastifyError, FastifyInstance } from 'fastify';
 import type { TenantConfig } from '../config/schema.ts';
 import { systemClock } from '../clock.ts';
-import { Handoff } from '../coord/handoff.ts';
-import { Fence } from '../coord/fence.ts';
-import { processGone } from '../coord/process-gone.ts';
-import { membersUnread } from '../coord/join.ts';
+import { Handoff } from '../coord/handoff/handoff.ts';
+import { Fence } from '../coord/handoff/fence.ts';
+import { processGone } from '../coord/handoff/process-gone.ts';
+import { membersUnread } from '../coord/membership/join.ts';
 import { GatewayError, noRouteMessage } from '../errors.ts';
 import { answerClientFault, sendCatalogueError } from './client-errors.ts';
 import { NODE_HEADER_ALLOWANCE, applyListenerLimits, listenerOptions } from './listener.ts';
@@ -54,7 +54,7 @@ import { ReloadableConfig } from '../config/reloadable.ts';
 import { missingSecret } from '../security/cluster-secret.ts';
 import { RequestSigner } from '../security/request-signature.ts';
 import { clusterAuthHooks } from './cluster-auth.ts';
-import { ReplicaStore } from '../coord/replicas.ts';
+import { ReplicaStore } from '../coord/handoff/replicas.ts';
 import { httpPeerTransport, transferRoutes } from '../peer/transfer.ts';
 import { nodeStateFile, stateTtlMs } from './state-file.ts';
 import type { NodeLocalState } from './state-file.ts';
@@ -187,7 +187,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
       ? undefined
       : hotDetector(hotSet, spread, { thresholdRps: hotConfig.threshold_rps, k: hotConfig.spread, sustainMs: hotConfig.sustain, cooldownMs: hotConfig.cooldown }, clock, app.log);
   const central = centralDecisions(config);
-  // A node woken from a stall decides for no tenant until it caught up (src/coord/fence.ts).
+  // A node woken from a stall decides for no tenant until it caught up (src/coord/handoff/fence.ts).
   const membership = clusterOpts?.membership;
   const fence =
     clusterOpts === undefined || handoff === undefined || central !== undefined

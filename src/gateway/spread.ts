@@ -14,7 +14,7 @@
  */
 import type { LoadedConfig } from '../config/load.ts';
 import type { LimitConfig, TenantConfig } from '../config/schema.ts';
-import type { HotSet } from '../coord/hot-set.ts';
+import type { HotSet } from '../coord/hot/hot-set.ts';
 import type { Member, Ring } from '../coord/types.ts';
 import type { CapBucketSpec, CapLeases } from '../globalcap/cap-leases.ts';
 import type { AcquireResult, LimitState, Policy } from '../limiter/types.ts';

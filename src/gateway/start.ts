@@ -5,22 +5,22 @@
  * when configured), deregisters, keeps answering 421 for `cluster.handoff.drain` so routers catch
  * up, then finishes in-flight requests within `cluster.handoff.grace` and exits 0. On start, the
  * state file is loaded and a static member takes its tenants back from the others
- * (`src/coord/static-handoff.ts`) before it listens.
+ * (`src/coord/handoff/static-handoff.ts`) before it listens.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { loadConfig } from '../config/load.ts';
 import { membershipFromConfig } from '../coord/from-config.ts';
-import { TenantStateStore } from '../coord/state-store.ts';
+import { TenantStateStore } from '../coord/handoff/state-store.ts';
 import type { Member } from '../coord/types.ts';
 import { buildGateway, nodeHandoff, nodeLocalState, registerNodeAdmin } from './server.ts';
-import { recoverFromPeers } from '../coord/static-handoff.ts';
+import { recoverFromPeers } from '../coord/handoff/static-handoff.ts';
 import { ReloadableConfig } from '../config/reloadable.ts';
 import { startAdminServer } from '../ops/admin-server.ts';
 import { catalogueRoutes } from '../ops/catalogue-routes.ts';
 import { openCatalogue } from '../catalogue/open.ts';
 import type { OpenCatalogue } from '../catalogue/open.ts';
 import { clusterSecretFor } from '../security/cluster-secret.ts';
-import { startOrKeepTrying } from '../coord/join.ts';
+import { startOrKeepTrying } from '../coord/membership/join.ts';
 import { describeRedis } from '../config/redis-url.ts';
 import { advertiseUrl } from './advertise-url.ts';
 import { clusterIdentity } from './state-file.ts';
@@ -63,7 +63,7 @@ export interface StartGatewayOptions {
  *   `advertiseHost` that is empty, a wildcard or not a host; Error when, with Redis membership and no `advertiseUrl` or `advertiseHost`,
  *   the host is a wildcard (0.0.0.0, ::) and the machine has not exactly one non-loopback address; listen errors (port in use) as thrown by fastify.
  *   Never for an unreachable Redis: the node then listens, is not ready (`/readyz` 503 waiting for
- *   `redis`) and joins once Redis answers (`src/coord/join.ts`).
+ *   `redis`) and joins once Redis answers (`src/coord/membership/join.ts`).
  */
 export async function startGateway(opts: StartGatewayOptions): Promise<{ url: string; adminUrl: string | undefined; close(): Promise<void> }> {
   const config = new ReloadableConfig(loadConfig(opts.configFile));

@@ -1,16 +1,16 @@
 /**
- * A node's state file (`server.state_dir`, format and rules in `src/coord/local-state.ts`): loaded
+ * A node's state file (`server.state_dir`, format and rules in `src/coord/handoff/local-state.ts`): loaded
  * before the node listens, saved on a graceful stop. A single node loads it into its limiter; a
  * cluster node loads it among its replicas (`Handoff.receive`), so a member that gives a newer
- * state back on restart wins (`src/coord/static-handoff.ts`). Also the expiry of a tenant's stored
+ * state back on restart wins (`src/coord/handoff/static-handoff.ts`). Also the expiry of a tenant's stored
  * state, shared by the file and the handoff's Redis checkpoints.
  */
 import { createHash } from 'node:crypto';
 import type { FastifyBaseLogger } from 'fastify';
 import type { LoadedConfig } from '../config/load.ts';
 import type { ClusterConfig } from '../config/schema.ts';
-import type { Handoff } from '../coord/handoff.ts';
-import { loadLocalState, saveLocalState } from '../coord/local-state.ts';
+import type { Handoff } from '../coord/handoff/handoff.ts';
+import { loadLocalState, saveLocalState } from '../coord/handoff/local-state.ts';
 import type { Limiter } from '../limiter/limiter.ts';
 import { parseTenantSnapshot } from '../limiter/snapshot.ts';
 import type { Policy } from '../limiter/types.ts';
@@ -32,7 +32,7 @@ export function stateTtlMs(policy: Policy | undefined): number {
 }
 
 /**
- * The identity of a node's cluster, written into its state file and its name (`src/coord/local-state.ts`),
+ * The identity of a node's cluster, written into its state file and its name (`src/coord/handoff/local-state.ts`),
  * so that two clusters started from one directory neither overwrite nor load each other's file:
  * - `cluster.name` when it is set to anything but `default` (the default): the operator's name for
  *   the cluster, kept when its members change (adding a node keeps every node's state).

@@ -91,7 +91,7 @@ export interface TenantSnapshot {
   /**
    * A stored state only: the id of the node that wrote it and why (`checkpoint`: it was deciding
    * for the tenant then; `handoff`: it gave the tenant up). A claim that loads a checkpoint of a node
-   * gone from the ring frees its open requests' slots (`src/coord/claims.ts`).
+   * gone from the ring frees its open requests' slots (`src/coord/handoff/claims.ts`).
    */
   readonly by?: string;
   readonly how?: 'checkpoint' | 'handoff';
@@ -99,7 +99,7 @@ export interface TenantSnapshot {
    * A stored state only: where the writer served (its URL) and which process it was (its
    * incarnation: a random id drawn at each start). A claim holds the slots of the writer's open
    * requests until that process is proven gone: its port refuses connections, or another process
-   * answers there (`src/coord/held-slots.ts`).
+   * answers there (`src/coord/handoff/held-slots.ts`).
    */
   readonly byUrl?: string;
   readonly byInc?: string;

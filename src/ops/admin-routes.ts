@@ -14,7 +14,7 @@ import type { FastifyInstance } from 'fastify';
 import { request as httpRequest } from 'undici';
 import type { LoadedConfig } from '../config/load.ts';
 import type { ReloadableConfig } from '../config/reloadable.ts';
-import type { HotSet } from '../coord/hot-set.ts';
+import type { HotSet } from '../coord/hot/hot-set.ts';
 import type { Ring } from '../coord/types.ts';
 import type { LimitState } from '../limiter/types.ts';
 import { adminError } from './admin-server.ts';

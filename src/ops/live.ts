@@ -16,7 +16,7 @@ import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import { Agent, request } from 'undici';
 import { WebSocket, WebSocketServer } from 'ws';
 import type { LoadedConfig } from '../config/load.ts';
-import type { HotSet } from '../coord/hot-set.ts';
+import type { HotSet } from '../coord/hot/hot-set.ts';
 import type { Member, Membership, Ring } from '../coord/types.ts';
 import { adminError, presentedToken, tokenMatches, UNAUTHORIZED_BODY } from './admin-server.ts';
 import { hotTenants } from './admin-routes.ts';

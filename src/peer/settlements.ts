@@ -8,8 +8,8 @@
 import type { FastifyInstance } from 'fastify';
 import { request as httpRequest } from 'undici';
 import { z } from 'zod';
-import type { ForwardedSettlement, Handoff } from '../coord/handoff.ts';
-import { MAX_FORWARD_HOPS } from '../coord/handoff.ts';
+import type { ForwardedSettlement, Handoff } from '../coord/handoff/handoff.ts';
+import { MAX_FORWARD_HOPS } from '../coord/handoff/handoff.ts';
 import type { Member } from '../coord/types.ts';
 import type { LoadedConfig } from '../config/load.ts';
 import { usageDeltaSchema } from '../limiter/snapshot.ts';

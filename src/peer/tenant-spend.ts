@@ -8,7 +8,7 @@
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import type { Clock } from '../clock.ts';
 import type { LoadedConfig } from '../config/load.ts';
-import type { Handoff } from '../coord/handoff.ts';
+import type { Handoff } from '../coord/handoff/handoff.ts';
 import type { Limiter } from '../limiter/limiter.ts';
 import { adminError } from '../ops/admin-server.ts';
 import { ForwardedSpendSchema, resolveSpendChange, spendChanged } from '../ops/spend-admin.ts';

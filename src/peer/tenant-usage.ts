@@ -3,7 +3,7 @@
  * and the node's handoff counters.
  */
 import type { FastifyInstance } from 'fastify';
-import type { Handoff } from '../coord/handoff.ts';
+import type { Handoff } from '../coord/handoff/handoff.ts';
 import { errorBody } from '../errors.ts';
 import type { TenantUsage } from '../ops/admin-routes.ts';
 

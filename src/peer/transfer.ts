@@ -6,7 +6,7 @@
  * the sender's id (`x-quotaring-from`):
  *
  * - `POST /_quotaring/v1/handoff/tenants` `{kind, states: [{tenant, json, at}], ring?}`: stores the
- *   states among the receiver's replicas (`src/coord/replicas.ts`); 200 `{stored}`. The last push
+ *   states among the receiver's replicas (`src/coord/handoff/replicas.ts`); 200 `{stored}`. The last push
  *   of a handoff carries the ring version it was made for: it is the sender's announcement to this
  *   receiver (`Handoff.handedHere`), which does not wait for Redis pub/sub to bring it.
  * - `POST /_quotaring/v1/handoff/pull` `{owner}`: gives back every state the receiver holds for
@@ -30,9 +30,9 @@ import { MAX_STATE_BYTES } from '../limiter/snapshot-bounds.ts';
 import { usageDeltaSchema } from '../limiter/snapshot.ts';
 import type { UsageDelta } from '../limiter/usage-delta.ts';
 import type { RequestSigner } from '../security/request-signature.ts';
-import type { Handoff } from '../coord/handoff.ts';
+import type { Handoff } from '../coord/handoff/handoff.ts';
 import { FROM_HEADER } from '../coord/headers.ts';
-import type { PeerTransport, Reclaimed, TransferKind, WireState } from '../coord/peer-wire.ts';
+import type { PeerTransport, Reclaimed, TransferKind, WireState } from '../coord/handoff/peer-wire.ts';
 import type { Member } from '../coord/types.ts';
 
 /** Path of the route that takes states pushed by another node. */

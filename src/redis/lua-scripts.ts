@@ -28,9 +28,9 @@ export const LUA_SCRIPTS = {
   centralAcquire: { file: 'central-acquire.lua', command: 'qrCentralAcquire', keys: 'per call' },
   /** Central-store mode's settle, release and renew (`src/central/scripts.ts`). */
   centralSettle: { file: 'central-settle.lua', command: 'qrCentralSettle', keys: 'per call' },
-  /** Dropping silent members against their heartbeats (`src/coord/member-drops.ts`). */
+  /** Dropping silent members against their heartbeats (`src/coord/membership/member-drops.ts`). */
   dropMembers: { file: 'drop-members.lua', command: 'qrDropMembers', keys: 2 },
-  /** Reading tenant states with a byte bound (`src/coord/state-store.ts`). */
+  /** Reading tenant states with a byte bound (`src/coord/handoff/state-store.ts`). */
   stateReadBounded: { file: 'state-read-bounded.lua', command: 'qrStateReadBounded', keys: 1 },
 } as const satisfies Record<string, { readonly file: string; readonly command: string; readonly keys: number | 'per call' }>;
 

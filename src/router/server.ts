@@ -11,7 +11,7 @@ import type { Clock } from '../clock.ts';
 import { systemClock } from '../clock.ts';
 import type { LoadedConfig } from '../config/load.ts';
 import type { Membership } from '../coord/types.ts';
-import { membersUnread, startOrKeepTrying } from '../coord/join.ts';
+import { membersUnread, startOrKeepTrying } from '../coord/membership/join.ts';
 import { describeRedis } from '../config/redis-url.ts';
 import { CONFLICTING_KEYS_MESSAGE, apiKeyOf, hasConflictingKeys } from '../gateway/auth.ts';
 import { bodyTooLarge, forward } from './forward.ts';
@@ -28,7 +28,7 @@ import { FastifyExchange } from './exchange.ts';
 import type { ExchangeLog, ProxyExchange } from './exchange.ts';
 import { FastPath, requestIds } from './fast-path.ts';
 import type { TenantConfig } from '../config/schema.ts';
-import type { HotSet } from '../coord/hot-set.ts';
+import type { HotSet } from '../coord/hot/hot-set.ts';
 import { RouterMetrics } from '../ops/metrics.ts';
 import { levelEnabled, loggerOptions } from '../ops/logging.ts';
 import { ReloadableConfig } from '../config/reloadable.ts';
@@ -262,7 +262,7 @@ export async function startRouter(opts: StartRouterOptions): Promise<{ url: stri
   let live: LiveHub | undefined;
   const app = buildRouter({ ...opts, config, clusterSecret, liveClients: () => live?.clients() ?? 0 });
   // Redis down at start: the router listens with an empty ring (503 no_healthy_node, /readyz waiting
-  // for redis) and reads the members once Redis answers (src/coord/join.ts).
+  // for redis) and reads the members once Redis answers (src/coord/membership/join.ts).
   const stopJoining = new AbortController();
   const join = await startOrKeepTrying(() => opts.membership.start(), {
     retryMs: config.config.cluster.heartbeat,

@@ -12,7 +12,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { request } from 'undici';
-import { createRing } from '../../src/coord/ring.ts';
+import { createRing } from '../../src/coord/ring/ring.ts';
 import type { Member } from '../../src/coord/types.ts';
 import { startPostgres } from '../helpers/postgres.ts';
 import type { RunningPostgres } from '../helpers/postgres.ts';

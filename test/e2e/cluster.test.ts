@@ -16,7 +16,7 @@ import OpenAI from 'openai';
 import { request } from 'undici';
 import { parse } from 'yaml';
 import { PromptBuilder } from '../../src/replay/prompt.ts';
-import { createRing, ringVersion } from '../../src/coord/ring.ts';
+import { createRing, ringVersion } from '../../src/coord/ring/ring.ts';
 import type { Member } from '../../src/coord/types.ts';
 import { writeConfig } from '../helpers/processes.ts';
 import { routerSigned, signedRequest } from '../helpers/cluster-secret.ts';

@@ -29,7 +29,7 @@ import { promisify } from 'node:util';
 import OpenAI from 'openai';
 import { chromium } from 'playwright-core';
 import type { Browser, Page } from 'playwright-core';
-import { createRing, ringVersion } from '../../src/coord/ring.ts';
+import { createRing, ringVersion } from '../../src/coord/ring/ring.ts';
 import type { Member } from '../../src/coord/types.ts';
 import { CLI, freePort, runCli, writeConfig } from '../helpers/processes.ts';
 import type { Running } from '../helpers/processes.ts';

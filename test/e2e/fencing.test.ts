@@ -7,9 +7,9 @@
  * simulator's `peakInFlight`), whatever the mode:
  * - `redis`: Redis membership, Redis up. The others drop the stalled owner from the ring; its
  *   successor loads its checkpoint and keeps its 2 slots counted (it is not proven gone: its port
- *   still accepts connections, `src/coord/held-slots.ts`). On waking, the owner's fence reads the
+ *   still accepts connections, `src/coord/handoff/held-slots.ts`). On waking, the owner's fence reads the
  *   member list before any decision: it sees its drop and decides for none of its tenants until they
- *   are handed back (`src/coord/fence.ts`).
+ *   are handed back (`src/coord/handoff/fence.ts`).
  * - `redis-down`: Redis membership, Redis killed before the stall. The router routes around the
  *   stalled owner to a stand-in, which starts from the owner's replicated checkpoint and keeps its
  *   2 slots counted; on waking the owner takes its tenants back from the stand-in (the 2 streams it
@@ -25,7 +25,7 @@ import { describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { request } from 'undici';
 import type { Dispatcher } from 'undici';
-import { createRing } from '../../src/coord/ring.ts';
+import { createRing } from '../../src/coord/ring/ring.ts';
 import type { Member } from '../../src/coord/types.ts';
 import { ringIs } from '../helpers/cluster.ts';
 import { freePort, runCli, simStats, writeConfig } from '../helpers/processes.ts';

@@ -59,7 +59,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Agent, request } from 'undici';
-import { createRing } from '../../src/coord/ring.ts';
+import { createRing } from '../../src/coord/ring/ring.ts';
 import type { Member } from '../../src/coord/types.ts';
 import { PromptBuilder } from '../../src/replay/prompt.ts';
 import { freePort, runCli, writeConfig } from '../helpers/processes.ts';

@@ -36,7 +36,7 @@ import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { Agent, request } from 'undici';
-import { createRing } from '../../src/coord/ring.ts';
+import { createRing } from '../../src/coord/ring/ring.ts';
 import { PromptBuilder } from '../../src/replay/prompt.ts';
 import { writeConfig } from '../helpers/processes.ts';
 import { createNetwork, netnsUnavailable } from '../helpers/netns.ts';
@@ -312,7 +312,7 @@ describe('partitions across hosts (network namespaces)', { skip: unavailable ===
   // lost: the tenant's admissions from one checkpoint period before the cut until routers stop
   // sending to it (dead_after + a heartbeat + a health check). On healing its membership finds its
   // drop recorded by the others: it drops its tenants and reloads them from the interim owners' handoff
-  // (src/coord/rejoin.ts): bound 0 there. (Before, it never saw the ring without it and decided
+  // (src/coord/handoff/rejoin.ts): bound 0 there. (Before, it never saw the ring without it and decided
   // from its RAM state at the cut: 1,600-1,700 tokens against 1,000 in one window.)
   test(
     'a node cut from Redis, not from the router',

@@ -39,7 +39,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Agent, request } from 'undici';
-import { createRing } from '../../src/coord/ring.ts';
+import { createRing } from '../../src/coord/ring/ring.ts';
 import { PromptBuilder } from '../../src/replay/prompt.ts';
 import { worstInterval } from '../helpers/bounds.ts';
 import type { Worst } from '../helpers/bounds.ts';

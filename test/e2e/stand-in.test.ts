@@ -9,7 +9,7 @@
  * than 2 streams across both nodes (before the fix the stand-in freed them and admitted 2 more).
  * After SIGCONT the owner's streams finish in full and the tenant is served again. Streams the
  * stand-in admitted go to the owner once it answers again, so the owner refuses while they run:
- * the owner takes them back on waking (its fence, `src/coord/fence.ts`: a stall over half of
+ * the owner takes them back on waking (its fence, `src/coord/handoff/fence.ts`: a stall over half of
  * `dead_after`), or the stand-in gives them back once idle. An owner
  * SIGKILLed mid-stream is gone (its port refuses connections): the stand-in frees its slots.
  */
@@ -18,7 +18,7 @@ import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { request } from 'undici';
 import type { Dispatcher } from 'undici';
-import { createRing } from '../../src/coord/ring.ts';
+import { createRing } from '../../src/coord/ring/ring.ts';
 import type { Member } from '../../src/coord/types.ts';
 import { freePort, runCli, writeConfig } from '../helpers/processes.ts';
 import type { Running } from '../helpers/processes.ts';
@@ -121,7 +121,7 @@ describe('a stand-in for a live (SIGSTOPped) owner keeps its slots counted', () 
     }
     // It was the other node that refused them, standing in, and it gave the tenant back.
     const standIn = nodes.get(stand.id) as Running;
-    // Given back once idle, or taken back by the owner on waking (its fence: src/coord/fence.ts).
+    // Given back once idle, or taken back by the owner on waking (its fence: src/coord/handoff/fence.ts).
     while (!/stand-in tenant given back to its owner|owner woke from a stall and took its tenants back/.test(standIn.output())) {
       assert.ok(Date.now() < until, `the stand-in never gave the tenant back:\n${standIn.output().slice(-2_000)}`);
       await sleep(200);

@@ -17,7 +17,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { request } from 'undici';
-import { ringVersion } from '../../src/coord/ring.ts';
+import { ringVersion } from '../../src/coord/ring/ring.ts';
 import { ringOf } from '../helpers/cluster.ts';
 import { freePort, runCli, writeConfig } from '../helpers/processes.ts';
 import type { Running } from '../helpers/processes.ts';

@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { request } from 'undici';
-import { ringVersion } from '../../src/coord/ring.ts';
+import { ringVersion } from '../../src/coord/ring/ring.ts';
 import type { Member } from '../../src/coord/types.ts';
 import { freePort, runCli } from './processes.ts';
 import type { Running } from './processes.ts';

@@ -27,7 +27,7 @@ import OpenAI from 'openai';
 import { request } from 'undici';
 import { ManualClock } from '../../src/clock.ts';
 import { buildConfig } from '../../src/config/load.ts';
-import { StaticMembership } from '../../src/coord/static-membership.ts';
+import { StaticMembership } from '../../src/coord/membership/static-membership.ts';
 import { buildGateway, nodeHandoff } from '../../src/gateway/server.ts';
 import { buildRouter } from '../../src/router/server.ts';
 import { EXAMPLE_AWS_CREDENTIALS } from '../../src/simulator/options.ts';

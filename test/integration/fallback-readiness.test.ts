@@ -11,7 +11,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { FastifyInstance } from 'fastify';
 import { buildConfig } from '../../src/config/load.ts';
 import type { LoadedConfig } from '../../src/config/load.ts';
-import { createRing } from '../../src/coord/ring.ts';
+import { createRing } from '../../src/coord/ring/ring.ts';
 import type { Member } from '../../src/coord/types.ts';
 import { RECONNECT_MAX_MS } from '../../src/redis/connection.ts';
 import { buildGateway, nodeHandoff } from '../../src/gateway/server.ts';

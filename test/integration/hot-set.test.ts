@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { HotSet, hotKey } from '../../src/coord/hot-set.ts';
+import { HotSet, hotKey } from '../../src/coord/hot/hot-set.ts';
 import { startRedis } from '../helpers/redis.ts';
 import type { RunningRedis } from '../helpers/redis.ts';
 

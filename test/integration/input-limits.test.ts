@@ -15,7 +15,7 @@ import type { FastifyInstance } from 'fastify';
 import { Client, request } from 'undici';
 import { buildConfig } from '../../src/config/load.ts';
 import type { LoadedConfig } from '../../src/config/load.ts';
-import { StaticMembership } from '../../src/coord/static-membership.ts';
+import { StaticMembership } from '../../src/coord/membership/static-membership.ts';
 import type { Member } from '../../src/coord/types.ts';
 import { NODE_HEADER_ALLOWANCE } from '../../src/gateway/listener.ts';
 import { buildGateway, nodeHandoff } from '../../src/gateway/server.ts';

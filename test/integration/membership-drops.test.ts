@@ -15,8 +15,8 @@ import { after, afterEach, before, beforeEach, describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Redis } from 'ioredis';
 import { ManualClock } from '../../src/clock.ts';
-import { DROPS_TTL_MS, DROP_MEMBERS_SCRIPT, dropSilentMembers } from '../../src/coord/member-drops.ts';
-import { MAX_ENTRIES_READ, RedisMembership, dropsKey, membersKey } from '../../src/coord/redis-membership.ts';
+import { DROPS_TTL_MS, DROP_MEMBERS_SCRIPT, dropSilentMembers } from '../../src/coord/membership/member-drops.ts';
+import { MAX_ENTRIES_READ, RedisMembership, dropsKey, membersKey } from '../../src/coord/membership/redis-membership.ts';
 import type { Member, Ring } from '../../src/coord/types.ts';
 import { luaScriptPath } from '../../src/redis/lua-scripts.ts';
 import { signedMemberEntry } from '../../src/security/member-entry.ts';

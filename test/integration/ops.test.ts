@@ -20,7 +20,7 @@ import type { FastifyInstance } from 'fastify';
 import { request } from 'undici';
 import { stringify } from 'yaml';
 import { buildConfig } from '../../src/config/load.ts';
-import { StaticMembership } from '../../src/coord/static-membership.ts';
+import { StaticMembership } from '../../src/coord/membership/static-membership.ts';
 import { buildGateway } from '../../src/gateway/server.ts';
 import { startGateway } from '../../src/gateway/start.ts';
 import { startRouter } from '../../src/router/server.ts';

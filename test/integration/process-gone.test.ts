@@ -1,5 +1,5 @@
 /**
- * Proof that a writer's process is gone (`src/coord/process-gone.ts`), against real sockets on
+ * Proof that a writer's process is gone (`src/coord/handoff/process-gone.ts`), against real sockets on
  * 127.0.0.1: a refused port, a `/healthz` naming another node or incarnation, a stalled process
  * (connection accepted, no answer) and the same process answering.
  */
@@ -9,7 +9,7 @@ import type { Server } from 'node:http';
 import { createServer as createTcpServer } from 'node:net';
 import type { Socket } from 'node:net';
 import { after, describe, test } from 'node:test';
-import { listenerGone, processGone } from '../../src/coord/process-gone.ts';
+import { listenerGone, processGone } from '../../src/coord/handoff/process-gone.ts';
 import { freePort } from '../helpers/processes.ts';
 
 describe('process-gone', () => {

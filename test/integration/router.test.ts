@@ -14,7 +14,7 @@ import { request } from 'undici';
 import { ManualClock } from '../../src/clock.ts';
 import { buildConfig } from '../../src/config/load.ts';
 import type { Member, Ring } from '../../src/coord/types.ts';
-import { StaticMembership } from '../../src/coord/static-membership.ts';
+import { StaticMembership } from '../../src/coord/membership/static-membership.ts';
 import { FALLBACK_HEADER, OWNER_URL_HEADER, REDIRECTED_HEADER } from '../../src/router/forward.ts';
 import { buildRouter, routerControl, startRouter } from '../../src/router/server.ts';
 import { TestMembership } from '../helpers/membership.ts';

@@ -7,7 +7,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { parseStoredValue, stateKey, TenantStateStore } from '../../src/coord/state-store.ts';
+import { parseStoredValue, stateKey, TenantStateStore } from '../../src/coord/handoff/state-store.ts';
 import { startRedis } from '../helpers/redis.ts';
 
 /** Calls of `command` so far (`INFO commandstats`). */

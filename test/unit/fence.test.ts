@@ -1,5 +1,5 @@
 /**
- * The fence of a node woken from a stall (`src/coord/fence.ts`), on a manual clock: a gap over half
+ * The fence of a node woken from a stall (`src/coord/handoff/fence.ts`), on a manual clock: a gap over half
  * of `dead_after` makes every decision wait for the member list to be read again and the tenants
  * taken back from their stand-ins, in that order, once for all the decisions that saw it; a shorter
  * gap costs nothing.
@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { ManualClock } from '../../src/clock.ts';
-import { Fence } from '../../src/coord/fence.ts';
+import { Fence } from '../../src/coord/handoff/fence.ts';
 
 function fence(opts: { sync?: () => Promise<boolean>; takeBack?: () => Promise<number> } = {}) {
   const clock = new ManualClock();

@@ -1,11 +1,11 @@
 /**
- * Joining while Redis may be unreachable (`src/coord/join.ts`): the first attempt's outcome, the
+ * Joining while Redis may be unreachable (`src/coord/membership/join.ts`): the first attempt's outcome, the
  * background retries until one succeeds, an abort, the throttled log lines, and `membersUnread`.
  */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { membersUnread, startOrKeepTrying } from '../../src/coord/join.ts';
-import { createRing } from '../../src/coord/ring.ts';
+import { membersUnread, startOrKeepTrying } from '../../src/coord/membership/join.ts';
+import { createRing } from '../../src/coord/ring/ring.ts';
 import type { Membership, Ring } from '../../src/coord/types.ts';
 
 function recordingLog(): { lines: { level: string; msg: string; obj: object }[]; warn(obj: object, msg: string): void; info(obj: object, msg: string): void } {

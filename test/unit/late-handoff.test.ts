@@ -1,6 +1,6 @@
 /**
  * A previous owner's handoff that arrives after the new owner stopped waiting for it
- * (`src/coord/late-handoff.ts`): the new owner decided from the previous owner's last checkpoint
+ * (`src/coord/handoff/late-handoff.ts`): the new owner decided from the previous owner's last checkpoint
  * while the previous owner went on deciding; merging the late handoff must leave the new owner with
  * what one limiter that saw every request of both would hold: sliding windows exactly, token
  * buckets exactly when no refill happened in between, and the previous owner's open requests
@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import fc from 'fast-check';
 import { ManualClock } from '../../src/clock.ts';
-import { LateHandoffs, mergeLateHandoff } from '../../src/coord/late-handoff.ts';
+import { LateHandoffs, mergeLateHandoff } from '../../src/coord/handoff/late-handoff.ts';
 import { Limiter } from '../../src/limiter/index.ts';
 import type { Policy, TenantSnapshot } from '../../src/limiter/index.ts';
 

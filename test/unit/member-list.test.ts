@@ -1,7 +1,7 @@
 /** `--members` parsing: what each bad list gets. */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { parseMemberList } from '../../src/coord/member-list.ts';
+import { parseMemberList } from '../../src/coord/membership/member-list.ts';
 
 describe('parseMemberList', () => {
   test('id=url pairs in order, with an optional *weight', () => {

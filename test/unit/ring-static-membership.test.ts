@@ -1,7 +1,7 @@
 import { test, describe } from 'node:test';
 import assert from 'node:assert/strict';
-import { createRing } from '../../src/coord/ring.ts';
-import { StaticMembership } from '../../src/coord/static-membership.ts';
+import { createRing } from '../../src/coord/ring/ring.ts';
+import { StaticMembership } from '../../src/coord/membership/static-membership.ts';
 import type { Ring } from '../../src/coord/types.ts';
 
 const MEMBERS = [

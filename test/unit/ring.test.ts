@@ -1,7 +1,7 @@
 import { test, describe } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { createRing, ringVersion } from '../../src/coord/ring.ts';
+import { createRing, ringVersion } from '../../src/coord/ring/ring.ts';
 import type { Member } from '../../src/coord/types.ts';
 
 const THREE: readonly Member[] = [

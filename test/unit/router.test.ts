@@ -16,7 +16,7 @@ import { isReplayable, requestBodyOf } from '../../src/router/request-body.ts';
 import { buildRouter } from '../../src/router/server.ts';
 import { Suspects } from '../../src/router/suspects.ts';
 import { Departures } from '../../src/router/departures.ts';
-import { createRing } from '../../src/coord/ring.ts';
+import { createRing } from '../../src/coord/ring/ring.ts';
 import { TEST_SECRET } from '../helpers/cluster-secret.ts';
 
 const m = (id: string): Member => ({ id, url: `http://127.0.0.1:1/${id}` });

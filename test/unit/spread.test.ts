@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { ManualClock } from '../../src/clock.ts';
 import { buildConfig } from '../../src/config/load.ts';
-import { createRing } from '../../src/coord/ring.ts';
+import { createRing } from '../../src/coord/ring/ring.ts';
 import type { Ring } from '../../src/coord/types.ts';
 import { SpreadTenants } from '../../src/gateway/spread.ts';
 import { CapLeases } from '../../src/globalcap/cap-leases.ts';
