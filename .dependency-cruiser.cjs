@@ -4,7 +4,7 @@
  * ("Layers"). No violation is tolerated.
  */
 const LAYERS = [
-  ['base', '^src/(clock|errors|version|lingering-drain|exit-with-parent)\\.ts$'],
+  ['base', '^src/(clock|errors|error-reply|version|lingering-drain|exit-with-parent)\\.ts$'],
   ['algorithms', '^src/(limiter|tokens|pricing|replay)/'],
   ['telemetry', '^src/ops/(metrics|logging|node-activity|usd-counter|request-path-metrics)\\.ts$'],
   ['contracts', '^src/coord/(types|headers)\\.ts$'],

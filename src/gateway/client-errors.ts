@@ -10,6 +10,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { ConnectionError, FastifyBaseLogger, FastifyReply, FastifyRequest } from 'fastify';
 import { ERRORS, errorBody } from '../errors.ts';
+import { sendError } from '../error-reply.ts';
 import { lingerOnRefusal } from '../lingering-drain.ts';
 import type { ErrorCode, ErrorDialect } from '../errors.ts';
 
@@ -66,7 +67,7 @@ export function clientLeft(request: FastifyRequest, reply: FastifyReply): boolea
 
 /** Sends a catalogue error in the route's dialect, with `x-quotaring-error: <code>`. */
 export function sendCatalogueError(request: FastifyRequest, reply: FastifyReply, code: ErrorCode, message?: string, param: string | null = null): FastifyReply {
-  return reply.code(ERRORS[code].status).header('x-quotaring-error', code).send(errorBody(dialectOf(request.url), code, message, { param }));
+  return sendError(reply, dialectOf(request.url), code, { ...(message === undefined ? {} : { message }), param });
 }
 
 /**

@@ -18,7 +18,7 @@
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify';
 import { FALLBACK_HEADER, REDIRECTED_HEADER } from '../coord/headers.ts';
-import { errorBody } from '../errors.ts';
+import { sendError } from '../error-reply.ts';
 import { ReplayGuard } from '../security/replay-guard.ts';
 import { CONTENT_DIGEST_HEADER, bodyDigest, isInternalPath } from '../security/request-signature.ts';
 import type { RequestSigner, SignedRequest } from '../security/request-signature.ts';
@@ -41,7 +41,7 @@ export interface ClusterAuthStats {
 const EMPTY_DIGEST = bodyDigest('');
 
 function refuse(reply: FastifyReply, message: string): FastifyReply {
-  return reply.code(401).header('x-quotaring-error', 'cluster_auth_failed').send(errorBody('openai', 'cluster_auth_failed', message));
+  return sendError(reply, 'openai', 'cluster_auth_failed', { message });
 }
 
 function signed(request: FastifyRequest): SignedRequest {

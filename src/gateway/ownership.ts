@@ -14,7 +14,7 @@ import type { ClaimHow, Handoff } from '../coord/handoff/handoff.ts';
 import type { Fence } from '../coord/handoff/fence.ts';
 import { FALLBACK_HEADER, OWNER_BACK_HEADER, OWNER_HEADER, OWNER_URL_HEADER, REDIRECTED_HEADER, RING_HEADER, TENANT_HEADER } from '../coord/headers.ts';
 import type { Member, Membership } from '../coord/types.ts';
-import { ERRORS, errorBody } from '../errors.ts';
+import { sendError } from '../error-reply.ts';
 import { membersUnread } from '../coord/membership/join.ts';
 import { tenantOf } from './auth.ts';
 import type { SpreadTenants } from './spread.ts';
@@ -81,7 +81,7 @@ export function ownershipHook(cluster: NodeCluster) {
  */
 function sendNodeStarting(request: FastifyRequest, reply: FastifyReply): FastifyReply {
   const dialect = request.url.startsWith('/v1/messages') ? 'anthropic' : 'openai';
-  return reply.code(ERRORS.node_starting.status).headers({ 'x-quotaring-error': 'node_starting', 'retry-after': '1' }).send(errorBody(dialect, 'node_starting'));
+  return sendError(reply, dialect, 'node_starting', { headers: { 'retry-after': '1' } });
 }
 
 /**
@@ -96,8 +96,8 @@ export async function sendMisdirected(request: FastifyRequest, reply: FastifyRep
   const ring = handoff.ring();
   const dialect = request.url.startsWith('/v1/messages') ? 'anthropic' : 'openai';
   const ownerId = owner?.id ?? 'none';
-  return reply
-    .code(421)
-    .headers({ [OWNER_HEADER]: ownerId, ...(owner === undefined ? {} : { [OWNER_URL_HEADER]: owner.url }), ...(ownerBack ? { [OWNER_BACK_HEADER]: ownerId } : {}), [RING_HEADER]: ring.version, 'x-quotaring-error': 'misdirected' })
-    .send(errorBody(dialect, 'misdirected', `Tenant ${tenant} is owned by ${ownerId} under ring ${ring.version}; this is ${handoff.self.id}.`));
+  return sendError(reply, dialect, 'misdirected', {
+    headers: { [OWNER_HEADER]: ownerId, ...(owner === undefined ? {} : { [OWNER_URL_HEADER]: owner.url }), ...(ownerBack ? { [OWNER_BACK_HEADER]: ownerId } : {}), [RING_HEADER]: ring.version },
+    message: `Tenant ${tenant} is owned by ${ownerId} under ring ${ring.version}; this is ${handoff.self.id}.`,
+  });
 }

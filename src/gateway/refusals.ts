@@ -6,7 +6,7 @@
  * nothing is charged on these paths.
  */
 import type { FastifyReply } from 'fastify';
-import { GatewayError, errorBody } from '../errors.ts';
+import { sendError } from '../error-reply.ts';
 import type { AcquireResult } from '../limiter/types.ts';
 import { formatMicros, formatPicoUsdCeil } from '../pricing/usd.ts';
 import { budgetRenewal, retryAfterHeaders, rfc3339After } from '../providers/rate-limit-headers.ts';
@@ -31,13 +31,13 @@ function sendBudgetRefusal(ctx: GatewayContext, reply: FastifyReply, ex: Exchang
   const needs = `it may cost up to ${formatPicoUsdCeil(money)} (prompt ${ex.promptTokens} + max output ${ex.reservedOutput} tokens at ${ex.model.name} prices)`;
   if (result.reason === 'too_large') {
     const message = `Request too large for budget ${result.limit} of ${whose}: ${needs} but the budget is $${formatMicros(budget)}${ex.tier.floor > 0 ? ` and priority ${ex.tier.name} may use only ${Math.round((1 - ex.tier.floor) * 100)}% of it` : ''}. Lower max_tokens or shorten the prompt.`;
-    return reply.code(429).headers({ ...headers, 'x-should-retry': 'false', 'x-quotaring-error': 'request_too_large' }).send(errorBody(ex.dialect, 'request_too_large', message, { openaiType: 'insufficient_quota' }));
+    return sendError(reply, ex.dialect, 'request_too_large', { headers: { ...headers, 'x-should-retry': 'false' }, message, openaiType: 'insufficient_quota' });
   }
   const renews = refusing === undefined ? rfc3339After(ctx.clock.now(), result.retryAfterMs) : budgetRenewal(refusing, ctx.clock.now());
   const spent = budget - (refusing?.remaining ?? 0);
   const message = `Budget ${result.limit} of ${whose} is spent: $${formatMicros(spent)} of $${formatMicros(budget)} used (requests in flight included) and ${needs}.${queued} It renews at ${renews}.`;
   const retry = result.retryAfterMs <= BUDGET_RETRY_MAX_MS ? retryAfterHeaders(result.retryAfterMs) : { 'x-should-retry': 'false' };
-  return reply.code(429).headers({ ...headers, ...retry, 'x-quotaring-error': 'budget_exceeded' }).send(errorBody(ex.dialect, 'budget_exceeded', message));
+  return sendError(reply, ex.dialect, 'budget_exceeded', { headers: { ...headers, ...retry }, message });
 }
 
 /** Why a refused request did not wait, or how its wait ended (see `AdmissionQueues`). */
@@ -69,17 +69,11 @@ export function sendRefusal(ctx: GatewayContext, reply: FastifyReply, ex: Exchan
     const unit = result.kind === 'tokens' ? `${cost} tokens (prompt ${ex.promptTokens} + max output ${ex.reservedOutput})` : `${cost} ${result.kind}`;
     const floored = ex.tier.floor > 0 && result.kind !== 'concurrent' ? ` and priority ${ex.tier.name} may use only ${Math.round((1 - ex.tier.floor) * 100)}% of it` : '';
     const message = `Request too large for ${result.limit} of tenant ${ex.tenant.id}: it needs ${unit} but the limit is ${capacity}${floored}. Lower max_tokens or shorten the prompt.`;
-    return reply
-      .code(429)
-      .headers({ ...headers, 'x-should-retry': 'false', 'x-quotaring-error': 'request_too_large' })
-      .send(errorBody(ex.dialect, 'request_too_large', message, { openaiType: result.kind === 'tokens' ? 'tokens' : 'requests' }));
+    return sendError(reply, ex.dialect, 'request_too_large', { headers: { ...headers, 'x-should-retry': 'false' }, message, openaiType: result.kind === 'tokens' ? 'tokens' : 'requests' });
   }
   const wait = (result.retryAfterMs / 1_000).toFixed(3).replace(/\.?0+$/, '');
   const message = `Rate limit reached for ${result.limit} of tenant ${ex.tenant.id}: limit ${capacity}, remaining ${refusing?.remaining ?? 0}, requested ${result.kind === 'tokens' ? cost : 1}.${queued} Please try again in ${wait}s.`;
-  return reply
-    .code(429)
-    .headers({ ...headers, ...retryAfterHeaders(result.retryAfterMs), 'x-quotaring-error': 'rate_limit_exceeded' })
-    .send(errorBody(ex.dialect, 'rate_limit_exceeded', message, { openaiType: result.kind === 'tokens' ? 'tokens' : 'requests' }));
+  return sendError(reply, ex.dialect, 'rate_limit_exceeded', { headers: { ...headers, ...retryAfterHeaders(result.retryAfterMs) }, message, openaiType: result.kind === 'tokens' ? 'tokens' : 'requests' });
 }
 
 /**
@@ -97,22 +91,21 @@ export function sendQuotaRefusal(reply: FastifyReply, ex: Exchange, waitMs: numb
   }
   if (waitMs < 0) {
     const message = `Request too large for the provider quota of deployment ${name}: it needs ${cost} tokens (prompt ${ex.promptTokens} + max output ${ex.reservedOutput}). Lower max_tokens or shorten the prompt.`;
-    return reply.code(429).headers({ 'x-should-retry': 'false', 'x-quotaring-error': 'request_too_large' }).send(errorBody(ex.dialect, 'request_too_large', message, { openaiType: 'tokens' }));
+    return sendError(reply, ex.dialect, 'request_too_large', { headers: { 'x-should-retry': 'false' }, message, openaiType: 'tokens' });
   }
   const wait = Math.max(1, waitMs);
   const message = `Rate limit reached for the provider quota of deployment ${name} (shared by every tenant of the model). Please try again in ${(wait / 1_000).toFixed(3).replace(/\.?0+$/, '')}s.`;
-  return reply.code(429).headers({ ...retryAfterHeaders(wait), 'x-quotaring-error': 'rate_limit_exceeded' }).send(errorBody(ex.dialect, 'rate_limit_exceeded', message, { openaiType: 'tokens' }));
+  return sendError(reply, ex.dialect, 'rate_limit_exceeded', { headers: retryAfterHeaders(wait), message, openaiType: 'tokens' });
 }
 
 /** 503 `limiter_unavailable`: Redis is unreachable and `cluster.on_redis_failure` is `closed`. Nothing was charged. */
 export function sendUnavailable(reply: FastifyReply, ex: Exchange): FastifyReply {
   if (reply.request.trail !== null) reply.request.trail.result = 'unavailable';
-  const error = new GatewayError('limiter_unavailable');
-  return reply.code(error.statusCode).headers({ 'retry-after': '1', 'x-quotaring-error': error.code }).send(errorBody(ex.dialect, error.code));
+  return sendError(reply, ex.dialect, 'limiter_unavailable', { headers: { 'retry-after': '1' } });
 }
 
 /** 400 `invalid_request` for a request no deployment of its model can take, naming the primary's reason and field. */
 export function sendUntranslatable(reply: FastifyReply, ex: Exchange, why: TranslationError): FastifyReply {
   const message = `This request cannot be sent to deployment ${ex.deployment.name} (${ex.deployment.provider} API), and no other deployment of model ${ex.model.name} can take it: ${why.message}`;
-  return reply.code(400).header('x-quotaring-error', 'invalid_request').send(errorBody(ex.dialect, 'invalid_request', message, { param: why.param }));
+  return sendError(reply, ex.dialect, 'invalid_request', { message, param: why.param });
 }

@@ -8,7 +8,8 @@
  */
 import type { EventEmitter } from 'node:events';
 import type { FastifyReply } from 'fastify';
-import { GatewayError, errorBody } from '../errors.ts';
+import { GatewayError } from '../errors.ts';
+import { sendError } from '../error-reply.ts';
 import { jsonField } from '../providers/json-field.ts';
 import { SseSplitter } from '../providers/sse.ts';
 import type { SseEvent } from '../providers/sse.ts';
@@ -46,7 +47,7 @@ export async function relayReply(run: AdmittedRun, attempt: UpstreamResponse): P
         return reply.hijack();
       }
       const error = upstreamError(err);
-      return reply.code(error.statusCode).headers({ ...headers, 'x-quotaring-error': error.code }).send(errorBody(ex.dialect, error.code, error.message));
+      return sendError(reply, ex.dialect, error.code, { headers, message: error.message });
     }
     if (res.statusCode < 300) {
       const usage = call.usageFromJson(jsonField(text, 'usage'));
@@ -65,11 +66,11 @@ export async function relayReply(run: AdmittedRun, attempt: UpstreamResponse): P
           translated = call.translate.json(text);
         } catch (err) {
           const error = new GatewayError('upstream_unavailable', `Deployment ${deployment.name} sent a reply that could not be translated (${scrubber.text((err as Error).message)}).`);
-          return reply.code(error.statusCode).headers({ ...headers, 'x-quotaring-error': error.code }).send(errorBody(ex.dialect, error.code, error.message));
+          return sendError(reply, ex.dialect, error.code, { headers, message: error.message });
         }
         return reply.code(res.statusCode).headers(headers).send(translated);
       }
-      return reply.code(res.statusCode).headers(headers).send(errorBody(ex.dialect, res.statusCode === 429 ? 'rate_limit_exceeded' : 'invalid_request', upstreamMessage(scrubber.body(text), deployment.name)));
+      return sendError(reply, ex.dialect, res.statusCode === 429 ? 'rate_limit_exceeded' : 'invalid_request', { status: res.statusCode, headers, marked: false, message: upstreamMessage(scrubber.body(text), deployment.name) });
     }
     // An upstream error body may echo what it was sent (the provider key): scrubbed. Replies are not (model output).
     return reply.code(res.statusCode).headers(headers).send(res.statusCode < 300 ? text : scrubber.body(text));

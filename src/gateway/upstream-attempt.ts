@@ -10,7 +10,7 @@ import type { EventEmitter } from 'node:events';
 import type { FastifyRequest } from 'fastify';
 import type { Dispatcher } from 'undici';
 import type { ResolvedDeployment } from '../config/load.ts';
-import { errorBody } from '../errors.ts';
+import { sendError } from '../error-reply.ts';
 import { adapterOf } from '../providers/adapters.ts';
 import { retryAfterHeaders } from '../providers/rate-limit-headers.ts';
 import { providerRetryWaitMs } from '../providers/retry-wait.ts';
@@ -37,7 +37,7 @@ export async function attemptUpstream(run: AdmittedRun): Promise<UpstreamRespons
   if (admission.first === null) {
     // The primary cannot take it translated, a failover deployment can (checked before admission).
     const next = await nextDeployment(ctx, ex, served.held, cost, closed, () => nextCandidate++);
-    if (next === undefined) return { kind: 'answered', reply: reply.code(400).headers(headers).send(errorBody(ex.dialect, 'invalid_request', `This request cannot be sent to deployment ${ex.deployment.name} (${ex.deployment.provider} API), and no other deployment of model ${ex.model.name} is available.`)) };
+    if (next === undefined) return { kind: 'answered', reply: sendError(reply, ex.dialect, 'invalid_request', { headers, marked: false, message: `This request cannot be sent to deployment ${ex.deployment.name} (${ex.deployment.provider} API), and no other deployment of model ${ex.model.name} is available.` }) };
     served.held = next.held;
     served.deployment = next.deployment;
     served.call = next.call;
@@ -112,7 +112,7 @@ async function callDeployment(
       ctx.activity.upstream(deployment.name, 0);
       const error = upstreamError(err);
       request.log.warn({ deployment: deployment.name, err: scrubberOf(ctx).text((err as Error).message) }, 'upstream request failed');
-      return { kind: 'failed', hard: true, status: 0, reason: error.message, send: (reply, headers) => reply.code(error.statusCode).headers({ ...headers, 'x-quotaring-error': error.code }).send(errorBody(ex.dialect, error.code, error.message)) };
+      return { kind: 'failed', hard: true, status: 0, reason: error.message, send: (reply, headers) => sendError(reply, ex.dialect, error.code, { headers, message: error.message }) };
     }
     if (res.statusCode !== 429 && res.statusCode < 500) return { kind: 'response', res, text: undefined, relayedHeaders: {} };
     let raw: string;
@@ -121,7 +121,7 @@ async function callDeployment(
     } catch (err) {
       if (client.gone) return { kind: 'gone', delivered: false };
       const error = upstreamError(err);
-      return { kind: 'failed', hard: true, status: res.statusCode, reason: error.message, send: (reply, headers) => reply.code(error.statusCode).headers({ ...headers, 'x-quotaring-error': error.code }).send(errorBody(ex.dialect, error.code, error.message)) };
+      return { kind: 'failed', hard: true, status: res.statusCode, reason: error.message, send: (reply, headers) => sendError(reply, ex.dialect, error.code, { headers, message: error.message }) };
     }
     const text = openAIShapedError(deployment.provider, res.statusCode, raw);
     if (res.statusCode >= 500) {
@@ -138,7 +138,7 @@ async function callDeployment(
           passHeaders(scrubber, upstreamHeaders, headers, true);
           if (call.translate === undefined) return reply.code(status).headers(headers).send(scrubber.body(body));
           headers['content-type'] = 'application/json';
-          return reply.code(status).headers(headers).send(errorBody(ex.dialect, 'upstream_unavailable', upstreamMessage(scrubber.body(body), deployment.name)));
+          return sendError(reply, ex.dialect, 'upstream_unavailable', { status, headers, marked: false, message: upstreamMessage(scrubber.body(body), deployment.name) });
         },
       };
     }
@@ -169,7 +169,7 @@ async function callDeployment(
           Object.assign(headers, relayedHeaders, later);
           if (call.translate === undefined) return reply.code(429).headers(headers).send(scrubber.body(text));
           headers['content-type'] = 'application/json';
-          return reply.code(429).headers(headers).send(errorBody(ex.dialect, 'rate_limit_exceeded', upstreamMessage(scrubber.body(text), deployment.name)));
+          return sendError(reply, ex.dialect, 'rate_limit_exceeded', { headers, marked: false, message: upstreamMessage(scrubber.body(text), deployment.name) });
         },
       };
     }

@@ -14,7 +14,7 @@ import type { Member } from '../coord/types.ts';
 import type { LoadedConfig } from '../config/load.ts';
 import { usageDeltaSchema } from '../limiter/snapshot.ts';
 import type { UsageDelta } from '../limiter/usage-delta.ts';
-import { errorBody } from '../errors.ts';
+import { sendError } from '../error-reply.ts';
 import { FROM_HEADER, HOPS_HEADER } from '../coord/headers.ts';
 import type { RequestSigner } from '../security/request-signature.ts';
 
@@ -49,21 +49,21 @@ export function settlementRoutes(app: FastifyInstance, config: LoadedConfig, han
   app.post(SETTLEMENTS_PATH, async (request, reply) => {
     const parsed = SettlementSchema.safeParse(request.body);
     if (!parsed.success) {
-      return reply.code(400).header('x-quotaring-error', 'invalid_request').send(errorBody('openai', 'invalid_request', `Not a settlement: ${parsed.error.issues[0]?.message ?? 'invalid'}.`));
+      return sendError(reply, 'openai', 'invalid_request', { message: `Not a settlement: ${parsed.error.issues[0]?.message ?? 'invalid'}.` });
     }
     const s = parsed.data;
     if (!config.policies.has(s.tenant)) {
-      return reply.code(404).header('x-quotaring-error', 'not_found').send(errorBody('openai', 'not_found', `No tenant ${s.tenant}.`));
+      return sendError(reply, 'openai', 'not_found', { message: `No tenant ${s.tenant}.` });
     }
     const hops = Number(request.headers[HOPS_HEADER] ?? 1);
     if (!(hops >= 1 && hops <= MAX_FORWARD_HOPS)) {
-      return reply.code(508).header('x-quotaring-error', 'forward_loop').send(errorBody('openai', 'forward_loop', `Settlement forwarded ${hops} times (at most ${MAX_FORWARD_HOPS}).`));
+      return sendError(reply, 'openai', 'forward_loop', { message: `Settlement forwarded ${hops} times (at most ${MAX_FORWARD_HOPS}).` });
     }
     const from = request.headers[FROM_HEADER];
     const sender = typeof from === 'string' ? from : undefined;
     if (s.op === 'absorb') {
       if (await handoff.absorb(s.tenant, s.usage as UsageDelta)) return { absorbed: true };
-      return reply.code(409).header('x-quotaring-error', 'not_owner').send(errorBody('openai', 'not_owner', `This node does not own tenant ${s.tenant}.`));
+      return sendError(reply, 'openai', 'not_owner', { message: `This node does not own tenant ${s.tenant}.` });
     }
     if (s.op === 'finish') {
       const kinds = s.kinds === undefined ? undefined : Object.fromEntries(Object.entries(s.kinds).filter(([, v]) => v !== undefined));

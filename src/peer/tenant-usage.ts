@@ -4,7 +4,7 @@
  */
 import type { FastifyInstance } from 'fastify';
 import type { Handoff } from '../coord/handoff/handoff.ts';
-import { errorBody } from '../errors.ts';
+import { sendError } from '../error-reply.ts';
 import type { TenantUsage } from '../ops/admin-routes.ts';
 
 /**
@@ -17,7 +17,7 @@ export function tenantStateRoutes(app: FastifyInstance, node: () => string, hand
   app.get<{ Params: { tenant: string } }>('/_quotaring/v1/tenants/:tenant', async (request, reply) => {
     const tenant = request.params.tenant;
     const found = await usage(tenant);
-    return found ?? reply.code(404).header('x-quotaring-error', 'not_found').send(errorBody('openai', 'not_found', `No tenant ${tenant}.`));
+    return found ?? sendError(reply, 'openai', 'not_found', { message: `No tenant ${tenant}.` });
   });
   app.get('/_quotaring/v1/handoff', async () => ({ node: node(), ring: handoff?.ring().version ?? null, claimed: handoff?.claimed().size ?? 0, stats: handoff?.stats ?? null }));
 }

@@ -25,7 +25,7 @@ import type { FastifyInstance } from 'fastify';
 import { request as httpRequest } from 'undici';
 import { z } from 'zod';
 import type { LoadedConfig } from '../config/load.ts';
-import { errorBody } from '../errors.ts';
+import { sendError } from '../error-reply.ts';
 import { MAX_STATE_BYTES } from '../limiter/snapshot-bounds.ts';
 import { usageDeltaSchema } from '../limiter/snapshot.ts';
 import type { UsageDelta } from '../limiter/usage-delta.ts';
@@ -82,7 +82,7 @@ export function transferRoutes(app: FastifyInstance, config: LoadedConfig, hando
     const announces = parsed.success && parsed.data.kind === 'handoff' && parsed.data.ring !== undefined;
     if (!parsed.success || (announces && (typeof from !== 'string' || from === ''))) {
       const why = parsed.success ? `a handoff naming its ring needs ${FROM_HEADER}` : (parsed.error.issues[0]?.message ?? 'invalid');
-      return reply.code(400).header('x-quotaring-error', 'invalid_request').send(errorBody('openai', 'invalid_request', `Not a state push: ${why}.`));
+      return sendError(reply, 'openai', 'invalid_request', { message: `Not a state push: ${why}.` });
     }
     const sender = typeof from === 'string' && from !== '' ? from : undefined;
     const stored = handoff.receive(parsed.data.states, known, parsed.data.kind === 'handoff' ? sender : undefined);
@@ -91,7 +91,7 @@ export function transferRoutes(app: FastifyInstance, config: LoadedConfig, hando
   });
   app.post(HANDOFF_NUDGE_PATH, async (request, reply) => {
     const parsed = NudgeSchema.safeParse(request.body);
-    if (!parsed.success) return reply.code(400).header('x-quotaring-error', 'invalid_request').send(errorBody('openai', 'invalid_request', `Not a nudge: ${parsed.error.issues[0]?.message ?? 'invalid'}.`));
+    if (!parsed.success) return sendError(reply, 'openai', 'invalid_request', { message: `Not a nudge: ${parsed.error.issues[0]?.message ?? 'invalid'}.` });
     const ring = handoff.ring().version;
     handoff.nudged();
     return { ring };
@@ -102,14 +102,14 @@ export function transferRoutes(app: FastifyInstance, config: LoadedConfig, hando
     // Only the owner itself takes its tenants back: the signed sender must be the owner named.
     if (!parsed.success || from !== parsed.data.owner) {
       const why = parsed.success ? `the sender (${FROM_HEADER}) must be the owner named` : (parsed.error.issues[0]?.message ?? 'invalid');
-      return reply.code(400).header('x-quotaring-error', 'invalid_request').send(errorBody('openai', 'invalid_request', `Not a reclaim: ${why}.`));
+      return sendError(reply, 'openai', 'invalid_request', { message: `Not a reclaim: ${why}.` });
     }
     const reclaimed = handoff.reclaim(parsed.data.owner, deadAfterMs);
     return { reclaimed };
   });
   app.post(HANDOFF_PULL_PATH, async (request, reply) => {
     const parsed = PullSchema.safeParse(request.body);
-    if (!parsed.success) return reply.code(400).header('x-quotaring-error', 'invalid_request').send(errorBody('openai', 'invalid_request', `Not a state pull: ${parsed.error.issues[0]?.message ?? 'invalid'}.`));
+    if (!parsed.success) return sendError(reply, 'openai', 'invalid_request', { message: `Not a state pull: ${parsed.error.issues[0]?.message ?? 'invalid'}.` });
     const states = handoff.surrender(parsed.data.owner);
     request.log.info({ owner: parsed.data.owner, tenants: states.length }, 'tenant states given back to a restarted member');
     return { states };

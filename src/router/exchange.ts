@@ -9,6 +9,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from 'fastify';
 import type { TenantConfig } from '../config/schema.ts';
 import { ERRORS, errorBody } from '../errors.ts';
+import { sendError } from '../error-reply.ts';
 import type { ErrorCode } from '../errors.ts';
 import { dialectOf, endStatus } from '../gateway/client-errors.ts';
 import { levelEnabled } from '../ops/logging.ts';
@@ -62,7 +63,7 @@ export class FastifyExchange implements ProxyExchange {
   }
 
   sendError(code: ErrorCode, message?: string): void {
-    this.#reply.code(ERRORS[code].status).header('x-quotaring-error', code).send(errorBody(dialectOf(this.#request.url), code, message));
+    sendError(this.#reply, dialectOf(this.#request.url), code, { ...(message === undefined ? {} : { message }) });
   }
 
   hijack(): void {

@@ -45,7 +45,7 @@ export function anthropicRoutes(app: FastifyInstance, ctx: GatewayContext): void
       failover: route.failover,
       callFor: (d): DeploymentCall => {
         const model = upstreamModelOf(route.model, d);
-        if (d.provider === 'bedrock') return bedrockCallForAnthropic(msg.body, { modelId: model, model: msg.model, stream: msg.stream });
+        if (wireFormatOf(d.provider) === 'bedrock') return bedrockCallForAnthropic(msg.body, { modelId: model, model: msg.model, stream: msg.stream });
         if (wireFormatOf(d.provider) === 'anthropic') {
           return { path: '/v1/messages', body: JSON.stringify({ ...msg.body, model }), headers, usageFromJson: anthropicUsage, observer: () => new AnthropicStreamObserver() };
         }

@@ -68,7 +68,7 @@ export function chatCompletionsHandler(ctx: GatewayContext): ApiHandler {
       failover: route.failover,
       callFor: (d): DeploymentCall => {
         const model = upstreamModelOf(route.model, d);
-        if (d.provider === 'bedrock') return bedrockCallForOpenAI(chat.body, { modelId: model, model: chat.model, stream: chat.stream, defaultMaxTokens: route.model.default_max_output, includeUsage: chat.clientWantsUsage });
+        if (wireFormatOf(d.provider) === 'bedrock') return bedrockCallForOpenAI(chat.body, { modelId: model, model: chat.model, stream: chat.stream, defaultMaxTokens: route.model.default_max_output, includeUsage: chat.clientWantsUsage });
         if (wireFormatOf(d.provider) === 'openai') {
           return { path: '/v1/chat/completions', body: JSON.stringify(upstreamChatBody(chat, model)), headers: {}, usageFromJson: openAIUsage, observer: () => new OpenAIChatStreamObserver(chat.clientWantsUsage) };
         }

@@ -24,7 +24,8 @@
 import { EventEmitter } from 'node:events';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { ResolvedDeployment } from '../../config/load.ts';
-import { GatewayError, errorBody } from '../../errors.ts';
+import { GatewayError } from '../../errors.ts';
+import { sendError } from '../../error-reply.ts';
 import { AnthropicStreamObserver, anthropicUsage } from '../../providers/anthropic/messages.ts';
 import { OpenAIChatStreamObserver, openAIUsage } from '../../providers/openai/chat.ts';
 import { ResponsesStreamObserver, TERMINAL_STATUSES, checkResponseId, parseResponsesRequest, responseFactsOfText, responsesUsage } from '../../providers/openai/responses.ts';
@@ -135,7 +136,7 @@ export function createResponseHandler(ctx: GatewayContext): ApiHandler {
           },
         };
       }
-      if (d.provider === 'anthropic') {
+      if (wireFormatOf(d.provider) === 'anthropic') {
         return {
           path: '/v1/messages',
           body: JSON.stringify(openAIChatToAnthropic(chat, { model: upstreamModel, defaultMaxTokens: model.default_max_output })),
@@ -322,7 +323,7 @@ async function passThrough(
       seen(res.statusCode, text);
       return reply.code(res.statusCode).headers(out).send(res.statusCode < 300 ? text : scrubber.body(text));
     }
-    return reply.code(failure.statusCode).headers({ 'x-quotaring-error': failure.code }).send(errorBody('openai', failure.code, failure.message));
+    return sendError(reply, 'openai', failure.code, { message: failure.message });
   } finally {
     raw.off('close', onClose);
   }
