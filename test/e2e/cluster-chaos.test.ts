@@ -24,6 +24,8 @@ import { freePort, runCli, writeConfig } from '../helpers/processes.ts';
 import type { Running } from '../helpers/processes.ts';
 import { startRedis } from '../helpers/redis.ts';
 import { signedRequest } from '../helpers/cluster-secret.ts';
+import { startLoad, usageTokens } from '../helpers/load-sender.ts';
+import type { SentRequest } from '../helpers/load-sender.ts';
 
 const TENANTS = 50;
 const WINDOW_MS = 10_000;
@@ -38,13 +40,8 @@ const OUTPUT_TOKENS = 20;
 const RATE_PER_TENANT = 3;
 const SIM_KEY = 'sim-chaos-key';
 
-interface Sent {
-  readonly tenant: number;
-  readonly start: number;
-  end: number;
-  status: number;
-  tokens: number;
-}
+/** One request of tenant c<tenant>, times in clock ms. */
+type Sent = SentRequest<number>;
 
 /** One request as the simulator received it (`GET /sim/arrivals`). */
 interface Arrival {
@@ -138,48 +135,30 @@ describe('cluster under membership changes: join, graceful leave, SIGKILL with 5
 
   test('over-admission stays within bounds, no 5xx, no slot left held', async () => {
     const agent = new Agent({ connections: 64 });
-    const sent: Sent[] = [];
     const t0 = Date.now();
-    let stop = false;
-    const inFlight = new Set<Promise<void>>();
-    const fire = (tenant: number, n: number): void => {
-      const s: Sent = { tenant, start: Date.now(), end: 0, status: 0, tokens: 0 };
-      const index = sent.push(s) - 1;
-      const p = (async () => {
-        try {
-          const res = await request(`${routers[n % routers.length]}/v1/chat/completions`, {
-            method: 'POST',
-            dispatcher: agent,
-            headers: { authorization: `Bearer key-chaos-${tenant}-0000`, 'content-type': 'application/json' },
-            body: bodyOf(tenant, index),
-          });
-          s.status = res.statusCode;
-          const text = await res.body.text();
-          if (res.statusCode === 200) {
-            const usage = /"usage":\{"prompt_tokens":(\d+),"completion_tokens":(\d+)/.exec(text);
-            assert.ok(usage !== null, text.slice(-300));
-            s.tokens = Number(usage[1]) + Number(usage[2]);
-          } else if (res.statusCode !== 429) {
-            s.tokens = -1;
-            process.stderr.write(`# ${res.statusCode} for c${tenant} at +${Date.now() - t0} ms: ${text.slice(0, 300)}\n`);
-          }
-        } catch (err) {
-          s.status = -1;
-          process.stderr.write(`# request of c${tenant} failed: ${(err as Error).message}\n`);
+    // Every tenant fires RATE_PER_TENANT a second, phases spread over the second; request n of
+    // tenant c goes to router (n + c) mod 2.
+    const load = startLoad({
+      streams: Array.from({ length: TENANTS }, (_, tenant) => ({ id: tenant, ratePerS: RATE_PER_TENANT })),
+      stagger: true,
+      t0,
+      url: (t, n) => `${routers[(n + t.id) % routers.length]}/v1/chat/completions`,
+      headers: (t) => ({ authorization: `Bearer key-chaos-${t.id}-0000`, 'content-type': 'application/json' }),
+      body: (t, index) => bodyOf(t.id, index),
+      dispatcher: agent,
+      onAnswer: (s, res, text) => {
+        if (res.statusCode === 200) {
+          const tokens = usageTokens(text);
+          assert.ok(tokens !== undefined, text.slice(-300));
+          s.tokens = tokens;
+        } else if (res.statusCode !== 429) {
+          s.tokens = -1;
+          process.stderr.write(`# ${res.statusCode} for c${s.tenant} at +${Date.now() - t0} ms: ${text.slice(0, 300)}\n`);
         }
-        s.end = Date.now();
-      })();
-      inFlight.add(p);
-      void p.finally(() => inFlight.delete(p));
-    };
-    // Every tenant fires RATE_PER_TENANT a second, phases spread over the second.
-    const loops = Array.from({ length: TENANTS }, async (_, tenant) => {
-      await sleep((tenant * 1_000) / TENANTS / RATE_PER_TENANT);
-      for (let n = 0; !stop; n++) {
-        fire(tenant, n + tenant);
-        await sleep(1_000 / RATE_PER_TENANT);
-      }
+      },
+      onError: (s, err) => process.stderr.write(`# request of c${s.tenant} failed: ${err.message}\n`),
     });
+    const sent: Sent[] = load.sent;
     // A step that fails stops the load, or the loops would keep the test process alive.
     let joinAt = 0;
     let leaveAt = 0;
@@ -218,10 +197,9 @@ describe('cluster under membership changes: join, graceful leave, SIGKILL with 5
       await startNode('node-3', Number(new URL(killed.url).port));
       await sleep(6_000);
     } finally {
-      stop = true;
+      await load.stop();
     }
-    await Promise.all(loops);
-    await Promise.all([...inFlight]);
+    await load.settled();
     await agent.close();
 
     // No 5xx, no failed request.

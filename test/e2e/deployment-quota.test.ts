@@ -10,12 +10,12 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { setTimeout as sleep } from 'node:timers/promises';
-import { Agent, request } from 'undici';
+import { Agent } from 'undici';
 import { PromptBuilder } from '../../src/replay/prompt.ts';
 import { freePort, runCli, simStats, writeConfig } from '../helpers/processes.ts';
 import type { Running } from '../helpers/processes.ts';
 import { startRedis } from '../helpers/redis.ts';
+import { startLoad, totalTokens } from '../helpers/load-sender.ts';
 
 const TENANTS = 20;
 const QUOTA_TPM = 60_000;
@@ -65,40 +65,26 @@ describe('a deployment quota shared by 3 nodes through Redis', () => {
 
   test('no 429 from the provider, and at least 85% of the quota admitted once the burst is spent', { timeout: RUN_MS + 60_000 }, async () => {
     const agent = new Agent({ connections: 32 });
-    const sent: { start: number; end: number; status: number; tokens: number; error?: string }[] = [];
-    const t0 = Date.now();
-    const inFlight: Promise<void>[] = [];
-    for (let n = 0; Date.now() - t0 < RUN_MS; n++) {
-      const due = t0 + (n * 1_000) / RATE_PER_S;
-      if (due > Date.now()) await sleep(due - Date.now());
-      const s = { start: Date.now() - t0, end: 0, status: 0, tokens: 0 } as (typeof sent)[number];
-      sent.push(s);
-      inFlight.push(
-        (async () => {
-          try {
-            const res = await request(`${router}/v1/chat/completions`, {
-              method: 'POST',
-              dispatcher: agent,
-              headers: { authorization: `Bearer key-quota-${n % TENANTS}-0000`, 'content-type': 'application/json' },
-              body,
-            });
-            s.status = res.statusCode;
-            const text = await res.body.text();
-            if (res.statusCode === 200) {
-              const usage = (JSON.parse(text) as { usage: { total_tokens: number } }).usage;
-              s.tokens = usage.total_tokens;
-            } else if (res.statusCode !== 429) {
-              s.error = text.slice(0, 200);
-            }
-          } catch (err) {
-            s.status = -1;
-            s.error = (err as Error).message;
-          }
-          s.end = Date.now() - t0;
-        })(),
-      );
-    }
-    await Promise.all(inFlight);
+    // RATE_PER_S requests a second for RUN_MS, the n-th for tenant n mod TENANTS.
+    const load = startLoad({
+      streams: [{ id: 'all', ratePerS: RATE_PER_S, untilMs: RUN_MS }],
+      stopBy: 'clock',
+      relative: true,
+      url: `${router}/v1/chat/completions`,
+      headers: (_t, n) => ({ authorization: `Bearer key-quota-${n % TENANTS}-0000`, 'content-type': 'application/json' }),
+      body,
+      dispatcher: agent,
+      onAnswer: (s, res, text) => {
+        if (res.statusCode === 200) {
+          s.tokens = totalTokens(text);
+        } else if (res.statusCode !== 429) {
+          s.error = text.slice(0, 200);
+        }
+      },
+    });
+    await load.ended;
+    await load.settled();
+    const { sent } = load;
     await agent.close();
 
     const stats = await simStats(simUrl);

@@ -32,6 +32,7 @@ import { freePort, runCli, simStats, writeConfig } from '../helpers/processes.ts
 import type { Running } from '../helpers/processes.ts';
 import { startRedis } from '../helpers/redis.ts';
 import type { RunningRedis } from '../helpers/redis.ts';
+import { startLoad } from '../helpers/load-sender.ts';
 
 const env = { QUOTARING_SIM_KEY: 'sim-fencing-key' };
 const TPS = 20;
@@ -102,31 +103,30 @@ async function stall(mode: Mode, stallMs: number, streamSeconds: number): Promis
     await request(`${c.simUrl}/sim/reset`, { method: 'POST' }).then((r) => r.body.dump());
     owner.proc.kill('SIGSTOP');
     const statuses = new Map<number, number>();
-    const admitted: Promise<void>[] = [];
-    let asking = true;
     // A request every 100 ms, not waiting for the previous one: those the router sent to the owner
     // before it saw it stalled wait for it to wake; the others go where the router routes them.
-    const ask = async (): Promise<void> => {
-      const res = await send(long(streamSeconds)).catch(() => undefined);
-      if (res === undefined) return;
-      statuses.set(res.statusCode, (statuses.get(res.statusCode) ?? 0) + 1);
-      const text = await res.body.text().catch(() => '');
-      if (process.env.FENCING_DEBUG) process.stderr.write(`${Date.now() % 100000} ${res.statusCode} ${text.slice(0, 160)}\n`);
-    };
-    const client = (async () => {
-      while (asking) {
-        admitted.push(ask());
-        await sleep(100);
-      }
-    })();
+    // Counted when the answer's status arrives; a request that got none is not counted.
+    const load = startLoad({
+      streams: [{ id: c.tenant, ratePerS: 10 }],
+      url: `${c.routerUrl}/v1/chat/completions`,
+      headers: () => ({ authorization: `Bearer key-${c.tenant}-0000`, 'content-type': 'application/json' }),
+      body: () => long(streamSeconds),
+      headersTimeout: 60_000,
+      bodyTimeout: 120_000,
+      onResponse: (_s, res) => {
+        statuses.set(res.statusCode, (statuses.get(res.statusCode) ?? 0) + 1);
+      },
+      onAnswer: (_s, res, text) => {
+        if (process.env.FENCING_DEBUG) process.stderr.write(`${Date.now() % 100000} ${res.statusCode} ${text.slice(0, 160)}\n`);
+      },
+    });
     const logs = (): string => [...c.nodes].map(([id, p]) => `--- ${id}\n${p.output().slice(-2_500)}`).join('\n');
     await sleep(stallMs);
     owner.proc.kill('SIGCONT');
     await sleep(3_000);
     const peakAfterWake = (await simStats(c.simUrl)).peakInFlight;
-    asking = false;
-    await client;
-    await Promise.all(admitted);
+    await load.stop();
+    await load.settled();
     if (process.env.FENCING_DEBUG) process.stderr.write(logs());
     process.stderr.write(`# ${mode}, stall ${stallMs} ms: client statuses ${JSON.stringify([...statuses])}, peak in flight at the provider ${peakAfterWake}\n`);
     assert.ok(peakAfterWake <= 4, `${peakAfterWake} requests of a concurrent: 4 tenant ran at once at the provider\n${logs()}`);

@@ -67,6 +67,8 @@ import type { Running } from '../helpers/processes.ts';
 import { worstInterval } from '../helpers/bounds.ts';
 import { startNodesAndRouter } from '../helpers/cluster.ts';
 import { startRedis } from '../helpers/redis.ts';
+import { startLoad, totalTokens } from '../helpers/load-sender.ts';
+import type { SentRequest } from '../helpers/load-sender.ts';
 
 const CLUSTER = 'hotdetect';
 const CAPACITY = 30_000;
@@ -96,18 +98,16 @@ const prompts = new PromptBuilder({ model: 'gpt-4o-mini' });
 const bodyOf = (output: number): string => JSON.stringify({ ...prompts.body(PROMPT), max_tokens: output });
 const headers = (key: string, output: number): Record<string, string> => ({ authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-sim-output-tokens': String(output) });
 
-interface Sent {
-  readonly tenant: 'busy' | 'calm';
+/** One request, times in clock ms. */
+type Sent = SentRequest<'busy' | 'calm'> & {
+  /** The tokens it must use: prompt + its phase's output. */
   readonly cost: number;
-  readonly start: number;
-  end: number;
-  status: number;
-  tokens: number;
+  /** The node that served a 200. */
   node: string;
   /** `429 <x-quotaring-error> <limit>` or `<status>`, for the report. */
   kind: string;
   problem?: string;
-}
+};
 
 interface LogLine {
   readonly node: string;
@@ -198,75 +198,44 @@ describe('a tenant found hot by its owner, spread over 3 nodes, then back on its
     assert.deepEqual(await admin.hgetall(`qr:{${CLUSTER}}:hot`), {}, 'the hot set is empty before the run');
 
     const bodies = new Map([OUTPUT_1, OUTPUT_2].map((o) => [o, bodyOf(o)]));
-    const sent: Sent[] = [];
-    const inFlight: Promise<void>[] = [];
-    const send = (tenant: 'busy' | 'calm', output: number): void => {
-      const s: Sent = { tenant, cost: PROMPT + output, start: Date.now(), end: 0, status: 0, tokens: 0, node: '', kind: '' };
-      sent.push(s);
-      inFlight.push(
-        (async () => {
-          try {
-            const res = await request(`${router}/v1/chat/completions`, {
-              method: 'POST',
-              dispatcher: agent,
-              headers: headers(tenant === 'busy' ? BUSY_KEY : CALM_KEY, output),
-              body: bodies.get(output) as string,
-            });
-            s.status = res.statusCode;
-            const text = await res.body.text();
-            s.kind = String(res.statusCode);
-            if (res.statusCode === 200) {
-              s.tokens = (JSON.parse(text) as { usage: { total_tokens: number } }).usage.total_tokens;
-              const id = String(res.headers['x-quotaring-request-id'] ?? '');
-              s.node = nodeOfPrefix.get(id.slice(0, 8)) ?? `unknown ${id}`;
-              if (s.tokens !== s.cost) s.problem = `200 with ${s.tokens} tokens, expected ${s.cost}`;
-            } else if (res.statusCode === 429) {
-              const message = (JSON.parse(text) as { error: { message: string } }).error.message;
-              const limit = /Rate limit reached for (\S+)/.exec(message)?.[1] ?? message.slice(0, 60);
-              s.kind = `429 ${String(res.headers['x-quotaring-error'])} ${limit}`;
-              if (res.headers['x-quotaring-error'] !== 'rate_limit_exceeded' || !(Number(res.headers['retry-after']) > 0)) s.problem = `${s.kind}: ${message}`;
-            } else {
-              s.problem = `${res.statusCode}: ${text.slice(0, 200)}`;
-            }
-          } catch (err) {
-            s.status = -1;
-            s.kind = 'error';
-            s.problem = (err as Error).message;
-          }
-          s.end = Date.now();
-        })(),
-      );
-    };
-
     const t0 = Date.now();
-    const busyLoop = (async () => {
-      for (let n = 0; ; n++) {
-        const offset = (n * 1_000) / PHASE1_RPS;
-        if (offset >= PHASE1_MS) break;
-        const due = t0 + offset;
-        if (due > Date.now()) await sleep(due - Date.now());
-        send('busy', OUTPUT_1);
-      }
-      for (let n = 0; ; n++) {
-        const offset = PHASE1_MS + (n * 1_000) / PHASE2_RPS;
-        if (offset >= RUN_MS) break;
-        const due = t0 + offset;
-        if (due > Date.now()) await sleep(due - Date.now());
-        send('busy', OUTPUT_2);
-      }
-    })();
-    const calmLoop = (async () => {
-      for (let n = 0; ; n++) {
+    const load = startLoad({
+      streams: [
+        { id: 'busy', output: OUTPUT_1, ratePerS: PHASE1_RPS, untilMs: PHASE1_MS },
+        { id: 'busy', output: OUTPUT_2, ratePerS: PHASE2_RPS, fromMs: PHASE1_MS, untilMs: RUN_MS },
         // Half an interval off busy's phase 2 so the two do not fire together.
-        const offset = (n * 1_000) / CALM_RPS + 100;
-        if (offset >= RUN_MS) break;
-        const due = t0 + offset;
-        if (due > Date.now()) await sleep(due - Date.now());
-        send('calm', OUTPUT_1);
-      }
-    })();
-    await Promise.all([busyLoop, calmLoop]);
-    await Promise.all(inFlight);
+        { id: 'calm', output: OUTPUT_1, ratePerS: CALM_RPS, fromMs: 100, untilMs: RUN_MS },
+      ] as const,
+      t0,
+      url: `${router}/v1/chat/completions`,
+      headers: (t) => headers(t.id === 'busy' ? BUSY_KEY : CALM_KEY, t.output),
+      body: (t) => bodies.get(t.output) as string,
+      dispatcher: agent,
+      fields: (t): { cost: number; node: string; kind: string; problem?: string } => ({ cost: PROMPT + t.output, node: '', kind: '' }),
+      onAnswer: (s, res, text) => {
+        s.kind = String(res.statusCode);
+        if (res.statusCode === 200) {
+          s.tokens = totalTokens(text);
+          const id = String(res.headers['x-quotaring-request-id'] ?? '');
+          s.node = nodeOfPrefix.get(id.slice(0, 8)) ?? `unknown ${id}`;
+          if (s.tokens !== s.cost) s.problem = `200 with ${s.tokens} tokens, expected ${s.cost}`;
+        } else if (res.statusCode === 429) {
+          const message = (JSON.parse(text) as { error: { message: string } }).error.message;
+          const limit = /Rate limit reached for (\S+)/.exec(message)?.[1] ?? message.slice(0, 60);
+          s.kind = `429 ${String(res.headers['x-quotaring-error'])} ${limit}`;
+          if (res.headers['x-quotaring-error'] !== 'rate_limit_exceeded' || !(Number(res.headers['retry-after']) > 0)) s.problem = `${s.kind}: ${message}`;
+        } else {
+          s.problem = `${res.statusCode}: ${text.slice(0, 200)}`;
+        }
+      },
+      onError: (s, err) => {
+        s.kind = 'error';
+        s.problem = err.message;
+      },
+    });
+    await load.ended;
+    await load.settled();
+    const sent: Sent[] = load.sent;
     await sleep(600); // every process's next read of the hot set, and the nodes' logs flushed
     const hotHash = await admin.hgetall(`qr:{${CLUSTER}}:hot`);
     await agent.close();

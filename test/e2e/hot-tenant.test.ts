@@ -53,6 +53,8 @@ import { freePort, runCli, writeConfig } from '../helpers/processes.ts';
 import type { Running } from '../helpers/processes.ts';
 import { startNodesAndRouter } from '../helpers/cluster.ts';
 import { startRedis } from '../helpers/redis.ts';
+import { startLoad, totalTokens } from '../helpers/load-sender.ts';
+import type { SentRequest } from '../helpers/load-sender.ts';
 
 const CLUSTER = 'hot';
 const LIMIT_TPM = 300_000;
@@ -80,13 +82,8 @@ const prompts = new PromptBuilder({ model: 'gpt-4o-mini' });
 const body = JSON.stringify({ ...prompts.body(PROMPT), max_tokens: OUTPUT });
 const headers = (key: string): Record<string, string> => ({ authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-sim-output-tokens': String(OUTPUT) });
 
-interface Sent {
-  status: number;
-  tokens: number;
-  node: string;
-  end: number;
-  problem?: string;
-}
+/** One request of `hot`, times in clock ms: the node that served a 200, what was wrong with an answer. */
+type Sent = SentRequest<string> & { node: string; problem?: string };
 
 /** `cmdstat_<name>:calls=<n>` of `INFO commandstats`, by command name. */
 async function commandCalls(redis: Redis): Promise<Map<string, number>> {
@@ -164,45 +161,43 @@ describe('a hot tenant spread over 3 nodes at 5× its TPM limit', () => {
     assert.equal(await admin.exists(BUCKET_KEY), 0, 'the hot bucket is untouched (full) before the run');
 
     const before = await commandCalls(admin);
-    const sent: Sent[] = [];
-    const inFlight: Promise<void>[] = [];
     const t0 = Date.now();
     let mid: { sent: number; calls: Promise<Map<string, number>> } | undefined;
-    for (let n = 0; Date.now() - t0 < RUN_MS; n++) {
+    const load = startLoad({
+      streams: [{ id: 'hot', ratePerS: RATE_PER_S, untilMs: RUN_MS }],
+      stopBy: 'clock',
+      t0,
+      url: `${router}/v1/chat/completions`,
+      headers: () => headers(HOT_KEY),
+      body,
+      dispatcher: agent,
+      fields: (): { node: string; problem?: string } => ({ node: '' }),
       // Split the script calls between the burst (the full bucket spent in ≈ 15 s) and the cap.
-      if (mid === undefined && Date.now() - t0 >= SPLIT_MS) mid = { sent: sent.length, calls: commandCalls(admin) };
-      const due = t0 + (n * 1_000) / RATE_PER_S;
-      if (due > Date.now()) await sleep(due - Date.now());
-      const s: Sent = { status: 0, tokens: 0, node: '', end: 0 };
-      sent.push(s);
-      inFlight.push(
-        (async () => {
-          try {
-            const res = await request(`${router}/v1/chat/completions`, { method: 'POST', dispatcher: agent, headers: headers(HOT_KEY), body });
-            s.status = res.statusCode;
-            const text = await res.body.text();
-            if (res.statusCode === 200) {
-              s.tokens = (JSON.parse(text) as { usage: { total_tokens: number } }).usage.total_tokens;
-              s.node = nodeOfPrefix.get(String(res.headers['x-quotaring-request-id'] ?? '').slice(0, 8)) ?? `unknown ${String(res.headers['x-quotaring-request-id'])}`;
-              if (s.tokens !== PER_REQUEST) s.problem = `200 with ${s.tokens} tokens`;
-            } else if (res.statusCode === 429) {
-              const message = (JSON.parse(text) as { error: { message: string } }).error.message;
-              const retryAfter = Number(res.headers['retry-after']);
-              if (res.headers['x-quotaring-error'] !== 'rate_limit_exceeded' || !(retryAfter > 0) || !message.includes('tokens/1m')) {
-                s.problem = `429 ${String(res.headers['x-quotaring-error'])} retry-after ${String(res.headers['retry-after'])}: ${message}`;
-              }
-            } else {
-              s.problem = `${res.statusCode}: ${text.slice(0, 200)}`;
-            }
-          } catch (err) {
-            s.status = -1;
-            s.problem = (err as Error).message;
+      beforeWait: () => {
+        if (mid === undefined && Date.now() - t0 >= SPLIT_MS) mid = { sent: load.sent.length, calls: commandCalls(admin) };
+      },
+      onAnswer: (s, res, text) => {
+        if (res.statusCode === 200) {
+          s.tokens = totalTokens(text);
+          s.node = nodeOfPrefix.get(String(res.headers['x-quotaring-request-id'] ?? '').slice(0, 8)) ?? `unknown ${String(res.headers['x-quotaring-request-id'])}`;
+          if (s.tokens !== PER_REQUEST) s.problem = `200 with ${s.tokens} tokens`;
+        } else if (res.statusCode === 429) {
+          const message = (JSON.parse(text) as { error: { message: string } }).error.message;
+          const retryAfter = Number(res.headers['retry-after']);
+          if (res.headers['x-quotaring-error'] !== 'rate_limit_exceeded' || !(retryAfter > 0) || !message.includes('tokens/1m')) {
+            s.problem = `429 ${String(res.headers['x-quotaring-error'])} retry-after ${String(res.headers['retry-after'])}: ${message}`;
           }
-          s.end = Date.now();
-        })(),
-      );
-    }
-    await Promise.all(inFlight);
+        } else {
+          s.problem = `${res.statusCode}: ${text.slice(0, 200)}`;
+        }
+      },
+      onError: (s, err) => {
+        s.problem = err.message;
+      },
+    });
+    await load.ended;
+    await load.settled();
+    const sent: Sent[] = load.sent;
     const runS = (sent.reduce((last, s) => Math.max(last, s.end), 0) - t0) / 1_000;
     // What Redis still holds for nobody: the bucket's level now (a missing key is a full bucket).
     const [[level, at], [sec, usec]] = await Promise.all([admin.hmget(BUCKET_KEY, 'l', 't'), admin.time()]);

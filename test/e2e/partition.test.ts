@@ -41,6 +41,8 @@ import { PromptBuilder } from '../../src/replay/prompt.ts';
 import { writeConfig } from '../helpers/processes.ts';
 import { createNetwork, netnsUnavailable } from '../helpers/netns.ts';
 import type { HostProcess, Netns } from '../helpers/netns.ts';
+import { startLoad, usageTokens } from '../helpers/load-sender.ts';
+import type { Load, SentRequest } from '../helpers/load-sender.ts';
 
 const WINDOW_MS = 10_000;
 const FAULT_MS = 5_000;
@@ -67,14 +69,8 @@ interface Limits {
 }
 const limitsOf = (i: number): Limits => (i % 2 === 0 ? { requests: 8, tokens: 2_000 } : { requests: 50, tokens: 1_000 });
 
-interface Sent {
-  readonly tenant: string;
-  readonly start: number;
-  end: number;
-  /** HTTP status; -1 a failed request, -2 no answer within {@link CLIENT_TIMEOUT_MS}. */
-  status: number;
-  tokens: number;
-}
+/** One request of a tenant, times in clock ms; status -2: no answer within {@link CLIENT_TIMEOUT_MS}. */
+type Sent = SentRequest<string>;
 
 /** An interval of a tenant's own admissions that the bound allows on top of the limit. */
 type Interval = readonly [from: number, to: number];
@@ -122,10 +118,8 @@ describe('partitions across hosts (network namespaces)', { skip: unavailable ===
   let admin: Redis | undefined;
   let routerUrl = '';
   const tenants: { id: string; key: string; limits: Limits; owner: string; successor: string }[] = [];
-  const sent: Sent[] = [];
-  const inFlight = new Set<Promise<void>>();
-  let stop = false;
-  let loops: Promise<void>[] = [];
+  let load: Load<Sent> | undefined;
+  let sent: Sent[] = [];
   let t0 = 0;
   const agent = new Agent({ connections: 64 });
 
@@ -212,51 +206,35 @@ describe('partitions across hosts (network namespaces)', { skip: unavailable ===
     process.stderr.write(`# tenants ${JSON.stringify(tenants.map((t) => `${t.id}@${t.owner}→${t.successor}`))}\n`);
 
     t0 = Date.now();
-    const fire = (tenant: (typeof tenants)[number], streaming: boolean): void => {
-      const s: Sent = { tenant: tenant.id, start: Date.now(), end: 0, status: 0, tokens: 0 };
-      sent.push(s);
-      const p = (async () => {
-        try {
-          const res = await request(`${routerUrl}/v1/chat/completions`, {
-            method: 'POST',
-            dispatcher: agent,
-            headers: { authorization: `Bearer ${tenant.key}`, 'content-type': 'application/json' },
-            body: streaming ? streamBody : jsonBody,
-            signal: AbortSignal.timeout(CLIENT_TIMEOUT_MS),
-          });
-          const text = await res.body.text();
-          s.status = res.statusCode;
-          if (res.statusCode === 200) {
-            const usage = /"usage":\{"prompt_tokens":(\d+),"completion_tokens":(\d+)/.exec(text);
-            s.tokens = usage === null ? -1 : Number(usage[1]) + Number(usage[2]);
-            if (usage === null) s.status = -1;
-          } else if (res.statusCode !== 429) {
-            process.stderr.write(`# ${res.statusCode} for ${tenant.id} at +${Date.now() - t0} ms: ${text.slice(0, 300)}\n`);
-          }
-        } catch (err) {
-          s.status = (err as Error).name === 'TimeoutError' ? -2 : -1;
-          process.stderr.write(`# request of ${tenant.id} sent at +${s.start - t0} ms failed: ${(err as Error).message}\n`);
+    // Odd tenants stream; a request unanswered after CLIENT_TIMEOUT_MS is aborted (-2).
+    load = startLoad({
+      streams: tenants.map((tenant, i) => ({ id: tenant.id, key: tenant.key, streaming: i % 2 === 1, ratePerS: RATE })),
+      stagger: true,
+      t0,
+      url: `${routerUrl}/v1/chat/completions`,
+      headers: (t) => ({ authorization: `Bearer ${t.key}`, 'content-type': 'application/json' }),
+      body: (t) => (t.streaming ? streamBody : jsonBody),
+      dispatcher: agent,
+      timeoutMs: CLIENT_TIMEOUT_MS,
+      onAnswer: (s, res, text) => {
+        if (res.statusCode === 200) {
+          const tokens = usageTokens(text);
+          s.tokens = tokens ?? -1;
+          if (tokens === undefined) s.status = -1;
+        } else if (res.statusCode !== 429) {
+          process.stderr.write(`# ${res.statusCode} for ${s.tenant} at +${Date.now() - t0} ms: ${text.slice(0, 300)}\n`);
         }
-        s.end = Date.now();
-      })();
-      inFlight.add(p);
-      void p.finally(() => inFlight.delete(p));
-    };
-    loops = tenants.map(async (tenant, i) => {
-      await sleep((i * 1_000) / tenants.length / RATE);
-      while (!stop) {
-        fire(tenant, i % 2 === 1);
-        await sleep(1_000 / RATE);
-      }
+      },
+      onError: (s, err) => process.stderr.write(`# request of ${s.tenant} sent at +${s.start - t0} ms failed: ${err.message}\n`),
     });
+    sent = load.sent;
     // Past the first window: every tenant is at its limit when the first fault comes.
     await sleep(WINDOW_MS + 1_000);
   });
 
   after(async () => {
-    stop = true;
-    await Promise.all(loops);
-    await Promise.race([Promise.all([...inFlight]), sleep(5_000)]);
+    await load?.stop();
+    await Promise.race([load?.settled(), sleep(5_000)]);
     await agent.close();
     // QUOTARING_PARTITION_DUMP=<dir>: every request seen by the client and each process's output, for a failure's evidence.
     const dump = process.env['QUOTARING_PARTITION_DUMP'];

@@ -8,10 +8,11 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Agent, request } from 'undici';
+import { Agent } from 'undici';
 import { freePort, runCli, writeConfig } from '../helpers/processes.ts';
 import type { Running } from '../helpers/processes.ts';
 import { startRedis } from '../helpers/redis.ts';
+import { startLoad } from '../helpers/load-sender.ts';
 
 const TENANTS = 10;
 const RATE_PER_S = 20;
@@ -58,8 +59,6 @@ describe('Redis frozen (SIGSTOP) for 20 s under load', () => {
 
   test('no 5xx, no added latency once the breaker is open, fallback left within 5 s of SIGCONT', { timeout: RUN_MS + 60_000 }, async () => {
     const agent = new Agent({ connections: 32 });
-    const sent: { start: number; ms: number; status: number }[] = [];
-    const inFlight: Promise<void>[] = [];
     const t0 = Date.now();
     let thawedAt = 0;
     const freezer = (async () => {
@@ -69,31 +68,23 @@ describe('Redis frozen (SIGSTOP) for 20 s under load', () => {
       redis.signal('SIGCONT');
       thawedAt = Date.now();
     })();
-    for (let n = 0; Date.now() - t0 < RUN_MS; n++) {
-      const due = t0 + (n * 1_000) / RATE_PER_S;
-      if (due > Date.now()) await sleep(due - Date.now());
-      const start = Date.now();
-      inFlight.push(
-        (async () => {
-          let status = -1;
-          try {
-            const res = await request(`${router}/v1/chat/completions`, {
-              method: 'POST',
-              dispatcher: agent,
-              headers: { authorization: `Bearer key-freeze-${n % TENANTS}-0000`, 'content-type': 'application/json' },
-              body: JSON.stringify({ model: 'gpt-4o-mini', max_tokens: 5, messages: [{ role: 'user', content: 'Hello' }] }),
-            });
-            status = res.statusCode;
-            const text = await res.body.text();
-            if (status !== 200) process.stderr.write(`# ${status} at +${start - t0} ms: ${text.slice(0, 240)}\n`);
-          } catch {
-            status = -1;
-          }
-          sent.push({ start: start - t0, ms: Date.now() - start, status });
-        })(),
-      );
-    }
-    await Promise.all(inFlight);
+    // RATE_PER_S requests a second for RUN_MS, the n-th for tenant n mod TENANTS.
+    const load = startLoad({
+      streams: [{ id: 'all', ratePerS: RATE_PER_S, untilMs: RUN_MS }],
+      stopBy: 'clock',
+      t0,
+      relative: true,
+      url: `${router}/v1/chat/completions`,
+      headers: (_t, n) => ({ authorization: `Bearer key-freeze-${n % TENANTS}-0000`, 'content-type': 'application/json' }),
+      body: JSON.stringify({ model: 'gpt-4o-mini', max_tokens: 5, messages: [{ role: 'user', content: 'Hello' }] }),
+      dispatcher: agent,
+      onAnswer: (s, res, text) => {
+        if (res.statusCode !== 200) process.stderr.write(`# ${res.statusCode} at +${s.start} ms: ${text.slice(0, 240)}\n`);
+      },
+    });
+    await load.ended;
+    await load.settled();
+    const sent = load.sent.map((s) => ({ start: s.start, ms: s.end - s.start, status: s.status }));
     await freezer;
     await agent.close();
 

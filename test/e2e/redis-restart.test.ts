@@ -56,7 +56,8 @@ import { freePort, runCli, writeConfig } from '../helpers/processes.ts';
 import type { Running } from '../helpers/processes.ts';
 import { worstInterval } from '../helpers/bounds.ts';
 import type { Worst } from '../helpers/bounds.ts';
-import { sendPaced } from '../helpers/paced.ts';
+import { startLoad, totalTokens } from '../helpers/load-sender.ts';
+import type { SentRequest } from '../helpers/load-sender.ts';
 import { startRedis } from '../helpers/redis.ts';
 import type { RunningRedis } from '../helpers/redis.ts';
 import { signedRequest } from '../helpers/cluster-secret.ts';
@@ -91,16 +92,8 @@ const tenants: TenantLoad[] = [
 const prompts = new PromptBuilder({ model: 'gpt-4o-mini' });
 const bodyOf = (model: string): string => JSON.stringify({ ...prompts.body(PROMPT), model, max_tokens: OUTPUT });
 
-interface Sent {
-  readonly tenant: string;
-  readonly start: number;
-  end: number;
-  status: number;
-  tokens: number;
-  code?: string;
-  remaining?: number;
-  error?: string;
-}
+/** One request: its tenant's id, times in ms since t0, the answer's `x-quotaring-error` and remaining tokens. */
+type Sent = SentRequest<string> & { code?: string; remaining?: number };
 
 
 async function runId(redis: RunningRedis): Promise<string> {
@@ -201,8 +194,6 @@ describe('Redis killed and restarted empty mid-run', () => {
   test('no tenant is admitted beyond its limit in any interval, no 5xx', { timeout: RUN_MS + 60_000 }, async () => {
     const runIdBefore = await runId(redis);
     const agent = new Agent({ connections: 64 });
-    const sent: Sent[] = [];
-    const inFlight: Promise<void>[] = [];
     const t0 = Date.now();
     let restartedAt = 0;
 
@@ -214,42 +205,32 @@ describe('Redis killed and restarted empty mid-run', () => {
       restartedAt = Date.now() - t0;
     })();
 
-    const send = (t: TenantLoad, body: string): void => {
-      const s: Sent = { tenant: t.id, start: Date.now() - t0, end: 0, status: 0, tokens: 0 };
-      sent.push(s);
-      inFlight.push(
-        (async () => {
-          try {
-            const res = await request(`${router}/v1/chat/completions`, {
-              method: 'POST',
-              dispatcher: agent,
-              headers: { authorization: `Bearer ${t.key}`, 'content-type': 'application/json', 'x-sim-output-tokens': String(OUTPUT) },
-              body,
-            });
-            const text = await res.body.text();
-            s.end = Date.now() - t0;
-            s.status = res.statusCode;
-            const remaining = res.headers['x-ratelimit-remaining-tokens'];
-            if (typeof remaining === 'string') s.remaining = Number(remaining);
-            const code = res.headers['x-quotaring-error'];
-            if (typeof code === 'string') s.code = code;
-            if (res.statusCode === 200) {
-              s.tokens = (JSON.parse(text) as { usage: { total_tokens: number } }).usage.total_tokens;
-            } else if (res.statusCode !== 429) {
-              s.error = text.slice(0, 300);
-            }
-          } catch (err) {
-            s.end = Date.now() - t0;
-            s.status = -1;
-            s.error = (err as Error).message;
-          }
-        })(),
-      );
-    };
-
     const bodies = new Map(tenants.map((t) => [t.id, bodyOf(t.model)]));
-    await sendPaced(tenants, t0, RUN_MS, (t) => send(t, bodies.get(t.id) as string));
-    await Promise.all(inFlight);
+    const load = startLoad({
+      streams: tenants.map((t) => ({ ...t, untilMs: RUN_MS })),
+      stagger: true,
+      t0,
+      relative: true,
+      url: `${router}/v1/chat/completions`,
+      headers: (t) => ({ authorization: `Bearer ${t.key}`, 'content-type': 'application/json', 'x-sim-output-tokens': String(OUTPUT) }),
+      body: (t) => bodies.get(t.id) as string,
+      dispatcher: agent,
+      fields: (): { code?: string; remaining?: number } => ({}),
+      onAnswer: (s, res, text) => {
+        const remaining = res.headers['x-ratelimit-remaining-tokens'];
+        if (typeof remaining === 'string') s.remaining = Number(remaining);
+        const code = res.headers['x-quotaring-error'];
+        if (typeof code === 'string') s.code = code;
+        if (res.statusCode === 200) {
+          s.tokens = totalTokens(text);
+        } else if (res.statusCode !== 429) {
+          s.error = text.slice(0, 300);
+        }
+      },
+    });
+    const sent: Sent[] = load.sent;
+    await load.ended;
+    await load.settled();
     await chaos;
     await agent.close();
     const runIdAfter = await runId(redis);

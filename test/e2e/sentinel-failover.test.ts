@@ -46,7 +46,8 @@ import type { Worst } from '../helpers/bounds.ts';
 import { signedRequest } from '../helpers/cluster-secret.ts';
 import { freePort, runCli, writeConfig } from '../helpers/processes.ts';
 import type { Running } from '../helpers/processes.ts';
-import { sendPaced } from '../helpers/paced.ts';
+import { startLoad, totalTokens } from '../helpers/load-sender.ts';
+import type { SentRequest } from '../helpers/load-sender.ts';
 import { sentinelUnavailable, startSentinelGroup } from '../helpers/sentinel.ts';
 import type { SentinelGroup } from '../helpers/sentinel.ts';
 
@@ -86,15 +87,8 @@ const tenants: TenantLoad[] = [
 const prompts = new PromptBuilder({ model: 'gpt-4o-mini' });
 const bodyOf = (model: string): string => JSON.stringify({ ...prompts.body(PROMPT), model, max_tokens: OUTPUT });
 
-interface Sent {
-  readonly tenant: string;
-  readonly start: number;
-  end: number;
-  status: number;
-  tokens: number;
-  code?: string;
-  error?: string;
-}
+/** One request: its tenant's id, times in ms since t0, and the answer's `x-quotaring-error`. */
+type Sent = SentRequest<string> & { code?: string };
 
 interface HandoffCounters {
   handedOff: number;
@@ -176,8 +170,6 @@ describe('Redis Sentinel: the primary fails over under load', { skip: unavailabl
     const g = group as SentinelGroup;
     const primaryBefore = await g.primaryPort();
     const agent = new Agent({ connections: 64 });
-    const sent: Sent[] = [];
-    const inFlight: Promise<void>[] = [];
     const t0 = Date.now();
     let failoverMs = -1;
     let handedOffBeforeJoin = 0;
@@ -195,37 +187,27 @@ describe('Redis Sentinel: the primary fails over under load', { skip: unavailabl
       joinedAt = Date.now() - t0;
     })();
 
-    const send = (t: TenantLoad, body: string): void => {
-      const s: Sent = { tenant: t.id, start: Date.now() - t0, end: 0, status: 0, tokens: 0 };
-      sent.push(s);
-      inFlight.push(
-        (async () => {
-          try {
-            const res = await request(`${router}/v1/chat/completions`, {
-              method: 'POST',
-              dispatcher: agent,
-              headers: { authorization: `Bearer ${t.key}`, 'content-type': 'application/json', 'x-sim-output-tokens': String(OUTPUT) },
-              body,
-            });
-            const text = await res.body.text();
-            s.end = Date.now() - t0;
-            s.status = res.statusCode;
-            const code = res.headers['x-quotaring-error'];
-            if (typeof code === 'string') s.code = code;
-            if (res.statusCode === 200) s.tokens = (JSON.parse(text) as { usage: { total_tokens: number } }).usage.total_tokens;
-            else if (res.statusCode !== 429) s.error = text.slice(0, 300);
-          } catch (err) {
-            s.end = Date.now() - t0;
-            s.status = -1;
-            s.error = (err as Error).message;
-          }
-        })(),
-      );
-    };
-
     const bodies = new Map(tenants.map((t) => [t.id, bodyOf(t.model)]));
-    await sendPaced(tenants, t0, RUN_MS, (t) => send(t, bodies.get(t.id) as string));
-    await Promise.all(inFlight);
+    const load = startLoad({
+      streams: tenants.map((t) => ({ ...t, untilMs: RUN_MS })),
+      stagger: true,
+      t0,
+      relative: true,
+      url: `${router}/v1/chat/completions`,
+      headers: (t) => ({ authorization: `Bearer ${t.key}`, 'content-type': 'application/json', 'x-sim-output-tokens': String(OUTPUT) }),
+      body: (t) => bodies.get(t.id) as string,
+      dispatcher: agent,
+      fields: (): { code?: string } => ({}),
+      onAnswer: (s, res, text) => {
+        const code = res.headers['x-quotaring-error'];
+        if (typeof code === 'string') s.code = code;
+        if (res.statusCode === 200) s.tokens = totalTokens(text);
+        else if (res.statusCode !== 429) s.error = text.slice(0, 300);
+      },
+    });
+    const sent: Sent[] = load.sent;
+    await load.ended;
+    await load.settled();
     await chaos;
     await agent.close();
     const primaryAfter = await g.primaryPort();
