@@ -155,14 +155,20 @@ const localDecider: TenantDecider = {
   },
 };
 
-/** Deciders of spread tenants, one per spread set (a context has one). */
-const spreadDeciders = new WeakMap<SpreadTenants, TenantDecider>();
+/** The decider built for `source` (a context's spread set or central store: one each), built once. */
+const built = new WeakMap<object, TenantDecider>();
+function once(source: object, build: () => TenantDecider): TenantDecider {
+  let decider = built.get(source);
+  if (decider === undefined) {
+    decider = build();
+    built.set(source, decider);
+  }
+  return decider;
+}
 
 /** A spread tenant: its requests and tokens limits are its node's lease of the group's global-cap buckets (no floor, no queue); its slot is this node's. */
 function spreadDecider(spread: SpreadTenants): TenantDecider {
-  const known = spreadDeciders.get(spread);
-  if (known !== undefined) return known;
-  const decider: TenantDecider = {
+  return once(spread, () => ({
     kind: 'spread',
     misdirected({ ctx, request, reply, ex }) {
       const placement = spread.placement(ex.tenant.id);
@@ -188,19 +194,12 @@ function spreadDecider(spread: SpreadTenants): TenantDecider {
     },
     extraLimits: (group) => (group === undefined ? NO_LIMITS : spread.limitStates(group)),
     admitted: () => {},
-  };
-  spreadDeciders.set(spread, decider);
-  return decider;
+  }));
 }
-
-/** Deciders of central-store mode, one per central store (a context has one). */
-const centralDeciders = new WeakMap<CentralDecisions, TenantDecider>();
 
 /** Central-store mode: every limit of every tenant in Redis; no owner, no spread, no queue. */
 function centralDecider(central: CentralDecisions): TenantDecider {
-  const known = centralDeciders.get(central);
-  if (known !== undefined) return known;
-  const decider: TenantDecider = {
+  return once(central, () => ({
     kind: 'central',
     misdirected: () => undefined,
     observe: () => {},
@@ -218,7 +217,5 @@ function centralDecider(central: CentralDecisions): TenantDecider {
     },
     extraLimits: () => NO_LIMITS,
     admitted: () => {},
-  };
-  centralDeciders.set(central, decider);
-  return decider;
+  }));
 }

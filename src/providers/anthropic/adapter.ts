@@ -2,6 +2,7 @@
 import { DEFAULT_ADAPTER } from '../adapter.ts';
 import type { ProviderAdapter } from '../adapter.ts';
 
+/** Anthropic's rules: its own wire format, the key in `x-api-key`; the rest the defaults. */
 export const anthropicAdapter: ProviderAdapter = {
   ...DEFAULT_ADAPTER,
   wireFormat: 'anthropic',

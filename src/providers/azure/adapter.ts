@@ -10,6 +10,7 @@ import { azureAuthHeaders, azureBaseUrlProblem, azurePath } from './endpoint.ts'
 /** A classic Azure deployment URL (`/openai/deployments/{name}`): Azure's Responses API is not below it. */
 const AZURE_DEPLOYMENT_URL = /\/openai\/deployments\/[^/]+\/?$/;
 
+/** Azure OpenAI's rules (see the module comment). */
 export const azureAdapter: ProviderAdapter = {
   ...DEFAULT_ADAPTER,
   upstreamPath: azurePath,

@@ -7,6 +7,7 @@
 import { DEFAULT_ADAPTER } from '../adapter.ts';
 import type { ProviderAdapter } from '../adapter.ts';
 
+/** Bedrock's rules: the `bedrock` wire format (always translated), a 1,000 ms first backoff for a 429 without a wait. */
 export const bedrockAdapter: ProviderAdapter = {
   ...DEFAULT_ADAPTER,
   wireFormat: 'bedrock',

@@ -11,6 +11,7 @@ import { openAIError } from '../openai-error-shape.ts';
 import { geminiBaseUrlProblem } from './endpoint.ts';
 import { geminiRetryDelayMs, parseGeminiError } from './errors.ts';
 
+/** Gemini's rules (see the module comment). */
 export const geminiAdapter: ProviderAdapter = {
   ...DEFAULT_ADAPTER,
   upstreamPath: azurePath,

@@ -4,6 +4,7 @@ import type { ProviderAdapter } from '../adapter.ts';
 import { openAIError } from '../openai-error-shape.ts';
 import { parseFlatVllmError } from './errors.ts';
 
+/** vLLM's rules (see the module comment). */
 export const vllmAdapter: ProviderAdapter = {
   ...DEFAULT_ADAPTER,
   openAIShapedError(status, text) {
