@@ -12,7 +12,7 @@ const LAYERS = [
   ['edges', '^src/(providers|security|catalogue)/'],
   ['config-load', '^src/config/(load|reloadable)\\.ts$'],
   ['redis', '^src/redis/'],
-  ['shared-state', '^src/(globalcap|central)/'],
+  ['shared-state', '^src/(globalcap|central|fairshare)/'],
   ['coordination', '^src/coord/(?!(types|headers)\\.ts$)'],
   ['node', '^src/gateway/(?!(server|start)\\.ts$)'],
   ['router', '^src/router/(?!server\\.ts$)'],

@@ -99,6 +99,12 @@ export const ERRORS = {
     anthropicType: 'rate_limit_error',
     message: 'Rate limit reached. Retry after the time in the retry-after header.',
   },
+  share_exhausted: {
+    status: 429,
+    openaiType: 'tokens',
+    anthropicType: 'rate_limit_error',
+    message: "This tenant's fair share of a deployment quota is used up while other tenants within their shares need the rest; retry after the time in the retry-after header.",
+  },
   budget_exceeded: {
     status: 429,
     openaiType: 'insufficient_quota',

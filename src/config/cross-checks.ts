@@ -244,3 +244,12 @@ function scopedLimits(config: SectionsConfig, tenant: Tenant, scope: LimitScope,
     }
   });
 }
+
+/** A fair-shared deployment has a quota to share; a `sliding_window` quota needs headroom below 1 (its bucket holds `(1 − headroom) × quota`). */
+export function fairShareNeedsQuota(config: SectionsConfig, ctx: z.RefinementCtx): void {
+  config.deployments.forEach((d, i) => {
+    const limited = d.quota.rpm !== undefined || d.quota.tpm !== undefined;
+    if (d.fair_share !== undefined && d.fair_share !== false && !limited) ctx.addIssue({ code: 'custom', path: ['deployments', i, 'fair_share'], message: 'fair_share needs a quota (rpm and/or tpm) to share' });
+    if (d.quota.algorithm === 'sliding_window' && !(d.headroom < 1)) ctx.addIssue({ code: 'custom', path: ['deployments', i, 'headroom'], message: 'a sliding_window quota needs headroom below 1 (the bucket holds (1 - headroom) x quota)' });
+  });
+}

@@ -198,7 +198,15 @@ function resolvePlan(tenant: TenantConfig, plans: readonly PlanConfig[]): Tenant
   const priority = tenant.priority ?? plan.priority;
   const priorities = tenant.priorities ?? plan.priorities;
   const estimator = tenant.estimator ?? plan.estimator;
-  return { ...tenant, limits: mergeLimits(plan.limits, tenant.limits), ...(priority === undefined ? {} : { priority }), ...(priorities === undefined ? {} : { priorities }), ...(estimator === undefined ? {} : { estimator }) };
+  const share = tenant.share ?? plan.share;
+  return {
+    ...tenant,
+    limits: mergeLimits(plan.limits, tenant.limits),
+    ...(priority === undefined ? {} : { priority }),
+    ...(priorities === undefined ? {} : { priorities }),
+    ...(estimator === undefined ? {} : { estimator }),
+    ...(share === undefined ? {} : { share }),
+  };
 }
 
 /**

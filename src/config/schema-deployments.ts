@@ -65,8 +65,28 @@ export const DeploymentSchema = z.strictObject({
    * serves (Azure and Bedrock prices differ from the provider's own). @default the model's prices
    */
   prices: PriceSchema.optional(),
-  /** Provider quota (enforced cluster-wide by the global cap; see issue 4). */
-  quota: z.strictObject({ rpm: positiveInt.optional(), tpm: positiveInt.optional() }).default({}),
+  /** Provider quota (enforced cluster-wide by the global cap, docs/limits.md "Deployment quotas"). */
+  quota: z
+    .strictObject({
+      rpm: positiveInt.optional(),
+      tpm: positiveInt.optional(),
+      /**
+       * How the provider counts the quota. `token_bucket` (OpenAI's documented rule: capacity = the
+       * per-minute limit, refilled continuously): the cluster's bucket holds `quota × headroom`.
+       * `sliding_window` (no more than the quota in any 60 s): the bucket holds `(1 − headroom) ×
+       * quota` and refills at `headroom × quota` a minute, so any 60 s admits at most the quota
+       * (needs headroom < 1). @default token_bucket
+       */
+      algorithm: z.enum(['token_bucket', 'sliding_window']).default('token_bucket'),
+    })
+    .default({ algorithm: 'token_bucket' }),
+  /**
+   * Share the quota fairly among the tenants that want it now, cluster-wide (weighted max-min, with
+   * each tenant's or plan's `share: { weight, floor }`; docs/limits.md "Fair share"): `true`, or
+   * `{ reserve }` — the fraction of each quota bucket that only requests within their tenant's share
+   * may take (0 ≤ reserve < 1). Needs a `quota`. @default off (first come, first served)
+   */
+  fair_share: z.union([z.boolean(), z.strictObject({ reserve: z.number().gte(0).lt(1).default(0.1) })]).optional(),
   /** Fraction of the quota to use. @default 0.9 */
   headroom: z.number().gt(0).lte(1).default(0.9),
   /** Timeout for the upstream's response headers (a non-stream reply comes whole). @default 120s */

@@ -6,6 +6,7 @@ import { z } from 'zod';
 import { CATALOGUE_ID } from './catalogue-schema.ts';
 import { LimitSchema } from './schema-limits.ts';
 import { ESTIMATORS } from './schema-models.ts';
+import { ShareSchema } from './schema-tenants.ts';
 
 /**
  * A plan: a named set of limits (and default tiers) that tenants reference with `plan:`, so that many
@@ -21,4 +22,6 @@ export const PlanSchema = z.strictObject({
   priorities: z.array(z.string().min(1)).min(1).optional(),
   /** Overrides the model's estimator for the plan's tenants. */
   estimator: z.enum(ESTIMATORS).optional(),
+  /** The plan's tenants' weight and floor in fair-shared deployment quotas (a tenant's own `share` wins). */
+  share: ShareSchema.optional(),
 });

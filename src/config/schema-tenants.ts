@@ -30,6 +30,14 @@ const ApiKeySchema = z.union([
     .refine((k) => k.limits === undefined || k.limits.length === 0 || k.id !== undefined, { message: 'a key with limits needs an id (a name for it: its limits are named after it)', path: ['id'] }),
 ]);
 
+/** A tenant's part in fair-shared deployment quotas (`deployments[].fair_share`). */
+export const ShareSchema = z.strictObject({
+  /** With more demand than quota, shares above floors go in proportion to weights (> 0). @default 1 */
+  weight: z.number().gt(0).max(1_000_000).default(1),
+  /** Fraction of each fair-shared quota reserved for the tenant whether it asks or not (0..1). @default 0 */
+  floor: z.number().min(0).max(1).default(0),
+});
+
 /** A tenant: id, API keys, limits, default priority, optional estimator override. */
 export const TenantSchema = z.strictObject({
   id: z.string().regex(/^[A-Za-z0-9._-]{1,64}$/, 'tenant id: 1-64 of A-Z a-z 0-9 . _ -'),
@@ -48,6 +56,8 @@ export const TenantSchema = z.strictObject({
    * global cap and leased by each node, its concurrency limits split across them. 2..64.
    */
   spread: z.number().int().min(2).max(64).optional(),
+  /** Its weight and floor in fair-shared deployment quotas (else its plan's). @default weight 1, floor 0 */
+  share: ShareSchema.optional(),
   /** Export this tenant's remaining and size per limit (`quotaring_tenant_remaining`, `quotaring_tenant_limit`) and its settled spend (`quotaring_tenant_spend_usd_total`; docs/metrics.md). @default false */
   metrics: z.boolean().default(false),
 });

@@ -21,6 +21,7 @@ import {
   tenantsOrCatalogueStore,
   tenantTiers,
   uniqueDeploymentNames,
+  fairShareNeedsQuota,
   uniqueMemberIds,
   uniqueModelNames,
   uniquePlanNames,
@@ -52,6 +53,7 @@ export const ConfigSchema = SectionsSchema.superRefine((config, ctx) => {
   tenantPlansExist(config, ctx);
   uniqueModelNames(config, ctx);
   uniqueDeploymentNames(config, ctx);
+  fairShareNeedsQuota(config, ctx);
   centralModeHasRedis(config, ctx);
   hotDetectionHasRedis(config, ctx);
   oneMembership(config, ctx);

@@ -11,8 +11,8 @@ import { levelEnabled } from '../ops/logging.ts';
 import { TranslationError } from '../providers/translate/index.ts';
 import { firstCall } from './deployment-calls.ts';
 import { limitHeaders } from './limit-headers.ts';
-import { takeLeased } from './quota-take.ts';
-import { sendQuotaRefusal, sendRefusal, sendUnavailable, sendUntranslatable } from './refusals.ts';
+import { giveBackDeploymentQuota, takeDeploymentQuota } from './quota-take.ts';
+import { sendQuotaRefusal, sendRefusal, sendShareRefusal, sendUnavailable, sendUntranslatable } from './refusals.ts';
 import type { Admission, Answered, RequestRun } from './request.ts';
 import { pricesOf, reservedCost } from './spend.ts';
 import { deciderOf } from './tenant-deciders.ts';
@@ -49,10 +49,10 @@ export async function admit(run: RequestRun): Promise<Admission | Answered> {
   // The deployment's provider quota (a local lease of the cluster-wide cap), then the tenant's limits.
   const quotas = ctx.quotas !== undefined && ex.deploymentQuota !== false && ctx.quotas.limited.has(ex.deployment.name) ? ctx.quotas.leases : undefined;
   const closed = ctx.quotas?.closedOnFailure === true;
-  if (quotas !== undefined) {
-    const taken = await takeLeased(quotas, ex.deployment.name, cost, closed);
+  if (quotas !== undefined && ctx.quotas !== undefined) {
+    const taken = await takeDeploymentQuota(ctx.quotas, tenantId, ex.deployment.name, cost);
     if (taken === 'unavailable') return { kind: 'answered', reply: sendUnavailable(reply, ex) };
-    if (!taken.ok) return { kind: 'answered', reply: sendQuotaRefusal(reply, ex, taken.waitMs, cost) };
+    if (!taken.ok) return { kind: 'answered', reply: taken.overShare === undefined ? sendQuotaRefusal(reply, ex, taken.waitMs, cost) : sendShareRefusal(reply, ex, taken.waitMs, taken.overShare.waitMs) };
   }
   const want = { id, cost, requests, asked, money, quotas, leases, closed };
   // A spread tenant's requests/tokens limits: its node's lease of the tenant's global-cap buckets.
@@ -65,7 +65,7 @@ export async function admit(run: RequestRun): Promise<Admission | Answered> {
   const extra = decider.extraLimits(group);
   const limits = group === undefined ? admitted.limits : [...extra, ...admitted.limits];
   if (!admitted.ok) {
-    if (quotaHeld) quotas?.refund(ex.deployment.name, { requests: 1, tokens: cost });
+    if (quotaHeld && ctx.quotas !== undefined) giveBackDeploymentQuota(ctx.quotas, tenantId, ex.deployment.name, cost);
     if (group !== undefined) leases?.refund(group, { requests, tokens: cost });
     return { kind: 'answered', reply: sendRefusal(ctx, reply, ex, group === undefined ? admitted : { ...admitted, limits }, cost, undefined, money) };
   }

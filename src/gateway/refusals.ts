@@ -109,3 +109,22 @@ export function sendUntranslatable(reply: FastifyReply, ex: Exchange, why: Trans
   const message = `This request cannot be sent to deployment ${ex.deployment.name} (${ex.deployment.provider} API), and no other deployment of model ${ex.model.name} can take it: ${why.message}`;
   return sendError(reply, ex.dialect, 'invalid_request', { message, param: why.param });
 }
+
+/**
+ * 429 `share_exhausted`: the request is over its tenant's fair share of a deployment quota that
+ * other tenants within their shares need now. `retry-after` is the earlier of when the request is
+ * within its share again and when the quota above its reserve may cover it.
+ * @param quotaWaitMs the leases' wait (above the reserve); @param shareWaitMs until within the share.
+ */
+export function sendShareRefusal(reply: FastifyReply, ex: Exchange, quotaWaitMs: number, shareWaitMs: number): FastifyReply {
+  const name = ex.deployment.name;
+  const trail = reply.request.trail;
+  if (trail !== null) {
+    trail.result = 'limited';
+    trail.limitKind = 'quota';
+    trail.limit = `${name}#share`;
+  }
+  const wait = Math.max(1, quotaWaitMs > 0 ? Math.min(quotaWaitMs, shareWaitMs) : shareWaitMs);
+  const message = `Rate limit reached for tenant ${ex.tenant.id}'s fair share of the provider quota of deployment ${name}: other tenants within their shares use the rest now. Please try again in ${(wait / 1_000).toFixed(3).replace(/\.?0+$/, '')}s.`;
+  return sendError(reply, ex.dialect, 'share_exhausted', { headers: retryAfterHeaders(wait), message, openaiType: 'tokens' });
+}

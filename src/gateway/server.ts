@@ -172,6 +172,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     log: app.log,
     always: hotSet !== undefined,
     onFallbackChange: (active) => metrics.fallback(active),
+    ...(clusterOpts === undefined ? {} : { nodeId: clusterOpts.self.id }),
   });
   if (quotas !== undefined && (hotSet !== undefined || config.config.tenants.some((t) => t.spread !== undefined))) {
     spread = new SpreadTenants({

@@ -8,6 +8,7 @@
  */
 import type { TokenUsage } from '../providers/types.ts';
 import type { AdmittedRun } from './request.ts';
+import { settleDeploymentQuota } from './quota-take.ts';
 import { budgetedKey, pricesOf, settleDetail } from './spend.ts';
 
 /**
@@ -29,10 +30,7 @@ export function settleExchange(run: AdmittedRun): void {
     ctx.reservations.of(tenantId, spread !== undefined).finish(tenantId, id, tokens, detail);
     // What the cost limits were charged: the actual cost, else the reservation that stays charged.
     if (ex.tenant.metrics) ctx.activity.metrics.spent(tenantId, ex.model.name, budgetedKey(ex.tenant, keyId), detail.cost ?? money);
-    if (quotaHolder !== undefined && ctx.quotas !== undefined) {
-      if (tokens < cost) ctx.quotas.leases.refund(quotaHolder, { tokens: cost - tokens });
-      else if (tokens > cost) ctx.quotas.leases.debit(quotaHolder, { tokens: tokens - cost });
-    }
+    if (quotaHolder !== undefined && ctx.quotas !== undefined) settleDeploymentQuota(ctx.quotas, tenantId, quotaHolder, cost, tokens);
     if (group !== undefined && leases !== undefined) {
       if (tokens < cost) leases.refund(group, { tokens: cost - tokens });
       else if (tokens > cost) leases.debit(group, { tokens: tokens - cost });

@@ -13,8 +13,8 @@ import type { AcquireRequest, AcquireResult, LimitState } from '../limiter/types
 import type { AdmitOutcome } from './admission-queue.ts';
 import type { GatewayContext } from './context.ts';
 import { sendMisdirected } from './ownership.ts';
-import { takeLeased } from './quota-take.ts';
-import { sendQuotaRefusal, sendRefusal, sendUnavailable } from './refusals.ts';
+import { giveBackDeploymentQuota, takeDeploymentQuota, takeLeased } from './quota-take.ts';
+import { sendQuotaRefusal, sendRefusal, sendShareRefusal, sendUnavailable } from './refusals.ts';
 import type { Answered, RequestRun } from './request.ts';
 import { staysOnOwner } from './spend.ts';
 import type { SpreadTenants } from './spread.ts';
@@ -95,11 +95,14 @@ const localDecider: TenantDecider = {
   async acquire(run, w) {
     const { ctx, request, reply, ex, trail } = run;
     const tenantId = ex.tenant.id;
-    const { id, cost, asked, quotas, closed } = w;
+    const { id, cost, asked, quotas } = w;
     const tier = ex.tier;
     const handoff = ctx.handoff;
     let quotaHeld = quotas !== undefined;
     let waitedMs = 0;
+    const giveBack = (): void => {
+      if (quotaHeld && ctx.quotas !== undefined) giveBackDeploymentQuota(ctx.quotas, tenantId, ex.deployment.name, cost);
+    };
     // A waiter woken on a node just back from a stall (its fence not caught up yet) is sent on like a
     // moved tenant's (421): its retry waits for the catch-up at the ownership check.
     const fence = ctx.fence;
@@ -111,7 +114,7 @@ const localDecider: TenantDecider = {
     let outcome: AdmitOutcome;
     if (decided.kind === 'waiting') {
       // It waits: the deployment quota it took goes back meanwhile, and a client that leaves takes it out of the queue.
-      quotas?.refund(ex.deployment.name, { requests: 1, tokens: cost });
+      giveBack();
       quotaHeld = false;
       reply.raw.on('close', decided.leave);
       try {
@@ -119,14 +122,15 @@ const localDecider: TenantDecider = {
       } finally {
         reply.raw.off('close', decided.leave);
       }
-      if (outcome.kind === 'admitted' && quotas !== undefined) {
-        const taken = await takeLeased(quotas, ex.deployment.name, cost, closed);
+      if (outcome.kind === 'admitted' && quotas !== undefined && ctx.quotas !== undefined) {
+        const taken = await takeDeploymentQuota(ctx.quotas, tenantId, ex.deployment.name, cost);
         quotaHeld = taken !== 'unavailable' && taken.ok;
         if (taken === 'unavailable' || !taken.ok) {
           // Admitted by the tenant's limits, not by the quota: the tenant gets its tokens and slot back.
           ctx.limiter.settle(tenantId, id, 0);
           ctx.limiter.release(tenantId, id);
-          return { kind: 'answered', reply: taken === 'unavailable' ? sendUnavailable(reply, ex) : sendQuotaRefusal(reply, ex, taken.waitMs, cost) };
+          const refusal = taken === 'unavailable' ? sendUnavailable(reply, ex) : taken.overShare === undefined ? sendQuotaRefusal(reply, ex, taken.waitMs, cost) : sendShareRefusal(reply, ex, taken.waitMs, taken.overShare.waitMs);
+          return { kind: 'answered', reply: refusal };
         }
       }
       if (outcome.kind !== 'gone' && outcome.kind !== 'moved') waitedMs = outcome.waitedMs;
@@ -138,13 +142,13 @@ const localDecider: TenantDecider = {
       return { kind: 'answered', reply: reply.hijack() };
     }
     if (outcome.kind === 'moved') {
-      if (quotaHeld) quotas?.refund(ex.deployment.name, { requests: 1, tokens: cost });
+      giveBack();
       if (handoff !== undefined) return { kind: 'answered', reply: await sendMisdirected(request, reply, handoff, tenantId, handoff.ring().owner(tenantId)) };
       return { kind: 'answered', reply: sendUnavailable(reply, ex) };
     }
     if (outcome.kind !== 'admitted' && outcome.kind !== 'refused') {
       // Waited past its deadline, or found the queue full: the quota was given back when it queued.
-      if (quotaHeld) quotas?.refund(ex.deployment.name, { requests: 1, tokens: cost });
+      giveBack();
       return { kind: 'answered', reply: sendRefusal(ctx, reply, ex, outcome.result, cost, { kind: outcome.kind, waitedMs: outcome.waitedMs }, w.money) };
     }
     return { kind: 'decided', result: outcome.result, quotaHeld, waitedMs };

@@ -18,7 +18,7 @@ import { bodyRetryWaitMs, openAIShapedError } from '../providers/upstream-errors
 import type { GatewayContext } from './context.ts';
 import { translatedCall } from './deployment-calls.ts';
 import { passHeaders, scrubberOf } from './passed-headers.ts';
-import { takeLeased } from './quota-take.ts';
+import { giveBackDeploymentQuota, takeDeploymentQuota } from './quota-take.ts';
 import type { AdmittedRun, Answered, CallOutcome, DeploymentCall, Exchange, UpstreamResponse } from './request.ts';
 import { upstreamError, upstreamMessage } from './upstream-failure.ts';
 
@@ -31,12 +31,12 @@ import { upstreamError, upstreamMessage } from './upstream-failure.ts';
  */
 export async function attemptUpstream(run: AdmittedRun): Promise<UpstreamResponse | Answered> {
   const { ctx, request, reply, ex, admission, served, cancel, client, used, trail } = run;
-  const { id, cost, asked, closed, headers, spread } = admission;
+  const { id, cost, asked, headers, spread } = admission;
   const tenantId = ex.tenant.id;
   let nextCandidate = 0;
   if (admission.first === null) {
     // The primary cannot take it translated, a failover deployment can (checked before admission).
-    const next = await nextDeployment(ctx, ex, served.held, cost, closed, () => nextCandidate++);
+    const next = await nextDeployment(ctx, ex, served.held, cost, () => nextCandidate++);
     if (next === undefined) return { kind: 'answered', reply: sendError(reply, ex.dialect, 'invalid_request', { headers, marked: false, message: `This request cannot be sent to deployment ${ex.deployment.name} (${ex.deployment.provider} API), and no other deployment of model ${ex.model.name} is available.` }) };
     served.held = next.held;
     served.deployment = next.deployment;
@@ -53,7 +53,7 @@ export async function attemptUpstream(run: AdmittedRun): Promise<UpstreamRespons
     // A hard failure (no connection, a 5xx, a 429 after its retries) moves the request to the next deployment at once.
     if (attempt.kind === 'failed' && attempt.hard) {
       ctx.health.failed(deployment);
-      const next = await nextDeployment(ctx, ex, served.held, cost, closed, () => nextCandidate++);
+      const next = await nextDeployment(ctx, ex, served.held, cost, () => nextCandidate++);
       if (next !== undefined) {
         request.log.warn({ tenant: tenantId, from: deployment.name, to: next.deployment.name, status: attempt.status, err: attempt.reason }, 'deployment failed: failing over');
         served.held = next.held;
@@ -190,7 +190,6 @@ async function nextDeployment(
   ex: Exchange,
   held: string | undefined,
   cost: number,
-  closed: boolean,
   next: () => number,
 ): Promise<{ deployment: ResolvedDeployment; call: DeploymentCall; held: string | undefined } | undefined> {
   for (let i = next(); i < ex.failover.length; i = next()) {
@@ -199,12 +198,12 @@ async function nextDeployment(
     if (call === undefined) continue; // this request cannot be said in the candidate's format
     const quotas = ex.deploymentQuota === false ? undefined : ctx.quotas;
     if (quotas !== undefined && quotas.limited.has(candidate.name)) {
-      const taken = await takeLeased(quotas.leases, candidate.name, cost, closed);
+      const taken = await takeDeploymentQuota(quotas, ex.tenant.id, candidate.name, cost);
       if (taken === 'unavailable' || !taken.ok) continue;
-      if (held !== undefined) quotas.leases.refund(held, { requests: 1, tokens: cost });
+      if (held !== undefined) giveBackDeploymentQuota(quotas, ex.tenant.id, held, cost);
       return { deployment: candidate, call, held: candidate.name };
     }
-    if (held !== undefined) quotas?.leases.refund(held, { requests: 1, tokens: cost });
+    if (held !== undefined && quotas !== undefined) giveBackDeploymentQuota(quotas, ex.tenant.id, held, cost);
     return { deployment: candidate, call, held: undefined };
   }
   return undefined;

@@ -122,11 +122,14 @@ export class CapLeases {
    * @returns `{ ok: true }`, or `{ ok: false, waitMs }`: ms until the next renewal may cover it
    *   (`pendingWaitMs` while one is in flight, else the bucket's own wait), -1 when the cost exceeds
    *   a bucket's capacity (never admitted).
-   * @throws RangeError for an unknown group or a cost that is not a finite number ≥ 0;
-   *   Error after `close()`.
+   * @param reserve fraction of each bucket (0 ≤ r < 1) this take may not spend: a request over its
+   *   tenant's fair share (`src/fairshare/`) spends only above it; 0 (default) for every other take.
+   * @throws RangeError for an unknown group, a cost that is not a finite number ≥ 0 or a reserve
+   *   outside [0, 1); Error after `close()`.
    */
-  take(group: string, cost: CapCost): CapTakeResult {
-    return takeFromLeases(this.#node, this.#group(group), cost);
+  take(group: string, cost: CapCost, reserve = 0): CapTakeResult {
+    if (!(reserve >= 0 && reserve < 1)) throw new RangeError(`reserve must be in [0, 1), got ${reserve}`);
+    return takeFromLeases(this.#node, this.#group(group), cost, reserve);
   }
 
   /**
@@ -194,11 +197,11 @@ export class CapLeases {
    * {@link RENEWAL_WAITS} times. Resolves with the last result (`refused` itself when there was
    * nothing to wait for). @throws RangeError as {@link take}.
    */
-  async takeAfterRenewals(group: string, cost: CapCost, refused: CapTakeResult): Promise<CapTakeResult> {
+  async takeAfterRenewals(group: string, cost: CapCost, refused: CapTakeResult, reserve = 0): Promise<CapTakeResult> {
     let taken = refused;
     for (let i = 0; i < RENEWAL_WAITS && !taken.ok && taken.waitMs >= 0 && taken.waitMs <= RENEWAL_WAIT_MS; i++) {
       await this.whenRenewed(group);
-      taken = this.take(group, cost);
+      taken = this.take(group, cost, reserve);
     }
     return taken;
   }

@@ -30,6 +30,13 @@ export interface DeploymentQuota {
    * @default 0.9
    */
   readonly headroom?: number;
+  /**
+   * How the provider counts it: `token_bucket` (capacity ⌊quota × headroom⌋, refilled over 60 s) or
+   * `sliding_window` (capacity ⌊quota × (1 − headroom)⌋ refilled at quota × headroom a minute, so
+   * any 60 s admits at most capacity + refill = the quota; needs headroom < 1).
+   * @default token_bucket
+   */
+  readonly algorithm?: 'token_bucket' | 'sliding_window';
 }
 
 /** A `requests` or `tokens` bucket of a group defined with `CapLeases.define`. */
@@ -120,6 +127,8 @@ export interface Bucket {
   renewing: Promise<void> | undefined;
   /** No renewal before this time (after a refusal or a failed call), ms. */
   retryAt: number;
+  /** No renewal above a floor (for a take over its fair share) before this time (after such a renewal was denied), ms. */
+  overRetryAt: number;
   /** Local token bucket used in fallback (BUCKET_SLOTS numbers), and its capacity (units). */
   fallback: number[] | undefined;
   fallbackShare: number;
@@ -182,6 +191,7 @@ export function newBucket(key: string, spec: CapBucketSpec, share: () => number,
     lastUseAt: now,
     renewing: undefined,
     retryAt: -Infinity,
+    overRetryAt: -Infinity,
     fallback: undefined,
     fallbackShare: 0,
     known: { value: 0, at: now },
@@ -202,18 +212,28 @@ export function validBucketSpec(spec: CapBucketSpec): void {
 }
 
 /**
- * A deployment's buckets: requests of capacity ⌊rpm × headroom⌋ and tokens of capacity
- * ⌊tpm × headroom⌋ (at least 1 each), refilled over one minute, named `deployment:<name>:rpm|tpm`.
- * @throws RangeError when headroom is not in (0, 1] or rpm / tpm is not > 0.
+ * A deployment's buckets, named `deployment:<name>:rpm|tpm`: with `token_bucket`, requests of
+ * capacity ⌊rpm × headroom⌋ and tokens of capacity ⌊tpm × headroom⌋ (at least 1 each), refilled over
+ * one minute; with `sliding_window`, capacity ⌊quota × (1 − headroom)⌋ refilled at quota × headroom
+ * a minute (the window is then capacity / that rate).
+ * @throws RangeError when headroom is not in (0, 1] (in (0, 1) for sliding_window) or rpm / tpm is not > 0.
  */
 export function deploymentBuckets(name: string, quota: DeploymentQuota): CapBucketSpec[] {
   const headroom = quota.headroom ?? 0.9;
   if (!(headroom > 0 && headroom <= 1)) throw new RangeError(`deployment ${name}: headroom must be in (0, 1], got ${headroom}`);
+  const sliding = quota.algorithm === 'sliding_window';
+  if (sliding && headroom === 1) throw new RangeError(`deployment ${name}: a sliding_window quota needs headroom below 1`);
   const buckets: CapBucketSpec[] = [];
   const add = (kind: BucketKind, suffix: string, perMinute: number | undefined): void => {
     if (perMinute === undefined) return;
     if (!Number.isFinite(perMinute) || perMinute <= 0) throw new RangeError(`deployment ${name}: quota.${suffix} must be > 0, got ${perMinute}`);
-    buckets.push({ kind, name: `deployment:${name}:${suffix}`, capacity: Math.max(1, Math.floor(perMinute * headroom)), windowMs: DEPLOYMENT_WINDOW_MS });
+    if (!sliding) {
+      buckets.push({ kind, name: `deployment:${name}:${suffix}`, capacity: Math.max(1, Math.floor(perMinute * headroom)), windowMs: DEPLOYMENT_WINDOW_MS });
+      return;
+    }
+    const capacity = Math.max(1, Math.floor(perMinute * (1 - headroom)));
+    // Refilled at perMinute × headroom a minute: capacity + 60 s of refill ≤ perMinute.
+    buckets.push({ kind, name: `deployment:${name}:${suffix}`, capacity, windowMs: (capacity * DEPLOYMENT_WINDOW_MS) / (perMinute * headroom) });
   };
   add('requests', 'rpm', quota.rpm);
   add('tokens', 'tpm', quota.tpm);

@@ -21,6 +21,9 @@
  *   one call per wait.
  * - A grant answered after its call timed out (`late`) is still the node's until its lease expires;
  *   one answered after `close` is given back at once.
+ * - **Above a floor.** A renewal for a take with a reserve leases only above `floor` units; its
+ *   denial delays later renewals *with* a floor only (`overRetryAt`), never one for a take within
+ *   its share, and does not mark the bucket starved.
  */
 import { mayPrefetch } from './give-back.ts';
 import { blockSize, credit, sharedBy } from './lease-bucket.ts';
@@ -32,14 +35,16 @@ import type { LeaseNode } from './lease-node.ts';
 
 /**
  * Starts a renewal of `b` unless one is in flight or the bucket said to wait; returns the ms a
- * refused take should wait. `need`: units the refused take lacks (0 for a low-water renewal). A
+ * refused take should wait. `need`: units the refused take lacks (0 for a low-water renewal).
+ * `floor`: units the lease leaves in the cluster bucket (a take over its fair share), 0 otherwise. A
  * pending reseed, then usage Redis has not been told, go first (that call then stands in for the
  * renewal).
  */
-export function maybeRenew(n: LeaseNode, b: Bucket, now: number, need: number): number {
+export function maybeRenew(n: LeaseNode, b: Bucket, now: number, need: number, floor = 0): number {
   if (b.renewing !== undefined) return n.pendingWaitMs;
   if (n.held) return n.probeIntervalMs;
   if (now < b.retryAt) return Math.max(1, Math.ceil(b.retryAt - now));
+  if (floor > 0 && now < b.overRetryAt) return Math.max(1, Math.ceil(b.overRetryAt - now));
   if (n.closed) return n.pendingWaitMs;
   const reseed = b.reseedFrom;
   if (reseed !== undefined && n.reseed !== undefined) {
@@ -95,7 +100,7 @@ export function maybeRenew(n: LeaseNode, b: Bucket, now: number, need: number): 
   const starvedPart = Math.min(Math.floor(b.capacity / (4 * sharedBy(b))), Math.ceil((b.ratePerSec * 2 * n.blockMs) / 1000 / sharedBy(b)));
   const block = blockSize(n, b, now);
   // A small bucket (give-back.ts): lease exactly what is lacking, nothing ahead.
-  const want = mayPrefetch(b.capacity, b.share(), block) ? Math.min(b.capacity, Math.max(min, block + Math.ceil(b.debt), b.starved ? starvedPart : 0)) : min;
+  const want = Math.min(b.capacity - floor, mayPrefetch(b.capacity, b.share(), block) ? Math.min(b.capacity, Math.max(min, block + Math.ceil(b.debt), b.starved ? starvedPart : 0)) : min);
   const sentAt = now;
   const granted = (g: number, at: number): void => {
     if (n.closed) {
@@ -107,7 +112,7 @@ export function maybeRenew(n: LeaseNode, b: Bucket, now: number, need: number): 
     void expire(n, b, at);
   };
   b.renewing = n.call(() =>
-    n.scripts.lease(b.key, { capacity: b.capacity, ratePerSec: b.ratePerSec, want, min, ttlMs: b.windowMs }),
+    n.scripts.lease(b.key, { capacity: b.capacity, ratePerSec: b.ratePerSec, want: Math.max(want, Math.min(min, b.capacity - floor)), min: Math.min(min, b.capacity - floor), ttlMs: b.windowMs, ...(floor > 0 ? { floor } : {}) }),
   ).then((r) => {
     b.renewing = undefined;
     const at = n.clock.now();
@@ -133,6 +138,13 @@ export function maybeRenew(n: LeaseNode, b: Bucket, now: number, need: number): 
     if (r.value.granted >= want) n.renewals.granted++;
     else if (r.value.granted > 0) n.renewals.partial++;
     else n.renewals.denied++;
+    if (floor > 0) {
+      // Above the reserve: a denial holds back only renewals with a floor; the bucket is not starved
+      // for takes within their share.
+      if (r.value.granted > 0) granted(r.value.granted, at);
+      else b.overRetryAt = at + (r.value.waitMs >= 0 ? r.value.waitMs : n.ttlMs);
+      return;
+    }
     if (r.value.granted > 0) {
       // A partial grant emptied the cluster bucket: the next renewal waits 2 × blockMs (asking at
       // once would only be denied); units refilled meanwhile wait in Redis.

@@ -14,6 +14,10 @@
  *   `give-back.ts`), whose last units may be another node's next request.
  * - A refund goes to the local balance (repaying debt first), valid one lease ttl, not to Redis;
  *   a debit beyond the balance is debt, repaid by the next grant.
+ * - **Reserve.** A take with a `reserve` (a fraction of each bucket: a request over its tenant's fair
+ *   share, `src/fairshare/`) spends the node's lots only while the cluster level it last saw
+ *   (refilled since) is at least the reserve, and leases only above it (lua/lease.lua's `floor`):
+ *   the last `reserve × capacity` units of a bucket are left to takes without one.
  */
 import { bucketTake, bucketWaitMs } from '../limiter/token-bucket.ts';
 import { mayPrefetch, spendLots as spendFromLots } from './give-back.ts';
@@ -30,8 +34,12 @@ import { maybeRenew } from './lease-renewal.ts';
  */
 export type CapTakeResult = { readonly ok: true } | { readonly ok: false; readonly waitMs: number };
 
-/** Spends `cost` from group `d`'s buckets, all or nothing (`CapLeases.take`). @throws RangeError for a cost not finite ≥ 0. */
-export function take(n: LeaseNode, d: Group, cost: CapCost): CapTakeResult {
+/**
+ * Spends `cost` from group `d`'s buckets, all or nothing (`CapLeases.take`).
+ * @param reserve fraction of each bucket (0 ≤ r < 1) this take may not spend (see "Reserve" above).
+ * @throws RangeError for a cost not finite ≥ 0.
+ */
+export function take(n: LeaseNode, d: Group, cost: CapCost, reserve = 0): CapTakeResult {
   const now = n.clock.now();
   for (const b of d.buckets) if (costOf(b, cost) > b.capacity) return { ok: false, waitMs: -1 };
   let waitMs = 0;
@@ -45,14 +53,31 @@ export function take(n: LeaseNode, d: Group, cost: CapCost): CapTakeResult {
     b.lastCost = units;
     b.lastUseAt = now;
     void expire(n, b, now);
+    const floor = reserve > 0 ? Math.ceil(reserve * b.capacity) : 0;
+    if (floor > 0 && units > b.capacity - floor) {
+      // Never fits above the reserve: only a take within its share can admit it.
+      waitMs = Math.max(waitMs, Math.ceil(b.windowMs));
+      sources.push('none');
+      continue;
+    }
+    if (floor > 0 && !n.inFallback && b.blipUntil <= now) {
+      // The cluster level as last seen, refilled since (lots are already out of it).
+      const seenLevel = Math.min(b.capacity, b.level + ((now - b.levelAt) * b.ratePerSec) / 1000);
+      if (seenLevel < floor) {
+        waitMs = Math.max(waitMs, Math.max(1, Math.ceil(((floor - seenLevel) * 1000) / b.ratePerSec)));
+        sources.push('none');
+        continue;
+      }
+    }
     if (balanceOf(b) >= units) {
       sources.push('lease');
       continue;
     }
     if (n.inFallback || b.blipUntil > now) {
       const fb = fallbackBucket(n, b, now);
-      if (units <= b.fallbackShare) {
-        const w = bucketWaitMs(fb, 0, b.fallbackShare, b.windowMs, units);
+      const localFloor = reserve * b.fallbackShare;
+      if (units <= b.fallbackShare - localFloor) {
+        const w = bucketWaitMs(fb, 0, b.fallbackShare, b.windowMs, units + localFloor);
         if (w === 0) {
           sources.push('fallback');
           continue;
@@ -63,12 +88,12 @@ export function take(n: LeaseNode, d: Group, cost: CapCost): CapTakeResult {
       } else {
         waitMs = Math.max(waitMs, n.probeIntervalMs);
       }
-      if (!n.localOnly) maybeRenew(n, b, now, n.inFallback ? 0 : units + b.debt - liveUnits(b));
+      if (!n.localOnly) maybeRenew(n, b, now, n.inFallback ? 0 : units + b.debt - liveUnits(b), floor);
       sources.push('none');
       continue;
     }
     const need = units + b.debt - liveUnits(b);
-    waitMs = Math.max(waitMs, maybeRenew(n, b, now, need));
+    waitMs = Math.max(waitMs, maybeRenew(n, b, now, need, floor));
     sources.push('none');
   }
   if (waitMs > 0) return { ok: false, waitMs };
@@ -86,7 +111,7 @@ export function take(n: LeaseNode, d: Group, cost: CapCost): CapTakeResult {
     // grant could not serve it and might expire unused while the node waits for the rest). Never
     // from a small bucket (give-back.ts): its last units may be another node's next request.
     const block = blockSize(n, b, now);
-    if (balanceOf(b) < n.lowWater * block && mayPrefetch(b.capacity, b.share(), block)) maybeRenew(n, b, now, Math.max(0, b.lastCost - balanceOf(b)));
+    if (balanceOf(b) < n.lowWater * block && mayPrefetch(b.capacity, b.share(), block)) maybeRenew(n, b, now, Math.max(0, b.lastCost - balanceOf(b)), reserve > 0 ? Math.ceil(reserve * b.capacity) : 0);
   });
   return { ok: true };
 }

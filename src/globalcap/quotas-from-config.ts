@@ -4,10 +4,14 @@
  * live in Redis (Lua scripts, every call behind a 15 ms timeout and a circuit breaker); without
  * Redis each node enforces its share, `capacity / live nodes`, locally.
  */
+import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import type { Clock } from '../clock.ts';
 import type { LoadedConfig } from '../config/load.ts';
+import { DemandExchange } from '../fairshare/exchange.ts';
+import type { FairShares } from '../fairshare/shares.ts';
 import { CapLeases } from './cap-leases.ts';
+import { fairSharesFromConfig } from './fair-from-config.ts';
 import type { CapCall, DeploymentQuota, FallbackShare } from './cap-leases.ts';
 import { redisForDecisions } from '../redis/connection.ts';
 import { RedisGuard, guardedCall } from '../redis/guard.ts';
@@ -31,6 +35,10 @@ export interface ConfiguredQuotas {
   readonly closedOnFailure: boolean;
   /** The guard of the leases' Redis calls (its counters feed the metrics); absent without Redis. */
   readonly guard?: RedisGuard;
+  /** Fair shares of the deployments with `fair_share` (`src/fairshare/`); absent when none has it. */
+  readonly fair?: FairShares;
+  /** The exchange of demand reports through Redis; absent without Redis or fair-shared deployments. */
+  readonly exchange?: DemandExchange;
   /**
    * True once the node can decide from Redis without a cold start: without Redis at once; with
    * Redis once the connection was ready and `SCRIPT LOAD` of every script answered (`/readyz`
@@ -129,12 +137,14 @@ export function quotasFromConfig(
     readonly always?: boolean;
     /** Told when the node enters (true) or leaves (false) fallback, after the log line. */
     readonly onFallbackChange?: (inFallback: boolean) => void;
+    /** This node's id (its field in the fair-share demand hashes). @default a random id */
+    readonly nodeId?: string;
   },
 ): ConfiguredQuotas | undefined {
   const deployments: Record<string, DeploymentQuota> = {};
   for (const d of config.config.deployments) {
     if (d.quota.rpm === undefined && d.quota.tpm === undefined) continue;
-    deployments[d.name] = { ...(d.quota.rpm === undefined ? {} : { rpm: d.quota.rpm }), ...(d.quota.tpm === undefined ? {} : { tpm: d.quota.tpm }), headroom: d.headroom };
+    deployments[d.name] = { ...(d.quota.rpm === undefined ? {} : { rpm: d.quota.rpm }), ...(d.quota.tpm === undefined ? {} : { tpm: d.quota.tpm }), headroom: d.headroom, algorithm: d.quota.algorithm };
   }
   const limited = new Set(Object.keys(deployments));
   const spread = config.config.tenants.some((t) => t.spread !== undefined);
@@ -179,6 +189,10 @@ export function quotasFromConfig(
           onFallbackShare: (share: FallbackShare) => opts.log.info(share, 'fallback share'),
         }),
   });
+  const fair = fairSharesFromConfig(config, deployments, opts.clock, () => Math.max(1, opts.liveNodes()));
+  const exchange =
+    fair === undefined || redis === undefined ? undefined : new DemandExchange({ redis, cluster: cluster.name, nodeId: opts.nodeId ?? `node-${randomUUID()}`, shares: fair, log: opts.log });
+  exchange?.start();
   const upkeep = redis === undefined || guard === undefined || cluster.redis === undefined ? undefined : new RedisUpkeep(redis, guard, leases, cluster.redis.probe_interval, opts.log);
   upkeep?.start();
   restores?.start({
@@ -203,9 +217,12 @@ export function quotasFromConfig(
     leases,
     limited,
     ...(guard === undefined ? {} : { guard }),
+    ...(fair === undefined ? {} : { fair }),
+    ...(exchange === undefined ? {} : { exchange }),
     closedOnFailure: redis !== undefined && cluster.on_redis_failure === 'closed',
     scriptsLoaded: () => upkeep === undefined || upkeep.loaded,
     close: async () => {
+      exchange?.stop();
       upkeep?.stop();
       restores?.stop();
       try {

@@ -32,6 +32,8 @@ export const LUA_SCRIPTS = {
   dropMembers: { file: 'drop-members.lua', command: 'qrDropMembers', keys: 2 },
   /** Reading tenant states with a byte bound (`src/coord/handoff/state-store.ts`). */
   stateReadBounded: { file: 'state-read-bounded.lua', command: 'qrStateReadBounded', keys: 1 },
+  /** Exchanging nodes' demand reports of a fair-shared deployment (`src/fairshare/exchange.ts`). */
+  fairDemand: { file: 'fair-demand.lua', command: 'qrFairDemand', keys: 1 },
 } as const satisfies Record<string, { readonly file: string; readonly command: string; readonly keys: number | 'per call' }>;
 
 /** A script of the registry. */
@@ -47,6 +49,7 @@ declare module 'ioredis' {
     qrCentralSettle(numKeys: number, ...args: string[]): Result<unknown, Context>;
     qrDropMembers(membersKey: string, dropsKey: string, ...args: string[]): Result<unknown, Context>;
     qrStateReadBounded(key: string, ...args: string[]): Result<unknown, Context>;
+    qrFairDemand(key: string, ...args: string[]): Result<unknown, Context>;
   }
 }
 

@@ -140,6 +140,7 @@ describe('error catalogue', () => {
       not_found: 404,
       response_not_found: 404,
       rate_limit_exceeded: 429,
+      share_exhausted: 429,
       budget_exceeded: 429,
       request_too_large: 429,
       misdirected: 421,

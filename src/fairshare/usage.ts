@@ -1,0 +1,153 @@
+/**
+ * What one node knows of one tenant on one fair-shared deployment, per bucket kind (requests,
+ * tokens): the units it *used* (admitted, corrected at settlement) and the units it *asked* (every
+ * request that reached the deployment's quota, admitted or not) over the last window, in one-second
+ * slots, and a decayed rate of what it asked (for a tenant that has just started asking).
+ *
+ * - **Used** decides whether a request is within the tenant's share: used in the window + its cost
+ *   ≤ share. Slots are 1 s, so a unit leaves the window between `window − 1 s` and `window` after it
+ *   was counted (it errs on counting a unit slightly longer, never shorter).
+ * - **Demand** = max(asked in the window, decayed ask rate × window) × (1 + margin): the window
+ *   keeps a steady tenant's demand steady between its requests; the decayed rate (time constant
+ *   `tauMs`) makes a tenant that comes back from idle count within a few τ.
+ */
+
+/** One-second slots per window of 60 s. */
+const SLOT_MS = 1_000;
+
+/** A ring of per-second sums covering one window. */
+class SlotRing {
+  readonly #slots: Float64Array;
+  /** Index (time / SLOT_MS) of the newest slot written. */
+  #head = -Infinity;
+  #sum = 0;
+
+  constructor(readonly size: number) {
+    this.#slots = new Float64Array(size);
+  }
+
+  /** Moves the ring to `slot` (an absolute slot index), clearing slots that left the window. */
+  #advance(slot: number): void {
+    if (slot <= this.#head) return;
+    const steps = Math.min(this.size, this.#head === -Infinity ? this.size : slot - this.#head);
+    for (let k = 1; k <= steps; k++) {
+      const i = (((slot - steps + k) % this.size) + this.size) % this.size;
+      this.#sum -= this.#slots[i] as number;
+      this.#slots[i] = 0;
+    }
+    this.#head = slot;
+    if (Math.abs(this.#sum) < 1e-9) this.#sum = 0;
+  }
+
+  add(now: number, units: number): void {
+    const slot = Math.floor(now / SLOT_MS);
+    this.#advance(slot);
+    // A unit counted "in the past" (clock behind the head) goes into the newest slot.
+    const i = ((Math.max(slot, this.#head) % this.size) + this.size) % this.size;
+    this.#slots[i] = (this.#slots[i] as number) + units;
+    this.#sum += units;
+  }
+
+  /** Units in the window ending at `now` (≥ 0). */
+  sum(now: number): number {
+    this.#advance(Math.floor(now / SLOT_MS));
+    return Math.max(0, this.#sum);
+  }
+
+  /**
+   * Ms from `now` until the window's sum is at most `target`, as slots leave it (oldest first);
+   * 0 when it already is; the window's length when only units counted now would have to leave.
+   */
+  msUntilAtMost(now: number, target: number): number {
+    const head = Math.floor(now / SLOT_MS);
+    this.#advance(head);
+    let sum = this.#sum;
+    if (sum <= target) return 0;
+    for (let age = this.size - 1; age >= 0; age--) {
+      const slot = head - age;
+      sum -= this.#slots[((slot % this.size) + this.size) % this.size] as number;
+      // That slot leaves the window when the window's start passes its end.
+      if (sum <= target) return Math.max(1, (slot + 1) * SLOT_MS + (this.size - 1) * SLOT_MS - now + 1);
+    }
+    return this.size * SLOT_MS;
+  }
+}
+
+/** Settings of the usage tracking. */
+export interface UsageTuning {
+  /** The quota's window, ms (60 000 for rpm / tpm). */
+  readonly windowMs: number;
+  /** Time constant of the decayed ask rate, ms. */
+  readonly tauMs: number;
+  /** Demand published = measured × (1 + margin): room for a steady tenant's jitter. */
+  readonly margin: number;
+}
+
+/** Default tuning: a 60 s window, τ = 2 s, 25% margin. */
+export const DEFAULT_USAGE_TUNING: UsageTuning = { windowMs: 60_000, tauMs: 2_000, margin: 0.25 };
+
+/** A tenant's usage of one deployment bucket kind on this node. */
+export class KindUsage {
+  readonly #used: SlotRing;
+  readonly #asked: SlotRing;
+  #decayed = 0;
+  #decayedAt = 0;
+  /** Time of the last ask, ms. */
+  lastAskAt = -Infinity;
+
+  constructor(private readonly tuning: UsageTuning) {
+    const slots = Math.max(1, Math.ceil(tuning.windowMs / SLOT_MS));
+    this.#used = new SlotRing(slots);
+    this.#asked = new SlotRing(slots);
+  }
+
+  #decay(now: number): number {
+    const dt = now - this.#decayedAt;
+    if (dt > 0) {
+      this.#decayed *= Math.exp(-dt / this.tuning.tauMs);
+      this.#decayedAt = now;
+    }
+    return this.#decayed;
+  }
+
+  /** A request asked for `units` (admitted or not). */
+  ask(now: number, units: number): void {
+    this.#asked.add(now, units);
+    this.#decayed = this.#decay(now) + units;
+    this.lastAskAt = now;
+  }
+
+  /** `units` were admitted (negative: a correction at settlement, or a take given back). */
+  use(now: number, units: number): void {
+    this.#used.add(now, units);
+  }
+
+  /** A settlement's correction of what was asked and used: `delta` = actual − reserved units. */
+  correct(now: number, delta: number): void {
+    this.#used.add(now, delta);
+    this.#asked.add(now, delta);
+    this.#decayed = Math.max(0, this.#decay(now) + delta);
+  }
+
+  /** Units used in the window ending now. */
+  used(now: number): number {
+    return this.#used.sum(now);
+  }
+
+  /** Ms until `cost` more fits within `share` (used + cost ≤ share): 0 when it does now. */
+  msUntilFits(now: number, share: number, cost: number): number {
+    return this.#used.msUntilAtMost(now, share - cost);
+  }
+
+  /** Units per window this tenant asks for now (with the margin), ≥ 0. */
+  demand(now: number): number {
+    const window = this.#asked.sum(now);
+    const rate = (this.#decay(now) / this.tuning.tauMs) * this.tuning.windowMs;
+    return Math.max(window, rate) * (1 + this.tuning.margin);
+  }
+
+  /** No ask for a whole window and nothing used in it: the entry can be dropped. */
+  idle(now: number): boolean {
+    return now - this.lastAskAt > this.tuning.windowMs && this.#used.sum(now) === 0;
+  }
+}
