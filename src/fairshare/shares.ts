@@ -4,9 +4,9 @@
  * water-filled over the whole cluster's demand (`water-fill.ts`).
  *
  * The rule a request meets (at admission, before the deployment's lease is taken):
- * - **within its share** when, for every bucket of the deployment, what its tenant used on this
- *   node in the window + the request's cost ≤ the tenant's share on this node. Such a take may
- *   empty the cluster bucket;
+ * - **within its share** when, for every bucket of the deployment, the tenant's share bucket on this
+ *   node (refilled at its share on this node per window, `usage.ts`) holds the request's cost. Such
+ *   a take may empty the cluster bucket;
  * - **over its share** otherwise: its take may only spend what lies above the bucket's reserve
  *   (`reserve × capacity`, lua/lease.lua's `floor`), so a tenant beyond its share never takes the
  *   units a tenant within its share needs, yet takes every unit nobody within a share wants (no
@@ -183,18 +183,28 @@ export class FairShares {
       u.ask(now, units);
       if (units <= 0) return;
       const share = this.#localShare(d, table, i, tenant);
-      waitMs = Math.max(waitMs, u.msUntilFits(now, share, units));
+      waitMs = Math.max(waitMs, u.msUntilWithin(now, share, units));
     });
     return { within: waitMs === 0, waitMs };
   }
 
-  /** A take for `tenant` was admitted (`sign` 1) or given back (`sign` -1). No-op for a deployment not shared fairly. */
-  used(tenant: string, deployment: string, cost: ShareCost, sign: 1 | -1): void {
+  /**
+   * A take for `tenant` was admitted (`sign` 1) or given back (`sign` -1); `within`: it was within
+   * its share (it spends from, or goes back to, the tenant's share bucket). No-op for a deployment
+   * not shared fairly.
+   */
+  used(tenant: string, deployment: string, cost: ShareCost, sign: 1 | -1, within = sign < 0): void {
     const d = this.#deployments.get(deployment);
     if (d === undefined) return;
     const now = this.#clock.now();
     const usage = this.#usage(d, tenant);
-    d.spec.buckets.forEach((b, i) => (usage[i] as KindUsage).use(now, sign * (b.kind === 'requests' ? cost.requests : cost.tokens)));
+    const table = within ? this.#table(d, now) : undefined;
+    d.spec.buckets.forEach((b, i) => {
+      const units = sign * (b.kind === 'requests' ? cost.requests : cost.tokens);
+      const u = usage[i] as KindUsage;
+      u.use(now, units);
+      if (table !== undefined) u.spendShare(now, this.#localShare(d, table, i, tenant), units);
+    });
   }
 
   /** A settlement: `tokensDelta` = tokens used − tokens reserved (negative: a refund). */

@@ -4,9 +4,11 @@
  * request that reached the deployment's quota, admitted or not) over the last window, in one-second
  * slots, and a decayed rate of what it asked (for a tenant that has just started asking).
  *
- * - **Used** decides whether a request is within the tenant's share: used in the window + its cost
- *   ≤ share. Slots are 1 s, so a unit leaves the window between `window − 1 s` and `window` after it
- *   was counted (it errs on counting a unit slightly longer, never shorter).
+ * - **Within its share**: the tenant's share bucket (refilled at its share per window, holding a
+ *   2 s burst of it or two of its largest requests) covers the request's cost. A bucket rather than
+ *   the window's usage, so a tenant whose share just grew, or that was refused by the quota for a
+ *   while, cannot spend a window's worth at once within its share and empty the reserve.
+ * - **Used**: what was admitted in the window (1 s slots), for views.
  * - **Demand** = max(asked in the window, decayed ask rate × window) × (1 + margin): the window
  *   keeps a steady tenant's demand steady between its requests; the decayed rate (time constant
  *   `tauMs`) makes a tenant that comes back from idle count within a few τ.
@@ -81,10 +83,12 @@ export interface UsageTuning {
   readonly tauMs: number;
   /** Demand published = measured × (1 + margin): room for a steady tenant's jitter. */
   readonly margin: number;
+  /** A tenant's share bucket holds this many ms of its share (or two of its largest requests). */
+  readonly burstMs: number;
 }
 
-/** Default tuning: a 60 s window, τ = 2 s, 25% margin. */
-export const DEFAULT_USAGE_TUNING: UsageTuning = { windowMs: 60_000, tauMs: 2_000, margin: 0.25 };
+/** Default tuning: a 60 s window, τ = 2 s, 25% margin, bursts of 2 s of a share. */
+export const DEFAULT_USAGE_TUNING: UsageTuning = { windowMs: 60_000, tauMs: 2_000, margin: 0.25, burstMs: 2_000 };
 
 /** A tenant's usage of one deployment bucket kind on this node. */
 export class KindUsage {
@@ -94,6 +98,11 @@ export class KindUsage {
   #decayedAt = 0;
   /** Time of the last ask, ms. */
   lastAskAt = -Infinity;
+  /** The share bucket: units the tenant may still take within its share (refilled at share / window). */
+  #level = Infinity;
+  #levelAt = 0;
+  /** The largest single cost seen (a share bucket always holds two of them). */
+  #largest = 0;
 
   constructor(private readonly tuning: UsageTuning) {
     const slots = Math.max(1, Math.ceil(tuning.windowMs / SLOT_MS));
@@ -127,6 +136,35 @@ export class KindUsage {
     this.#used.add(now, delta);
     this.#asked.add(now, delta);
     this.#decayed = Math.max(0, this.#decay(now) + delta);
+  }
+
+  /**
+   * The share bucket refilled to `now` at `share` units per window; its capacity is
+   * max(`share` × `burstMs` / window, 2 × the largest cost seen), so a tenant within its share takes
+   * at its share's pace with bursts of at most that, however long it was quiet.
+   */
+  #shareLevel(now: number, share: number): number {
+    const capacity = Math.max((share * this.tuning.burstMs) / this.tuning.windowMs, 2 * this.#largest);
+    if (this.#level === Infinity) this.#level = capacity;
+    const dt = Math.max(0, now - this.#levelAt);
+    this.#level = Math.min(capacity, this.#level + (dt * share) / this.tuning.windowMs);
+    this.#levelAt = Math.max(this.#levelAt, now);
+    return this.#level;
+  }
+
+  /** Ms until `cost` is within `share` (the share bucket holds it): 0 when it is now. */
+  msUntilWithin(now: number, share: number, cost: number): number {
+    this.#largest = Math.max(this.#largest, cost);
+    const level = this.#shareLevel(now, share);
+    if (level >= cost) return 0;
+    if (!(share > 0)) return this.tuning.windowMs;
+    return Math.max(1, Math.ceil(((cost - level) * this.tuning.windowMs) / share));
+  }
+
+  /** A take within the share: `units` out of the share bucket (negative: given back). */
+  spendShare(now: number, share: number, units: number): void {
+    this.#shareLevel(now, share);
+    this.#level -= units;
   }
 
   /** Units used in the window ending now. */

@@ -4,6 +4,7 @@
  * deployment (`fair_share`, `src/fairshare/`) first asks whether the request is within its tenant's
  * share; a request over it takes only above the deployment's reserve.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { CapLeases, CapTakeResult } from '../globalcap/cap-leases.ts';
 import type { ConfiguredQuotas } from '../globalcap/quotas-from-config.ts';
 
@@ -24,6 +25,12 @@ export async function takeLeased(leases: CapLeases, group: string, cost: number,
   return taken.ok ? taken : leases.takeAfterRenewals(group, want, taken, reserve);
 }
 
+/**
+ * Longest wait of a request within its fair share whose deployment's reserve is momentarily spent,
+ * ms: it waits for the refill once rather than get a 429 (a request over its share is never held).
+ */
+export const WITHIN_SHARE_WAIT_MS = 2_000;
+
 /** A deployment quota take's result: as the leases', and whether the request was over its tenant's fair share. */
 export type QuotaTake = { readonly ok: true } | { readonly ok: false; readonly waitMs: number; readonly overShare?: { readonly waitMs: number } } | 'unavailable';
 
@@ -36,10 +43,16 @@ export async function takeDeploymentQuota(quotas: ConfiguredQuotas, tenant: stri
   const fair = quotas.fair;
   const verdict = fair?.ask(tenant, deployment, { requests: 1, tokens: cost });
   const reserve = verdict === undefined || verdict.within ? 0 : (fair?.reserveOf(deployment) ?? 0);
-  const taken = await takeLeased(quotas.leases, deployment, cost, quotas.closedOnFailure, 1, reserve);
+  let taken = await takeLeased(quotas.leases, deployment, cost, quotas.closedOnFailure, 1, reserve);
+  if (taken !== 'unavailable' && !taken.ok && verdict?.within === true && taken.waitMs > 0 && taken.waitMs <= WITHIN_SHARE_WAIT_MS) {
+    // Within its share, the reserve momentarily spent (several tenants within their shares at once):
+    // the refill it waits for is its own, since takes over a share stay above the reserve.
+    await sleep(taken.waitMs);
+    taken = await takeLeased(quotas.leases, deployment, cost, quotas.closedOnFailure, 1, 0);
+  }
   if (taken === 'unavailable') return taken;
   if (taken.ok) {
-    fair?.used(tenant, deployment, { requests: 1, tokens: cost }, 1);
+    fair?.used(tenant, deployment, { requests: 1, tokens: cost }, 1, verdict?.within === true);
     return taken;
   }
   return verdict === undefined || verdict.within ? taken : { ok: false, waitMs: taken.waitMs, overShare: { waitMs: verdict.waitMs } };

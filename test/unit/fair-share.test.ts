@@ -65,7 +65,7 @@ describe('waterFill', () => {
 });
 
 describe('KindUsage', () => {
-  const tuning = { windowMs: 60_000, tauMs: 2_000, margin: 0.25 };
+  const tuning = { windowMs: 60_000, tauMs: 2_000, margin: 0.25, burstMs: 2_000 };
 
   test('used counts a window of 1 s slots; msUntilFits says when old usage has left it', () => {
     const u = new KindUsage(tuning);
@@ -105,22 +105,24 @@ describe('FairShares', () => {
   const build = (weights: Record<string, TenantShareSpec> = {}, live = 1) =>
     new FairShares({ clock, deployments: [{ name: 'sim', buckets: [{ kind: 'tokens', capacity: 60_000 }], reserve: 0.1 }], tenantSpec: specOf(weights), liveNodes: () => live });
 
-  test('alone on a node without reports: within the share of capacity / live nodes, then over it', () => {
+  test('alone on a node without reports: within the share of capacity / live nodes at its pace, bursts of two requests', () => {
     const f = build({}, 2);
-    // One tenant asking: its share is the node's whole part, 30,000.
-    for (let i = 0; i < 29; i++) {
+    // One tenant asking: its share is the node's whole part, 30,000 a minute (500 a second); its share
+    // bucket holds max(2 s of it, 2 × 1,000) = 2,000.
+    for (let i = 0; i < 2; i++) {
       const v = f.ask('A', 'sim', { requests: 1, tokens: 1_000 });
       assert.equal(v?.within, true, `request ${i}`);
-      f.used('A', 'sim', { requests: 1, tokens: 1_000 }, 1);
+      f.used('A', 'sim', { requests: 1, tokens: 1_000 }, 1, true);
     }
-    clock.advance(300);
-    const v30 = f.ask('A', 'sim', { requests: 1, tokens: 1_000 });
-    assert.equal(v30?.within, true);
-    f.used('A', 'sim', { requests: 1, tokens: 1_000 }, 1);
     const over = f.ask('A', 'sim', { requests: 1, tokens: 1_000 });
     assert.equal(over?.within, false);
-    assert.ok((over?.waitMs ?? 0) > 59_000, String(over?.waitMs));
+    assert.equal(over?.waitMs, 2_000);
+    // An admission over the share spends nothing of the share bucket.
+    f.used('A', 'sim', { requests: 1, tokens: 1_000 }, 1, false);
+    clock.advance(2_000);
+    assert.equal(f.ask('A', 'sim', { requests: 1, tokens: 1_000 })?.within, true);
     assert.equal(f.view('sim')?.source, 'local');
+    assert.equal(f.view('sim')?.tenants[0]?.kinds[0]?.used, 3_000);
     assert.equal(f.ask('A', 'other', { requests: 1, tokens: 1 }), undefined);
   });
 
@@ -150,12 +152,9 @@ describe('FairShares', () => {
     const f = build({ N: { weight: 2, floor: 0.1 } });
     f.received('sim', [{ node: 'n2', report: { v: 1, kinds: ['tokens'], t: [['A', [300_000], 1, 0], ['B', [300_000], 1, 0]] } }]);
     // Line 30,000; N: 2 × 30,000 + 0.1 × 60,000.
-    const v = f.view('sim');
-    assert.equal(v?.buckets[0]?.level, 30_000);
-    const fresh = f.ask('N', 'sim', { requests: 1, tokens: 65_000 });
-    assert.equal(fresh?.within, true);
-    const tooMuch = f.ask('N', 'sim', { requests: 1, tokens: 67_000 });
-    assert.equal(tooMuch?.within, false);
+    assert.equal(f.view('sim')?.buckets[0]?.level, 30_000);
+    assert.equal(f.ask('N', 'sim', { requests: 1, tokens: 1 })?.within, true);
+    assert.equal(f.view('sim')?.tenants.find((t) => t.tenant === 'N')?.kinds[0]?.share, 66_000);
   });
 
   test('reports of another config (other kinds) are left out', () => {
