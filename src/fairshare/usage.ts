@@ -9,13 +9,16 @@
  *   the window's usage, so a tenant whose share just grew, or that was refused by the quota for a
  *   while, cannot spend a window's worth at once within its share and empty the reserve.
  * - **Used**: what was admitted in the window (1 s slots), for views.
- * - **Demand** = max(asked in the window, decayed ask rate × window) × (1 + margin): the window
+ * - **Demand** = max(asked in the window (scaled up while the entry has seen less than a window, over
+ *   at least 10 s), decayed ask rate × window) × (1 + margin): the window
  *   keeps a steady tenant's demand steady between its requests; the decayed rate (time constant
  *   `tauMs`) makes a tenant that comes back from idle count within a few τ.
  */
 
 /** One-second slots per window of 60 s. */
 const SLOT_MS = 1_000;
+/** The shortest span a demand is measured over (a tenant's first asks), ms. */
+const MIN_SPAN_MS = 10_000;
 
 /** A ring of per-second sums covering one window. */
 class SlotRing {
@@ -98,6 +101,8 @@ export class KindUsage {
   #decayedAt = 0;
   /** Time of the last ask, ms. */
   lastAskAt = -Infinity;
+  /** Time of the first ask this entry saw, ms: a window not yet full is a shorter span. */
+  #firstAskAt: number | undefined;
   /** The share bucket: units the tenant may still take within its share (refilled at share / window). */
   #level = Infinity;
   #levelAt = 0;
@@ -121,6 +126,7 @@ export class KindUsage {
 
   /** A request asked for `units` (admitted or not). */
   ask(now: number, units: number): void {
+    if (this.#firstAskAt === undefined) this.#firstAskAt = now;
     this.#asked.add(now, units);
     this.#decayed = this.#decay(now) + units;
     this.lastAskAt = now;
@@ -177,9 +183,14 @@ export class KindUsage {
     return this.#used.msUntilAtMost(now, share - cost);
   }
 
-  /** Units per window this tenant asks for now (with the margin), ≥ 0. */
+  /**
+   * Units per window this tenant asks for now (with the margin), ≥ 0. What it asked in the window is
+   * scaled to a whole window while the entry has seen less than one (at least `MIN_SPAN_MS`), so a
+   * steady tenant's first minute does not read as a smaller demand.
+   */
   demand(now: number): number {
-    const window = this.#asked.sum(now);
+    const span = Math.min(this.tuning.windowMs, Math.max(MIN_SPAN_MS, now - (this.#firstAskAt ?? now)));
+    const window = (this.#asked.sum(now) * this.tuning.windowMs) / span;
     const rate = (this.#decay(now) / this.tuning.tauMs) * this.tuning.windowMs;
     return Math.max(window, rate) * (1 + this.tuning.margin);
   }

@@ -44,11 +44,15 @@ export async function takeDeploymentQuota(quotas: ConfiguredQuotas, tenant: stri
   const verdict = fair?.ask(tenant, deployment, { requests: 1, tokens: cost });
   const reserve = verdict === undefined || verdict.within ? 0 : (fair?.reserveOf(deployment) ?? 0);
   let taken = await takeLeased(quotas.leases, deployment, cost, quotas.closedOnFailure, 1, reserve);
-  if (taken !== 'unavailable' && !taken.ok && verdict?.within === true && taken.waitMs > 0 && taken.waitMs <= WITHIN_SHARE_WAIT_MS) {
-    // Within its share, the reserve momentarily spent (several tenants within their shares at once):
-    // the refill it waits for is its own, since takes over a share stay above the reserve.
-    await sleep(taken.waitMs);
-    taken = await takeLeased(quotas.leases, deployment, cost, quotas.closedOnFailure, 1, 0);
+  if (verdict?.within === true) {
+    // Within its share, the reserve momentarily spent (several tenants within their shares at once,
+    // renewals of other takes in flight): the refill it waits for is its own, since takes over a
+    // share stay above the reserve. It waits while that fits in WITHIN_SHARE_WAIT_MS in all.
+    const until = Date.now() + WITHIN_SHARE_WAIT_MS; // wall time: a real wait, not a decision
+    while (taken !== 'unavailable' && !taken.ok && taken.waitMs > 0 && Date.now() + taken.waitMs <= until) {
+      await sleep(taken.waitMs);
+      taken = await takeLeased(quotas.leases, deployment, cost, quotas.closedOnFailure, 1, 0);
+    }
   }
   if (taken === 'unavailable') return taken;
   if (taken.ok) {
