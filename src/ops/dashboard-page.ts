@@ -112,13 +112,6 @@ export const DASHBOARD_HTML = String.raw`<!doctype html>
   </section>
   <div style="display:grid; gap:16px; align-content:start; min-width:0">
     <section>
-      <h2>Fair shares (per minute)</h2>
-      <table>
-        <thead><tr><th>deployment</th><th>node</th><th>tenant</th><th>kind</th><th style="text-align:right">demand</th><th style="text-align:right">share</th><th style="text-align:right">used</th></tr></thead>
-        <tbody id="shares"><tr><td colspan="7" class="empty">no fair-shared deployment</td></tr></tbody>
-      </table>
-    </section>
-    <section>
       <h2>Hot tenants (spread)</h2>
       <ul id="hot"><li class="empty">none</li></ul>
     </section>
@@ -127,6 +120,13 @@ export const DASHBOARD_HTML = String.raw`<!doctype html>
       <ul id="events"><li class="empty">none yet</li></ul>
     </section>
   </div>
+  <section class="wide">
+    <h2>Fair shares (units per minute; used above share in red)</h2>
+    <table>
+      <thead><tr><th>deployment</th><th>node</th><th>tenant</th><th>kind</th><th style="text-align:right">demand</th><th style="text-align:right">share</th><th style="text-align:right">used</th></tr></thead>
+      <tbody id="shares"><tr><td colspan="7" class="empty">no fair-shared deployment</td></tr></tbody>
+    </table>
+  </section>
 </main>
 <script>
 (function () {
