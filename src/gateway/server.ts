@@ -46,6 +46,7 @@ import { NodeActivity } from '../ops/node-activity.ts';
 import { nodeOpsRoutes } from '../ops/node-routes.ts';
 import { levelEnabled, loggerOptions } from '../ops/logging.ts';
 import { nodeAdminRoutes, withUsage } from '../ops/admin-routes.ts';
+import { allShareViews, fairShareSeries, tenantFairShare } from '../ops/fair-share-report.ts';
 import type { LimitUsage, NodeAdminSources, TenantUsage } from '../ops/admin-routes.ts';
 import { budgetUsage } from '../ops/spend-admin.ts';
 import { changeTenantSpend, tenantSpendRoutes } from '../peer/tenant-spend.ts';
@@ -251,6 +252,12 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     ],
     memberEntriesRejected: () => clusterOpts?.membership.rejectedEntries?.() ?? 0,
     clusterAuthRefused: () => ({ internalCalls: clusterAuth.stats.refused, standInHeaders: clusterAuth.stats.headersDropped }),
+    fairShares: () => {
+      if (quotas?.fair === undefined) return [];
+      const metered = new Set(config.catalogue.meteredTenants());
+      return metered.size === 0 ? [] : fairShareSeries(allShareViews(quotas.fair), (t) => metered.has(t));
+    },
+    fairExchanges: () => quotas?.exchange?.counts,
   });
   clusterOpts?.membership.onRejectedEntry?.((entry) => app.log.warn({ member: entry.id ?? null, problem: entry.problem, count: entry.count ?? 1 }, entry.problem === 'too_many_entries' ? 'membership reads hit their entry cap: junk member entries in Redis' : 'member entries in Redis ignored: not signed with the cluster secret'));
   app.decorateRequest('tenant', null);
@@ -326,13 +333,15 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     if (!config.policies.has(tenant)) return undefined;
     const placed = handoff?.place(tenant) ?? { here: true as const };
     const self = nodeId();
+    // Fair shares are per node: any node where the tenant asks has its own (owner or not).
+    const fair = quotas?.fair === undefined ? {} : { fair_share: tenantFairShare(quotas.fair, tenant) };
     if (!placed.here) {
       const owner = placed.owner?.id ?? null;
-      if (handoff?.isStandIn(tenant) === true) return { tenant, node: self, here: false, owner, standIn: true, limits: limitsOf(tenant), queued: queues.depth(tenant) };
-      return { tenant, node: self, here: false, owner, limits: [], queued: queues.depth(tenant) };
+      if (handoff?.isStandIn(tenant) === true) return { tenant, node: self, here: false, owner, standIn: true, limits: limitsOf(tenant), queued: queues.depth(tenant), ...fair };
+      return { tenant, node: self, here: false, owner, limits: [], queued: queues.depth(tenant), ...fair };
     }
     await handoff?.ready(tenant);
-    return { tenant, node: self, here: true, owner: self, limits: limitsOf(tenant), queued: queues.depth(tenant) };
+    return { tenant, node: self, here: true, owner: self, limits: limitsOf(tenant), queued: queues.depth(tenant), ...fair };
   };
   tenantStateRoutes(app, nodeId, handoff, tenantUsage);
   const spendDeps: SpendDeps = { config, limiter, handoff, node: nodeId, clock, log: app.log };
@@ -346,13 +355,14 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     ...(hotSet === undefined ? {} : { hot: hotSet }),
     tenant: tenantUsage,
     changeSpend: (tenant, body, who) => changeTenantSpend(spendDeps, tenant, body, who),
+    deploymentShares: (deployment) => quotas?.fair?.view(deployment),
     // A drained node is out of the ring: orchestrators see it not ready.
     drained: () => {
       ready = false;
       drained = true;
     },
   });
-  nodeOpsRoutes(app, { node: nodeId, activity, limiter, queues, ring: () => handoff?.ring().version, fallback: inFallback, decidesFor });
+  nodeOpsRoutes(app, { node: nodeId, activity, limiter, queues, ring: () => handoff?.ring().version, fallback: inFallback, decidesFor, ...(quotas?.fair === undefined ? {} : { fair: quotas.fair }) });
 
   const sweep = setInterval(() => {
     ctx.limiter.sweep();

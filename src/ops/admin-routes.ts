@@ -5,12 +5,16 @@
  * |---|---|---|
  * | `GET /admin/v1/tenants/:tenant` | usage and remaining per limit here | asks the tenant's owner (`askedNode`) |
  * | `POST /admin/v1/tenants/:tenant/spend` | changes a budget's spend (the owner only) | forwards to the tenant's owner (`askedNode`) |
+ * | `GET /admin/v1/deployments/:name/shares` | the deployment's fair-share table on this node | — |
  * | `GET /admin/v1/ring[?tenant=]` | members, version, a tenant's owner | same, the router's view |
  * | `GET /admin/v1/hot` | spread tenants (config and found hot) | same |
  * | `POST /admin/v1/drain` | leaves the ring, hands its tenants over, keeps running | — |
  * | `POST /admin/v1/config/reload` | re-reads the config file | same |
  */
 import type { FastifyInstance } from 'fastify';
+import { sendError } from '../error-reply.ts';
+import type { DeploymentShareView } from '../fairshare/shares.ts';
+import type { TenantFairShare } from './fair-share-report.ts';
 import { request as httpRequest } from 'undici';
 import type { LoadedConfig } from '../config/load.ts';
 import type { ReloadableConfig } from '../config/reloadable.ts';
@@ -47,6 +51,12 @@ export interface TenantUsage {
   readonly standIn?: true;
   readonly limits: readonly LimitUsage[];
   readonly queued: number;
+  /**
+   * On a node with fair-shared deployments: the tenant's demand, share and used per bucket kind of
+   * each one it asks on this node (units per 60 s window, as this node sees them; any node where the
+   * tenant asks, owner or not).
+   */
+  readonly fair_share?: readonly TenantFairShare[];
 }
 
 /**
@@ -137,6 +147,8 @@ export interface NodeAdminSources extends CommonSources {
   drain(): Promise<{ readonly handedOff: number; readonly ring: string }>;
   /** Applies a spend change (`POST /admin/v1/tenants/:tenant/spend`, body unchecked) when this node owns the tenant. */
   changeSpend(tenant: string, body: unknown, who: SpendRequester): Promise<SpendAnswer>;
+  /** A fair-shared deployment's table on this node, or undefined for a deployment not shared fairly (or unknown). */
+  deploymentShares(deployment: string): DeploymentShareView | undefined;
 }
 
 /** Registers the node's admin routes. */
@@ -149,6 +161,10 @@ export function nodeAdminRoutes(admin: FastifyInstance, s: NodeAdminSources): vo
   admin.post<{ Params: { tenant: string } }>('/admin/v1/tenants/:tenant/spend', async (request, reply) => {
     const answer = await s.changeSpend(request.params.tenant, request.body, { remote: request.ip });
     return reply.code(answer.status).send(answer.body);
+  });
+  admin.get<{ Params: { name: string } }>('/admin/v1/deployments/:name/shares', async (request, reply) => {
+    const view = s.deploymentShares(request.params.name);
+    return view ?? sendError(reply, 'openai', 'not_found', { message: `No fair-shared deployment ${request.params.name} on this node.` });
   });
   let draining: Promise<{ readonly handedOff: number; readonly ring: string }> | undefined;
   admin.post('/admin/v1/drain', async (request, reply) => {

@@ -4,11 +4,15 @@
  * `#token=…` in its URL (then keeps it in sessionStorage and drops it from the address bar) or from
  * its password field, connects to the live stream (`/admin/v1/live`, subprotocols
  * `quotaring, bearer.<token>`) and redraws on every snapshot: ring, nodes, busiest tenants with a
- * bar per limit, hot tenants, events. It reconnects with backoff (0.5 s doubling to 10 s).
+ * bar per limit, fair shares (each node's table of each fair-shared deployment: demand, share and
+ * used per tenant and kind, units per minute), hot tenants, events. It reconnects with backoff
+ * (0.5 s doubling to 10 s).
  *
  * Stable hooks for tests: `#status` (text `live` while connected and updated), `#ring-version`,
  * `#ring-members`, `#router`, `#updated` (snapshots received), `[data-node="<id>"]` (with
- * `data-up`), `[data-tenant="<id>"]` (with `data-tenant-node`), `#hot`, `#events`.
+ * `data-up`), `[data-tenant="<id>"]` (with `data-tenant-node`), `#shares` (rows
+ * `[data-share="<deployment>"]` with `data-share-node`, `data-share-tenant`, `data-share-kind`),
+ * `#hot`, `#events`.
  *
  * Kept in a TS module (not a .html file) because the build (tsc) copies only compiled sources.
  * Written as String.raw so the script's backslashes survive; it must contain no backtick and no
@@ -116,6 +120,13 @@ export const DASHBOARD_HTML = String.raw`<!doctype html>
       <ul id="events"><li class="empty">none yet</li></ul>
     </section>
   </div>
+  <section class="wide">
+    <h2>Fair shares (units per minute; used above share in red)</h2>
+    <table>
+      <thead><tr><th>deployment</th><th>node</th><th>tenant</th><th>kind</th><th style="text-align:right">demand</th><th style="text-align:right">share</th><th style="text-align:right">used</th></tr></thead>
+      <tbody id="shares"><tr><td colspan="7" class="empty">no fair-shared deployment</td></tr></tbody>
+    </table>
+  </section>
 </main>
 <script>
 (function () {
@@ -254,6 +265,34 @@ export const DASHBOARD_HTML = String.raw`<!doctype html>
       limits);
   }
 
+  // One row per node, fair-shared deployment, tenant and bucket kind; a tenant over its share in red.
+  function shareRows(nodes) {
+    var rows = [];
+    for (var i = 0; i < nodes.length; i++) {
+      var l = nodes[i].levels;
+      if (!l || !l.shares) continue;
+      for (var j = 0; j < l.shares.length; j++) {
+        var d = l.shares[j];
+        for (var k = 0; k < d.tenants.length; k++) {
+          var t = d.tenants[k];
+          for (var m = 0; m < t.kinds.length; m++) {
+            var x = t.kinds[m];
+            rows.push(el('tr', { 'data-share': d.deployment, 'data-share-node': nodes[i].id, 'data-share-tenant': t.tenant, 'data-share-kind': x.kind },
+              el('td', { cls: 'name', text: d.deployment, title: (d.source === 'cluster' ? 'from ' + d.nodes + ' node report(s)' : 'local: this node alone (no fresh exchange)') + ', reserve ' + Math.round(d.reserve * 100) + '%' }),
+              el('td', { cls: 'name', text: nodes[i].id }),
+              el('td', { cls: 'name', text: t.tenant }),
+              el('td', { text: x.kind }),
+              el('td', { cls: 'num', 'data-field': 'demand', text: rate(x.demand) }),
+              el('td', { cls: 'num', 'data-field': 'share', text: rate(x.share) }),
+              el('td', { cls: 'num' + (x.used > x.share ? ' refused' : ''), 'data-field': 'used', text: rate(x.used) })));
+          }
+        }
+        if (d.omitted > 0) rows.push(el('tr', null, el('td', { colspan: '7', cls: 'empty', text: d.deployment + ' on ' + nodes[i].id + ': ' + d.omitted + ' more tenant(s)' })));
+      }
+    }
+    return rows;
+  }
+
   function drawChart() {
     var svg = $('chart');
     var max = 1;
@@ -296,6 +335,7 @@ export const DASHBOARD_HTML = String.raw`<!doctype html>
 
     replace($('nodes'), s.nodes.map(function (n) { return nodeCard(n, s.ring.version); }), el('span', { cls: 'empty', text: 'the ring is empty' }));
     replace($('tenants'), s.tenants.map(tenantRow), el('tr', null, el('td', { colspan: '6', cls: 'empty', text: 'no traffic in the last second' })));
+    replace($('shares'), shareRows(s.nodes), el('tr', null, el('td', { colspan: '7', cls: 'empty', text: 'no fair-shared deployment' })));
     replace($('hot'), s.hot.map(function (h) { return el('li', { 'data-hot': h.tenant }, el('span', { cls: 'name', text: h.tenant }), el('span', { cls: 'badge b-fb', text: ' over ' + h.k + ' nodes' })); }), el('li', { cls: 'empty', text: 'none' }));
 
     // The first snapshot after (re)connecting carries the last 50 events; later ones only the new.

@@ -29,6 +29,18 @@ export interface TenantLevels {
   readonly limits: readonly LimitLevel[];
 }
 
+/** A fair-shared deployment's table in a node's report: its view, at most {@link TOP_TENANTS} tenants (most demand first), `omitted` the others. */
+export interface ShareLevels {
+  readonly deployment: string;
+  readonly source: 'cluster' | 'local';
+  readonly nodes: number;
+  readonly reserve: number;
+  readonly buckets: readonly { readonly kind: 'requests' | 'tokens'; readonly capacity: number; readonly level: number }[];
+  /** Per bucket kind: demand, share and used, units per 60 s window. */
+  readonly tenants: readonly { readonly tenant: string; readonly kinds: readonly { readonly kind: 'requests' | 'tokens'; readonly demand: number; readonly share: number; readonly used: number }[] }[];
+  readonly omitted: number;
+}
+
 /** A node's report (`GET /_quotaring/v1/levels`). */
 export interface NodeLevels {
   readonly node: string;
@@ -46,6 +58,8 @@ export interface NodeLevels {
   readonly refusedPerSec: number;
   /** Up to {@link TOP_TENANTS} tenants, busiest first (admitted + refused per second), then any with a queue. */
   readonly tenants: readonly TenantLevels[];
+  /** Fair-shared deployments' tables (absent on a node without any). */
+  readonly shares?: readonly ShareLevels[];
 }
 
 /** Tenants a node lists in its levels report, busiest first. */

@@ -47,6 +47,18 @@ export interface TenantLevel {
   readonly capacity: number;
 }
 
+/** One tenant's fair share of one bucket kind of a fair-shared deployment, read at scrape time (units per 60 s window). */
+export interface FairShareLevel {
+  readonly deployment: string;
+  /** The bucket's unit: `requests` or `tokens`. */
+  readonly kind: string;
+  readonly tenant: string;
+  /** The tenant's share on this node. */
+  readonly share: number;
+  /** The tenant's demand as this node's table counts it (the cluster's, from every node's reports, or this node's alone). */
+  readonly demand: number;
+}
+
 /** What a node's gauges read at scrape time; every reader must be cheap and must not throw. */
 export interface NodeGaugeSources {
   /** Requests waiting in every tenant's admission queue. */
@@ -69,6 +81,10 @@ export interface NodeGaugeSources {
   memberEntriesRejected(): number;
   /** Calls refused for want of a valid cluster signature: internal routes, and client requests whose stand-in headers were dropped. */
   clusterAuthRefused(): { readonly internalCalls: number; readonly standInHeaders: number };
+  /** Fair shares and demands of the tenants with `metrics: true`, per fair-shared deployment and kind. Optional: none when absent. */
+  fairShares?(): readonly FairShareLevel[];
+  /** Cumulative demand-report exchanges through Redis, by outcome (undefined: no exchange on this node). */
+  fairExchanges?(): Readonly<Record<'ok' | 'failed' | 'invalid', number>> | undefined;
 }
 
 /** `quotaring_member_entries_rejected_total`, read at scrape time. */
@@ -87,6 +103,41 @@ function memberEntriesCounter(registry: Registry, read: () => number | undefined
 function setCounter(counter: Counter<string>, labels: Record<string, string>, value: number): void {
   counter.remove(labels);
   if (value > 0) counter.inc(labels, value);
+}
+
+/** `quotaring_fair_share`, `quotaring_fair_demand` and `quotaring_fair_exchanges_total`, read at scrape time. */
+function fairShareMetrics(registry: Registry, src: () => NodeGaugeSources | undefined): void {
+  new Gauge({
+    name: 'quotaring_fair_share',
+    help: 'Fair share on this node of tenants with metrics: true, per fair-shared deployment and bucket kind, units per minute.',
+    labelNames: ['deployment', 'kind', 'tenant'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const l of src()?.fairShares?.() ?? []) this.set({ deployment: l.deployment, kind: l.kind, tenant: l.tenant }, l.share);
+    },
+  });
+  new Gauge({
+    name: 'quotaring_fair_demand',
+    help: 'Demand of tenants with metrics: true as this node\'s fair-share table counts it, per fair-shared deployment and bucket kind, units per minute.',
+    labelNames: ['deployment', 'kind', 'tenant'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const l of src()?.fairShares?.() ?? []) this.set({ deployment: l.deployment, kind: l.kind, tenant: l.tenant }, l.demand);
+    },
+  });
+  new Counter({
+    name: 'quotaring_fair_exchanges_total',
+    help: 'Fair-share demand report exchanges through Redis, by outcome: ok, failed (error or timeout), invalid (reports read that did not validate, left out).',
+    labelNames: ['outcome'],
+    registers: [registry],
+    collect() {
+      const n = src()?.fairExchanges?.();
+      if (n === undefined) return;
+      for (const outcome of ['ok', 'failed', 'invalid'] as const) setCounter(this, { outcome }, n[outcome]);
+    },
+  });
 }
 
 /** A ring gauge pair: member count, and an info series `{version}` = 1 for the current ring only. */
@@ -171,6 +222,7 @@ export class NodeMetrics {
   readonly #handoffSeconds: Histogram<'kind'>;
   readonly #handoffTenants: Counter<'kind'>;
   readonly #fallbackTransitions: Counter<'state'>;
+  readonly #shareRefusals: PathCounter;
   #src: NodeGaugeSources | undefined;
 
   /** Gauges read nothing (0) until {@link setSources}: the gateway builds its parts after its metrics. */
@@ -191,6 +243,7 @@ export class NodeMetrics {
     this.#handoffSeconds = new Histogram({ name: 'quotaring_handoff_duration_seconds', help: 'Duration of a handoff (out) or a prefetch, seconds.', labelNames: ['kind'], buckets: DURATION_BUCKETS, registers: [r] });
     this.#handoffTenants = new Counter({ name: 'quotaring_handoff_tenants_total', help: 'Tenant states moved by handoffs, by kind.', labelNames: ['kind'], registers: [r] });
     this.#fallbackTransitions = new Counter({ name: 'quotaring_fallback_transitions_total', help: 'Entries into (state=entered) and exits from (state=left) local fallback.', labelNames: ['state'], registers: [r] });
+    this.#shareRefusals = new PathCounter(r, 'quotaring_fair_share_refusals_total', 'Requests refused over their tenant\'s fair share of a deployment quota (429 share_exhausted), by deployment.');
     new Gauge({ name: 'quotaring_queue_depth', help: 'Requests waiting in tenant admission queues on this node.', registers: [r], collect() { this.set(src()?.queueDepth() ?? 0); } });
     new Gauge({ name: 'quotaring_requests_in_flight', help: 'Admitted requests not yet finished on this node.', registers: [r], collect() { this.set(src()?.inFlight() ?? 0); } });
     new Gauge({ name: 'quotaring_fallback_active', help: '1 while this node decides deployment quotas and hot tenants from local fallback shares (Redis unreachable), else 0.', registers: [r], collect() { this.set(src()?.fallbackActive() ?? 0); } });
@@ -256,6 +309,7 @@ export class NodeMetrics {
         setCounter(this, { kind: 'stand_in_headers' }, n.standInHeaders);
       },
     });
+    fairShareMetrics(r, src);
     memberEntriesCounter(r, () => src()?.memberEntriesRejected());
     redisCommandsCounter(r);
     ringGauges(r, () => src()?.ring());
@@ -275,6 +329,11 @@ export class NodeMetrics {
     if (result !== 'gone') this.#wait.observe(priority, () => ({ priority }), waitSeconds);
     if (result === 'queue_timeout') this.#shed.add('deadline', () => ({ reason: 'deadline' }));
     else if (result === 'queue_full') this.#shed.add('queue_full', () => ({ reason: 'queue_full' }));
+  }
+
+  /** A request refused over its tenant's fair share of `deployment` (429 `share_exhausted`). */
+  shareRefused(deployment: string): void {
+    this.#shareRefusals.add(deployment, () => ({ deployment }));
   }
 
   /** A settled admitted request: `reserved` and `used` tokens (≥ 0). */

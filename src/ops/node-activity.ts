@@ -56,6 +56,9 @@ function roll(c: Counts, seconds: number): void {
   c.lastRefused = c.refused;
 }
 
+/** Suffix of the `limit` of a refusal over a tenant's fair share of a deployment quota. */
+const SHARE_SUFFIX = '#share';
+
 /** Results that count as a refusal in the 429 rates of the live view. */
 const REFUSED: ReadonlySet<DecisionResult> = new Set(['limited', 'too_large', 'queue_timeout', 'queue_full']);
 
@@ -116,6 +119,8 @@ export class NodeActivity {
     const result = trail.result;
     if (result === undefined) return;
     this.metrics.decision(result, trail.limitKind, trail.priority, trail.waitMs / 1_000);
+    // A refusal over a fair share names its limit `<deployment>#share` (gateway/refusals.ts).
+    if (result === 'limited' && trail.limitKind === 'quota' && trail.limit?.endsWith(SHARE_SUFFIX) === true) this.metrics.shareRefused(trail.limit.slice(0, -SHARE_SUFFIX.length));
     if (result !== 'admitted' && !REFUSED.has(result)) return;
     if (result === 'admitted') this.#node.admitted++;
     else this.#node.refused++;

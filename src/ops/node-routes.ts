@@ -1,9 +1,13 @@
 /**
  * A node's operator views on its service port (routers never forward them): `GET /metrics`
- * (Prometheus text, docs/metrics.md) and `GET /_quotaring/v1/levels` (the node's live report,
- * polled once a second by routers for their live stream).
+ * (Prometheus text, docs/metrics.md), `GET /_quotaring/v1/levels` (the node's live report,
+ * polled once a second by routers for their live stream) and `GET /_quotaring/v1/deployments/:name/shares`
+ * (a fair-shared deployment's table on this node).
  */
 import type { FastifyInstance } from 'fastify';
+import { sendError } from '../error-reply.ts';
+import type { FairShares } from '../fairshare/shares.ts';
+import { allShareViews, shareLevels } from './fair-share-report.ts';
 import type { Limiter } from '../limiter/limiter.ts';
 import type { AdmissionQueues } from '../gateway/admission-queue.ts';
 import type { NodeActivity } from './node-activity.ts';
@@ -23,6 +27,8 @@ export interface LevelSources {
   fallback(): boolean;
   /** Whether this node decides for the tenant now (its owner, or a spread tenant's node). */
   decidesFor(tenant: string): boolean;
+  /** The node's fair shares (absent: no fair-shared deployment). */
+  readonly fair?: FairShares;
 }
 
 /**
@@ -52,12 +58,17 @@ export function nodeLevels(s: LevelSources, nowMs = Date.now()): NodeLevels {
     limits: s.decidesFor(t.tenant) ? s.limiter.peek(t.tenant).map((l) => ({ name: l.name, kind: l.kind, limit: l.limit, remaining: l.remaining, resetMs: l.resetMs })) : [],
   }));
   const rates = s.activity.nodeRates();
-  return { node: s.node(), ring: s.ring() ?? null, atMs: nowMs, inFlight: s.activity.inFlight, queued, fallback: s.fallback(), ...rates, tenants };
+  const shares = s.fair === undefined ? undefined : shareLevels(allShareViews(s.fair), TOP_TENANTS);
+  return { node: s.node(), ring: s.ring() ?? null, atMs: nowMs, inFlight: s.activity.inFlight, queued, fallback: s.fallback(), ...rates, tenants, ...(shares === undefined ? {} : { shares }) };
 }
 
-/** Registers `GET /metrics` and `GET /_quotaring/v1/levels` on the node's service port. */
+/** Registers `GET /metrics`, `GET /_quotaring/v1/levels` and `GET /_quotaring/v1/deployments/:name/shares` on the node's service port. */
 export function nodeOpsRoutes(app: FastifyInstance, s: LevelSources): void {
   const registry = s.activity.metrics.registry;
   app.get('/metrics', async (_request, reply) => reply.header('content-type', registry.contentType).send(await registry.metrics()));
   app.get('/_quotaring/v1/levels', async () => nodeLevels(s));
+  app.get<{ Params: { name: string } }>('/_quotaring/v1/deployments/:name/shares', async (request, reply) => {
+    const view = s.fair?.view(request.params.name);
+    return view ?? sendError(reply, 'openai', 'not_found', { message: `No fair-shared deployment ${request.params.name} on this node.` });
+  });
 }
