@@ -13,7 +13,7 @@ import { HotSet } from '../coord/hot/hot-set.ts';
 import Fastify, { LogController } from 'fastify';
 import type { FastifyError, FastifyInstance } from 'fastify';
 import type { TenantConfig } from '../config/schema.ts';
-import { systemClock } from '../clock.ts';
+import { systemClock, wallNow } from '../clock.ts';
 import { Handoff } from '../coord/handoff/handoff.ts';
 import { Fence } from '../coord/handoff/fence.ts';
 import { processGone } from '../coord/handoff/process-gone.ts';
@@ -137,7 +137,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
           membership: clusterOpts.membership,
           limiter,
           ...(clusterOpts.store === undefined ? {} : { store: clusterOpts.store }),
-          ...(signer === undefined ? {} : { peers: { replicas: new ReplicaStore(), transport: httpPeerTransport(signer) } }),
+          ...(signer === undefined ? {} : { peers: { replicas: new ReplicaStore({ now: () => clock.now() }), transport: httpPeerTransport(signer) } }),
           clock,
           ...(clusterOpts.ringOptions === undefined ? {} : { ringOptions: clusterOpts.ringOptions }),
           waitMs: handoffSettings.wait_ms,
@@ -357,7 +357,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     ctx.limiter.sweep();
     hot?.sweep();
     void handoff?.forgetIdle();
-    clusterAuth.prune(Date.now());
+    clusterAuth.prune(wallNow()); // wall time: replay windows follow the signers' timestamps (other processes)
   }, server.sweep_interval);
   sweep.unref();
   app.addHook('onReady', async () => {
