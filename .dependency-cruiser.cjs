@@ -11,6 +11,7 @@ const LAYERS = [
   ['config', '^src/config/(?!(load|reloadable)\\.ts$)'],
   ['edges', '^src/(providers|security|catalogue)/'],
   ['config-load', '^src/config/(load|reloadable)\\.ts$'],
+  ['http', '^src/http/'],
   ['redis', '^src/redis/'],
   ['shared-state', '^src/(globalcap|central|fairshare)/'],
   ['coordination', '^src/coord/(?!(types|headers)\\.ts$)'],
@@ -30,6 +31,7 @@ module.exports = {
   forbidden: [
     { name: 'no-circular', comment: 'no import circle between files of src/ (type imports included)', severity: 'error', from: { path: '^(src|cluster)/' }, to: { circular: true } },
     ...upward,
+    { name: 'router-not-node', comment: 'the router (its server.ts included) imports nothing from the gateway node: what both need lives in src/http/ or lower', severity: 'error', from: { path: '^src/router/' }, to: { path: '^src/gateway/' } },
   ],
   options: {
     doNotFollow: { path: 'node_modules' },

@@ -13,6 +13,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { request } from 'undici';
 import { EXIT_WITH_PARENT_ENV } from '../src/exit-with-parent.ts';
+import { wallNow } from '../src/clock.ts';
 
 /** How long after a child's exit a SIGINT/SIGTERM of this process still counts as the cause, ms. */
 const UNEXPECTED_EXIT_GRACE_MS = 200;
@@ -66,8 +67,8 @@ function loaderArgs(): string[] {
 }
 
 async function waitHealthy(url: string, child: ChildProcess, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
+  const deadline = wallNow() + timeoutMs; // wall time: waits for a child process, sleeping on real timers
+  while (wallNow() < deadline) {
     if (child.exitCode !== null) throw new Error(`exited with code ${child.exitCode} before answering ${url}`);
     try {
       const res = await request(url);

@@ -10,6 +10,17 @@ export interface Clock {
 /** Wall-clock time from `Date.now()`. */
 export const systemClock: Clock = { now: () => Date.now() };
 
+/**
+ * Wall time, ms since the epoch, for the few reads that must be wall time whatever clock is
+ * injected: stamps another process or a person reads, files that outlive the process, signature
+ * windows shared with another process, the offset of Redis `TIME`, and waits that sleep on real
+ * timers. Each call says why beside it (`// wall time: ...`); every other time is an injected
+ * {@link Clock}'s `now()`.
+ */
+export function wallNow(): number {
+  return Date.now();
+}
+
 /** A clock that only moves when told to; for tests and simulations. */
 export class ManualClock implements Clock {
   #t: number;

@@ -13,6 +13,7 @@ import { dirname } from 'node:path';
 import { fsyncDir, writeAll } from './file-writes.ts';
 import { CatalogueUnavailable } from './store.ts';
 import type { CatalogueRow } from './store.ts';
+import { wallNow } from '../clock.ts';
 
 /** `open` compacts when the file has more row lines than this, and more than twice its rows. */
 const COMPACT_MIN_LINES = 10_000;
@@ -40,7 +41,7 @@ export function writeCompacted(path: string, head: number, floor: number, kept: 
   const lines = [JSON.stringify({ compacted: head })];
   if (floor > head) lines.push(JSON.stringify({ advance: floor }));
   for (const r of kept) lines.push(JSON.stringify(r));
-  const tmp = `${path}.compact-${process.pid}-${Date.now()}`;
+  const tmp = `${path}.compact-${process.pid}-${wallNow()}`; // wall time: only makes the name unique
   try {
     const fd = openSync(tmp, 'wx', 0o600);
     try {

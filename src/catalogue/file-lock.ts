@@ -9,6 +9,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import lockfile from 'proper-lockfile';
 import { createFile } from './file-writes.ts';
 import { CatalogueUnavailable } from './store.ts';
+import { wallNow } from '../clock.ts';
 
 /** Longest wait for the inter-process lock, ms. */
 const LOCK_WAIT_MS = 2_000;
@@ -58,7 +59,7 @@ export class FileLock {
   /** The inter-process lock, waited for at most {@link LOCK_WAIT_MS}. @throws CatalogueUnavailable */
   async #lock(): Promise<() => Promise<void>> {
     createFile(this.#path);
-    const deadline = Date.now() + LOCK_WAIT_MS;
+    const deadline = wallNow() + LOCK_WAIT_MS; // wall time: the wait sleeps on real timers
     let backoffMs = 2;
     for (;;) {
       try {
@@ -72,7 +73,7 @@ export class FileLock {
       } catch (err) {
         const code = (err as NodeJS.ErrnoException).code;
         if (code !== 'ELOCKED') throw new CatalogueUnavailable(`catalogue store: cannot lock ${this.#path}: ${code ?? String(err)}`);
-        if (Date.now() >= deadline) throw new CatalogueUnavailable(`catalogue store: ${this.#path} stayed locked by another process for ${LOCK_WAIT_MS} ms`);
+        if (wallNow() >= deadline) throw new CatalogueUnavailable(`catalogue store: ${this.#path} stayed locked by another process for ${LOCK_WAIT_MS} ms`);
         await sleep(backoffMs * (0.5 + Math.random()));
         backoffMs = Math.min(backoffMs * 2, 50);
       }

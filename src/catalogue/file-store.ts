@@ -40,6 +40,7 @@ import { appendSynced, createFile } from './file-writes.ts';
 import { checkWrite, conflictOf } from './store-checks.ts';
 import { CatalogueUnavailable } from './store.ts';
 import type { AuditEntry, CatalogueRow, CatalogueStore, CatalogueWrite, StoreHead } from './store.ts';
+import { wallNow } from '../clock.ts';
 
 export type { Compaction } from './file-compaction.ts';
 
@@ -180,7 +181,7 @@ export class FileStore implements CatalogueStore {
       for (const c of write.conditions ?? []) conflictOf(c, this.#rows.get(rowKey(c)));
       if (write.rows.length === 0) return [];
       let next = Math.max(this.#version, this.#floor);
-      const at = Date.now();
+      const at = wallNow(); // wall time: written to the shared file, read by other processes
       const lines = write.rows.map((r) => rowLine(r, ++next, at, write.actor));
       const from = this.#log.length;
       this.#append(lines.join('\n') + '\n');

@@ -7,7 +7,7 @@ import { byteSize, duration } from './units.ts';
 
 /**
  * Limits of an HTTP listener (node and router alike), against clients that hold sockets open or
- * send oversized headers. Answers are in the provider's error shape (see `src/gateway/client-errors.ts`).
+ * send oversized headers. Answers are in the provider's error shape (see `src/http/client-errors.ts`).
  */
 export const listenerLimits = {
   /** Longest time to receive a request's headers; then 408 and the socket is closed. Checked every min(1 s, half of it). @default 10s */

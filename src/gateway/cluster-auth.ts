@@ -22,6 +22,7 @@ import { sendError } from '../error-reply.ts';
 import { ReplayGuard } from '../security/replay-guard.ts';
 import { CONTENT_DIGEST_HEADER, bodyDigest, isInternalPath } from '../security/request-signature.ts';
 import type { RequestSigner, SignedRequest } from '../security/request-signature.ts';
+import { wallNow } from '../clock.ts';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -70,7 +71,8 @@ export function clusterAuthHooks(app: FastifyInstance, signer: RequestSigner | u
       if (verdict === undefined) reason = 'no_secret';
       else if (!verdict.ok) reason = verdict.reason;
       else if (verdict.nonce === '') reason = 'no_nonce';
-      else if (!(replays?.accept(verdict.mac, verdict.timestampMs, Date.now()) ?? false)) reason = 'replayed';
+      // wall time: the signature's timestamp is another process's clock
+      else if (!(replays?.accept(verdict.mac, verdict.timestampMs, wallNow()) ?? false)) reason = 'replayed';
       if (reason !== undefined) {
         delete h[FALLBACK_HEADER];
         delete h[REDIRECTED_HEADER];
@@ -90,7 +92,8 @@ export function clusterAuthHooks(app: FastifyInstance, signer: RequestSigner | u
     let problem: string | undefined;
     if (!verdict.ok) problem = verdict.reason;
     else if (typeof digest !== 'string') problem = 'no_body_digest';
-    else if (request.method === 'POST' && !replays.accept(verdict.mac, verdict.timestampMs, Date.now())) problem = 'replayed';
+    // wall time: the signature's timestamp is another process's clock
+    else if (request.method === 'POST' && !replays.accept(verdict.mac, verdict.timestampMs, wallNow())) problem = 'replayed';
     if (problem !== undefined) {
       stats.refused++;
       request.log.warn({ url: url.split('?')[0], reason: problem }, 'internal call without a valid cluster signature: refused');

@@ -13,14 +13,14 @@ import { HotSet } from '../coord/hot/hot-set.ts';
 import Fastify, { LogController } from 'fastify';
 import type { FastifyError, FastifyInstance } from 'fastify';
 import type { TenantConfig } from '../config/schema.ts';
-import { systemClock } from '../clock.ts';
+import { systemClock, wallNow } from '../clock.ts';
 import { Handoff } from '../coord/handoff/handoff.ts';
 import { Fence } from '../coord/handoff/fence.ts';
 import { processGone } from '../coord/handoff/process-gone.ts';
 import { membersUnread } from '../coord/membership/join.ts';
 import { GatewayError, noRouteMessage } from '../errors.ts';
-import { answerClientFault, sendCatalogueError } from './client-errors.ts';
-import { NODE_HEADER_ALLOWANCE, applyListenerLimits, listenerOptions } from './listener.ts';
+import { answerClientFault, sendCatalogueError } from '../http/client-errors.ts';
+import { NODE_HEADER_ALLOWANCE, applyListenerLimits, listenerOptions } from '../http/listener.ts';
 import { quotasFromConfig } from '../globalcap/quotas-from-config.ts';
 import { Limiter } from '../limiter/limiter.ts';
 import { AdmissionQueues } from './admission-queue.ts';
@@ -138,7 +138,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
           membership: clusterOpts.membership,
           limiter,
           ...(clusterOpts.store === undefined ? {} : { store: clusterOpts.store }),
-          ...(signer === undefined ? {} : { peers: { replicas: new ReplicaStore(), transport: httpPeerTransport(signer) } }),
+          ...(signer === undefined ? {} : { peers: { replicas: new ReplicaStore({ now: () => clock.now() }), transport: httpPeerTransport(signer) } }),
           clock,
           ...(clusterOpts.ringOptions === undefined ? {} : { ringOptions: clusterOpts.ringOptions }),
           waitMs: handoffSettings.wait_ms,
@@ -368,7 +368,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     ctx.limiter.sweep();
     hot?.sweep();
     void handoff?.forgetIdle();
-    clusterAuth.prune(Date.now());
+    clusterAuth.prune(wallNow()); // wall time: replay windows follow the signers' timestamps (other processes)
   }, server.sweep_interval);
   sweep.unref();
   app.addHook('onReady', async () => {

@@ -15,6 +15,7 @@ import type { Limiter } from '../limiter/limiter.ts';
 import { parseTenantSnapshot } from '../limiter/snapshot.ts';
 import type { Policy } from '../limiter/types.ts';
 import { longestPeriodMs } from '../limiter/budget-period.ts';
+import { wallNow } from '../clock.ts';
 
 /** A node's state file: load before listening, save on a graceful stop. */
 export interface NodeLocalState {
@@ -131,7 +132,7 @@ export function nodeStateFile(opts: NodeStateFileOptions): NodeLocalState {
       }
     },
     save: async () => {
-      const now = Date.now();
+      const now = wallNow(); // wall time: the file outlives the process; the next process reads its expiries
       const states =
         handoff?.states() ??
         [...limiter.tenants()].flatMap((tenant) => {

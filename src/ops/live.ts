@@ -23,6 +23,7 @@ import { hotTenants } from './admin-routes.ts';
 import { DASHBOARD_HTML } from './dashboard-page.ts';
 import type { LiveEvent, LiveNode, LiveSnapshot, NodeLevels, TenantLevels } from './levels.ts';
 import type { RequestSigner } from '../security/request-signature.ts';
+import { wallNow } from '../clock.ts';
 
 /** Path of the live stream on the admin port. */
 export const LIVE_PATH = '/admin/v1/live';
@@ -227,7 +228,7 @@ export class LiveHub {
   }
 
   #event(kind: LiveEvent['kind'], subject: string, message: string): void {
-    const e: LiveEvent = { atMs: Date.now(), kind, subject, message };
+    const e: LiveEvent = { atMs: wallNow(), kind, subject, message }; // wall time: a stamp shown to a person
     this.#pending.push(e);
     this.#kept.push(e);
     if (this.#kept.length > KEPT_EVENTS) this.#kept = this.#kept.slice(-KEPT_EVENTS);
@@ -313,7 +314,7 @@ export class LiveHub {
 
     const snapshot: LiveSnapshot = {
       type: 'snapshot',
-      atMs: Date.now(),
+      atMs: wallNow(), // wall time: a stamp shown to a person
       router: this.#opts.router,
       ring: { version: ring.version, members: ring.members.length },
       nodes,

@@ -13,6 +13,7 @@ import type { AdmissionQueues } from '../gateway/admission-queue.ts';
 import type { NodeActivity } from './node-activity.ts';
 import { TOP_TENANTS } from './levels.ts';
 import type { NodeLevels, TenantLevels } from './levels.ts';
+import { wallNow } from '../clock.ts';
 
 /** What {@link nodeLevels} reads. */
 export interface LevelSources {
@@ -35,7 +36,7 @@ export interface LevelSources {
  * The node's report: rates over the last second, in-flight and queued counts, and up to
  * {@link TOP_TENANTS} tenants (busiest first, then any other with a queue) with their limits now.
  */
-export function nodeLevels(s: LevelSources, nowMs = Date.now()): NodeLevels {
+export function nodeLevels(s: LevelSources, nowMs = wallNow()): NodeLevels {
   const depths = s.queues.depths();
   const busy = s.activity
     .tenantRates()

@@ -4,7 +4,7 @@
  * implement what `Registry.registerMetric` needs: `name`, `help`, `type`, `get()`). prom-client's
  * own `inc`/`observe` validate and hash the label object on every call; a node records 5-7 of those
  * per request, which cost 5-10% of a node's CPU per request in a profile against the simulator
- * answering at once (bench/node.ts). Exposition stays prom-client's.
+ * answering at once (bench/node/node.ts). Exposition stays prom-client's.
  */
 import type { Registry } from 'prom-client';
 

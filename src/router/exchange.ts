@@ -11,7 +11,7 @@ import type { TenantConfig } from '../config/schema.ts';
 import { ERRORS, errorBody } from '../errors.ts';
 import { sendError } from '../error-reply.ts';
 import type { ErrorCode } from '../errors.ts';
-import { dialectOf, endStatus } from '../gateway/client-errors.ts';
+import { dialectOf, endStatus } from '../http/client-errors.ts';
 import { levelEnabled } from '../ops/logging.ts';
 
 /** The log lines a proxied request writes (pino's signature: fields first, then the message). */

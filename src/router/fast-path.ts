@@ -15,7 +15,7 @@
 import { createServer } from 'node:http';
 import type { IncomingMessage, Server, ServerOptions, ServerResponse } from 'node:http';
 import type { FastifyServerFactoryHandler } from 'fastify';
-import { clientErrorOf } from '../gateway/client-errors.ts';
+import { clientErrorOf } from '../http/client-errors.ts';
 import { RawExchange } from './exchange.ts';
 import { clientGone } from './forward.ts';
 import type { ProxyExchange, RawExchangeContext } from './exchange.ts';

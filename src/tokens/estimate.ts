@@ -13,7 +13,7 @@
  * READMEs), JavaScript/TypeScript (fastify, undici, lru-cache, lib.es5/lib.dom.d.ts), JSON, legal
  * English, TypeScript's diagnostics in ten languages, random base64/hex/UUIDs/decimals and emoji
  * chat — English and code weighted 3×, then every weight multiplied by 1.08 so the estimate errs
- * high. `node --import tsx bench/tokens.ts` re-measures estimate/exact on fresh chunks (same
+ * high. `node --import tsx bench/tokens/tokens.ts` re-measures estimate/exact on fresh chunks (same
  * sources): median (p5–p95) [worst chunk]
  *
  * | category | o200k_base | cl100k_base |

@@ -17,7 +17,7 @@ import { buildConfig } from '../../src/config/load.ts';
 import type { LoadedConfig } from '../../src/config/load.ts';
 import { StaticMembership } from '../../src/coord/membership/static-membership.ts';
 import type { Member } from '../../src/coord/types.ts';
-import { NODE_HEADER_ALLOWANCE } from '../../src/gateway/listener.ts';
+import { NODE_HEADER_ALLOWANCE } from '../../src/http/listener.ts';
 import { buildGateway, nodeHandoff } from '../../src/gateway/server.ts';
 import { buildRouter, routerControl } from '../../src/router/server.ts';
 import { startSimulator } from '../../src/simulator/server.ts';

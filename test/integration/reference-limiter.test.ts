@@ -1,5 +1,5 @@
 /**
- * `bench/reference-limiter.ts`, the rate-limiter-flexible reference of the sharded-vs-central
+ * `bench/compare/reference-limiter.ts`, the rate-limiter-flexible reference of the sharded-vs-central
  * benchmark, as a real child process between a real redis-server and the bundled simulator.
  *
  * The numbers: every body is one user message "hello", whose prompt counts P tokens (o200k_base,
@@ -35,7 +35,7 @@ import { freePort, simStats } from '../helpers/processes.ts';
 import { startRedis } from '../helpers/redis.ts';
 import type { RunningRedis } from '../helpers/redis.ts';
 
-const REFERENCE = fileURLToPath(new URL('../../bench/reference-limiter.ts', import.meta.url));
+const REFERENCE = fileURLToPath(new URL('../../bench/compare/reference-limiter.ts', import.meta.url));
 const UPSTREAM_KEY = 'sim-ref-key';
 const messages = [{ role: 'user', content: 'hello' }];
 /** Prompt tokens of every body here. */

@@ -1,5 +1,5 @@
 /**
- * Accuracy metrics of the comparison benchmark (bench/accuracy-metrics.ts) on hand-built replay
+ * Accuracy metrics of the comparison benchmark (bench/compare/accuracy-metrics.ts) on hand-built replay
  * records whose expected values are worked out by hand in each test: over-admission on sliding
  * windows shortened by the tolerance (exact limiter → 0 exactly, one request too many → exactly
  * (limit + x) / limit − 1), utilisation over saturated whole aligned windows only (demand counts
@@ -10,8 +10,8 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import fc from 'fast-check';
-import { accuracyOf } from '../../bench/accuracy-metrics.ts';
-import type { LimitKind, TenantLimits } from '../../bench/accuracy-metrics.ts';
+import { accuracyOf } from '../../bench/compare/accuracy-metrics.ts';
+import type { LimitKind, TenantLimits } from '../../bench/compare/accuracy-metrics.ts';
 import type { ReplayRecord } from '../../src/replay/report.ts';
 
 interface Spec {

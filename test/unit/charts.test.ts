@@ -1,5 +1,5 @@
 /**
- * The benchmark's chart renderer (bench/charts.ts): each chart is rendered headless from a small
+ * The benchmark's chart renderer (bench/lib/charts.ts): each chart is rendered headless from a small
  * fixed dataset and the SVG text is checked for what a reader needs to see: the title, axis titles
  * with units, the bar labels (req/s rounded to an integer: 3843.4 -> "3843", 2511.5 -> "2512"),
  * group labels ("1 node", "3 nodes", a nodes-0 row under its setup name), legend entries and
@@ -16,7 +16,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import type { TestContext } from 'node:test';
-import { latencyCdfChart, renderSvg, tenantMinuteChart, throughputChart } from '../../bench/charts.ts';
+import { latencyCdfChart, renderSvg, tenantMinuteChart, throughputChart } from '../../bench/lib/charts.ts';
 
 let outDir: string | undefined;
 function keep(t: TestContext, name: string, svg: string, ms: number): void {

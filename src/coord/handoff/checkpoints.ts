@@ -86,7 +86,7 @@ export class Checkpoints {
     const replicas = this.#ctx.peers?.replicas;
     if (replicas === undefined) return 0;
     let stored = 0;
-    const now = Date.now();
+    const now = this.#ctx.clock.now();
     for (const s of states) {
       if (!known(s.tenant)) continue;
       if (this.#claims.has(s.tenant)) {

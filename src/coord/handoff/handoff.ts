@@ -118,7 +118,7 @@ export class Handoff {
     await this.#ctx.store?.subscribe(
       (done) => this.#announced(done),
       (err) => {
-        const now = Date.now();
+        const now = this.#ctx.clock.now();
         if (err.message === last.message && now - last.at < SUBSCRIBER_LOG_EVERY_MS) return;
         last = { message: err.message, at: now };
         this.#ctx.log.warn({ err: err.message }, 'handoff subscriber error');

@@ -30,6 +30,7 @@ import { mkdir, open, readFile, rename, stat, unlink } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { z } from 'zod';
 import type { WireState } from './peer-wire.ts';
+import { wallNow } from '../../clock.ts';
 
 /** Largest state file read, bytes. */
 export const MAX_FILE_BYTES = 512 * 1024 * 1024;
@@ -90,11 +91,11 @@ export function v1StateFilePath(dir: string, node: string): string {
 /**
  * Writes `states` as `owner`'s state file in `dir` (created if missing), atomically (temp file,
  * fsync, rename). A v1 file of the node is left as it is.
- * @param now epoch ms. @default Date.now()
+ * @param now epoch ms. @default wallNow() (wall time: the file outlives the process)
  * @returns the file's path.
  * @throws the file system's error (the temp file is removed).
  */
-export async function saveLocalState(dir: string, owner: StateFileOwner, states: readonly LocalState[], now: number = Date.now()): Promise<string> {
+export async function saveLocalState(dir: string, owner: StateFileOwner, states: readonly LocalState[], now: number = wallNow()): Promise<string> {
   const file = stateFilePath(dir, owner);
   await mkdir(resolve(dir), { recursive: true });
   const tmp = `${file}.${process.pid}.tmp`;
@@ -128,10 +129,10 @@ async function sizeOf(file: string): Promise<number | undefined> {
  * parse; `refused` (with the file and the reason, naming both owners) when it is another cluster's
  * or node's, or when only a v1 file of the node is there (it names no cluster); otherwise its states
  * not yet expired.
- * @param now epoch ms. @default Date.now()
+ * @param now epoch ms. @default wallNow() (wall time: the file outlives the process)
  * @throws the file system's error other than a missing file.
  */
-export async function loadLocalState(dir: string, owner: StateFileOwner, now: number = Date.now()): Promise<LoadedLocalState> {
+export async function loadLocalState(dir: string, owner: StateFileOwner, now: number = wallNow()): Promise<LoadedLocalState> {
   const file = stateFilePath(dir, owner);
   const size = await sizeOf(file);
   if (size === undefined) {

@@ -31,7 +31,7 @@ export interface ReplicaStoreOptions {
   readonly maxTenants?: number;
   /** Most JSON held in total, bytes (UTF-16 length). @default 256 MiB */
   readonly maxBytes?: number;
-  /** Wall-clock epoch ms. @default Date.now */
+  /** Now, epoch ms (a node passes its injected clock). @default Date.now */
   readonly now?: () => number;
 }
 

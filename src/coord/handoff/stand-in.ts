@@ -345,7 +345,7 @@ export class StandIns {
       if (snapshot === undefined) continue;
       const json = JSON.stringify(snapshot);
       out.push({ tenant, json, at });
-      replicas?.put({ tenant, json, at, expiresAtMs: Date.now() + ttlMs(tenant) });
+      replicas?.put({ tenant, json, at, expiresAtMs: clock.now() + ttlMs(tenant) });
       stats.returned++;
     }
     return out;

@@ -9,6 +9,7 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Membership } from '../types.ts';
+import { wallNow } from '../../clock.ts';
 
 /**
  * True while a membership read from a shared store (Redis) has never read the member list: the
@@ -60,18 +61,18 @@ function asError(err: unknown): Error {
  */
 export async function startOrKeepTrying(attempt: () => Promise<void>, opts: KeepTryingOptions): Promise<FirstAttempt> {
   const logEveryMs = opts.logEveryMs ?? 30_000;
-  const began = Date.now();
+  const began = wallNow(); // wall time: only logged (waitedMs) and paces warnings; no clock reaches here
   let tries = 0;
   let lastLog = { at: -Infinity, message: '' };
   const once = async (): Promise<boolean> => {
     tries++;
     try {
       await attempt();
-      if (tries > 1) opts.log.info({ waitedMs: Date.now() - began, attempts: tries }, `Redis answers: ${opts.what} joined the cluster`);
+      if (tries > 1) opts.log.info({ waitedMs: wallNow() - began, attempts: tries }, `Redis answers: ${opts.what} joined the cluster`);
       return true;
     } catch (err) {
       const message = asError(err).message;
-      const now = Date.now();
+      const now = wallNow();
       if (tries === 1 || message !== lastLog.message || now - lastLog.at >= logEveryMs) {
         lastLog = { at: now, message };
         opts.log.warn(

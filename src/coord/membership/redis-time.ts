@@ -4,6 +4,7 @@
  * round trip. It is read on the first sync, after a failed one, and every {@link TIME_EVERY} syncs;
  * in between, Redis time = wall clock (`Date.now()`) + the offset last measured.
  */
+import { wallNow } from '../../clock.ts';
 
 /** Redis `TIME` is read on the first sync, after a failed one, and every this many syncs. */
 export const TIME_EVERY = 10;
@@ -23,7 +24,7 @@ export class RedisTimeOffset {
   /** Measures the offset from a reply of Redis `TIME` (`[seconds, microseconds]`) received just now. */
   measured(reply: readonly (number | string)[]): void {
     const [sec, usec] = reply;
-    this.#offsetMs = Number(sec) * 1000 + Math.floor(Number(usec) / 1000) - Date.now();
+    this.#offsetMs = Number(sec) * 1000 + Math.floor(Number(usec) / 1000) - wallNow(); // wall time: an offset from Redis `TIME`, another process's clock
     this.#sinceRead = 0;
   }
 
@@ -34,7 +35,7 @@ export class RedisTimeOffset {
   syncTime(): number {
     if (this.#offsetMs === undefined) throw new Error('Redis TIME offset not measured');
     this.#sinceRead++;
-    return Date.now() + this.#offsetMs;
+    return wallNow() + this.#offsetMs; // wall time: estimates Redis `TIME`
   }
 
   /** Forgets the offset (a sync failed): the next sync reads Redis `TIME` again. */
