@@ -12,6 +12,7 @@
  */
 import type { Redis } from 'ioredis';
 import { z } from 'zod';
+import { wallNow } from '../clock.ts';
 import { defineScript } from '../redis/lua-scripts.ts';
 import type { DemandReport, FairShares, ReceivedReport } from './shares.ts';
 
@@ -148,7 +149,7 @@ export class DemandExchange {
       }
       this.counts.invalid++;
       const key = `${node}\0${deployment}`;
-      const now = Date.now(); // wall time: log rate limiting only
+      const now = wallNow(); // wall time: log rate limiting only
       if (now - (this.#warnedAt.get(key) ?? -Infinity) > 60_000) {
         this.#warnedAt.set(key, now);
         this.#o.log.warn({ node, deployment }, 'fair share: a demand report in Redis is not valid; left out');

@@ -5,6 +5,7 @@
  * share; a request over it takes only above the deployment's reserve.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
+import { wallNow } from '../clock.ts';
 import type { CapLeases, CapTakeResult } from '../globalcap/cap-leases.ts';
 import type { ConfiguredQuotas } from '../globalcap/quotas-from-config.ts';
 
@@ -48,8 +49,8 @@ export async function takeDeploymentQuota(quotas: ConfiguredQuotas, tenant: stri
     // Within its share, the reserve momentarily spent (several tenants within their shares at once,
     // renewals of other takes in flight): the refill it waits for is its own, since takes over a
     // share stay above the reserve. It waits while that fits in WITHIN_SHARE_WAIT_MS in all.
-    const until = Date.now() + WITHIN_SHARE_WAIT_MS; // wall time: a real wait, not a decision
-    while (taken !== 'unavailable' && !taken.ok && taken.waitMs > 0 && Date.now() + taken.waitMs <= until) {
+    const until = wallNow() + WITHIN_SHARE_WAIT_MS; // wall time: a real wait on real timers
+    while (taken !== 'unavailable' && !taken.ok && taken.waitMs > 0 && wallNow() + taken.waitMs <= until) {
       await sleep(taken.waitMs);
       taken = await takeLeased(quotas.leases, deployment, cost, quotas.closedOnFailure, 1, 0);
     }

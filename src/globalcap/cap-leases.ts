@@ -195,12 +195,16 @@ export class CapLeases {
    * (waitMs ≤ {@link RENEWAL_WAIT_MS}), waits for the renewals (each bounded by the `call`
    * wrapper's timeout; the group's buckets renew separately) and takes again, up to
    * {@link RENEWAL_WAITS} times. Resolves with the last result (`refused` itself when there was
-   * nothing to wait for). @throws RangeError as {@link take}.
+   * nothing to wait for). A take with a `reserve` retakes after the takes without one that waited
+   * for the same renewal. @throws RangeError as {@link take}.
    */
   async takeAfterRenewals(group: string, cost: CapCost, refused: CapTakeResult, reserve = 0): Promise<CapTakeResult> {
     let taken = refused;
     for (let i = 0; i < RENEWAL_WAITS && !taken.ok && taken.waitMs >= 0 && taken.waitMs <= RENEWAL_WAIT_MS; i++) {
       await this.whenRenewed(group);
+      // A take over its fair share lets every take within one that waited for the same renewal go
+      // first (their continuations run before this turn ends): a grant is theirs before it is its.
+      if (reserve > 0) await new Promise<void>((resolve) => setImmediate(resolve));
       taken = this.take(group, cost, reserve);
     }
     return taken;

@@ -10,6 +10,11 @@
  * minute, is idle for a minute, and asks 30% again for 40 s. Every request is 1,000 tokens (an
  * 800-token prompt counted exactly, 200 out).
  *
+ * Not part of `npm test` (about 4 minutes; run it with `npm run test:fair-share`). Known to fail:
+ * in 3 of 3 runs, one request of a tenant asking 10% (C, on `equal`, its first, 1.3 s after the
+ * start) got 429 `rate_limit_exceeded` although within its share — cause not found yet; every other
+ * check passed (docs/limits.md "Fair share", measured).
+ *
  * Checked at the provider (the simulator's arrival log, by key and by the body's `user`): no 429
  * and no 60 s window above the quota; B and C get ≥ 99% of what they ask; D, from `RETURN_BOUND_MS`
  * after it comes back, ≥ 95% of the smaller of what it asks and its water-filled share; A at least
