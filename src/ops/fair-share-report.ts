@@ -6,7 +6,7 @@
  * changes a share or a count.
  */
 import type { DeploymentShareView, FairShares, TenantShareView } from '../fairshare/shares.ts';
-import type { FairShareLevel } from './metrics.ts';
+import type { FairShareLevel } from './fair-share-metrics.ts';
 
 /** One deployment of a tenant's `fair_share` array: per bucket kind its demand, share and used. */
 export interface TenantFairShare {

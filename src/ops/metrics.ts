@@ -6,6 +6,9 @@
  * The full list, with types and labels, is `docs/metrics.md`.
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { fairShareMetrics } from './fair-share-metrics.ts';
+import type { FairShareLevel } from './fair-share-metrics.ts';
+import { setCounter } from './scrape-counter.ts';
 import { PathCounter, PathHistogram } from './request-path-metrics.ts';
 import { UsdCounter } from './usd-counter.ts';
 
@@ -47,17 +50,7 @@ export interface TenantLevel {
   readonly capacity: number;
 }
 
-/** One tenant's fair share of one bucket kind of a fair-shared deployment, read at scrape time (units per 60 s window). */
-export interface FairShareLevel {
-  readonly deployment: string;
-  /** The bucket's unit: `requests` or `tokens`. */
-  readonly kind: string;
-  readonly tenant: string;
-  /** The tenant's share on this node. */
-  readonly share: number;
-  /** The tenant's demand as this node's table counts it (the cluster's, from every node's reports, or this node's alone). */
-  readonly demand: number;
-}
+export type { FairShareLevel } from './fair-share-metrics.ts';
 
 /** What a node's gauges read at scrape time; every reader must be cheap and must not throw. */
 export interface NodeGaugeSources {
@@ -95,47 +88,6 @@ function memberEntriesCounter(registry: Registry, read: () => number | undefined
     registers: [registry],
     collect() {
       setCounter(this, {}, read() ?? 0);
-    },
-  });
-}
-
-/** Sets a cumulative counter to `value` at scrape time (for counts kept by the code that owns them). */
-function setCounter(counter: Counter<string>, labels: Record<string, string>, value: number): void {
-  counter.remove(labels);
-  if (value > 0) counter.inc(labels, value);
-}
-
-/** `quotaring_fair_share`, `quotaring_fair_demand` and `quotaring_fair_exchanges_total`, read at scrape time. */
-function fairShareMetrics(registry: Registry, src: () => NodeGaugeSources | undefined): void {
-  new Gauge({
-    name: 'quotaring_fair_share',
-    help: 'Fair share on this node of tenants with metrics: true, per fair-shared deployment and bucket kind, units per minute.',
-    labelNames: ['deployment', 'kind', 'tenant'],
-    registers: [registry],
-    collect() {
-      this.reset();
-      for (const l of src()?.fairShares?.() ?? []) this.set({ deployment: l.deployment, kind: l.kind, tenant: l.tenant }, l.share);
-    },
-  });
-  new Gauge({
-    name: 'quotaring_fair_demand',
-    help: 'Demand of tenants with metrics: true as this node\'s fair-share table counts it, per fair-shared deployment and bucket kind, units per minute.',
-    labelNames: ['deployment', 'kind', 'tenant'],
-    registers: [registry],
-    collect() {
-      this.reset();
-      for (const l of src()?.fairShares?.() ?? []) this.set({ deployment: l.deployment, kind: l.kind, tenant: l.tenant }, l.demand);
-    },
-  });
-  new Counter({
-    name: 'quotaring_fair_exchanges_total',
-    help: 'Fair-share demand report exchanges through Redis, by outcome: ok, failed (error or timeout), invalid (reports read that did not validate, left out).',
-    labelNames: ['outcome'],
-    registers: [registry],
-    collect() {
-      const n = src()?.fairExchanges?.();
-      if (n === undefined) return;
-      for (const outcome of ['ok', 'failed', 'invalid'] as const) setCounter(this, { outcome }, n[outcome]);
     },
   });
 }
