@@ -58,24 +58,6 @@ class SlotRing {
     this.#advance(Math.floor(now / SLOT_MS));
     return Math.max(0, this.#sum);
   }
-
-  /**
-   * Ms from `now` until the window's sum is at most `target`, as slots leave it (oldest first);
-   * 0 when it already is; the window's length when only units counted now would have to leave.
-   */
-  msUntilAtMost(now: number, target: number): number {
-    const head = Math.floor(now / SLOT_MS);
-    this.#advance(head);
-    let sum = this.#sum;
-    if (sum <= target) return 0;
-    for (let age = this.size - 1; age >= 0; age--) {
-      const slot = head - age;
-      sum -= this.#slots[((slot % this.size) + this.size) % this.size] as number;
-      // That slot leaves the window when the window's start passes its end.
-      if (sum <= target) return Math.max(1, (slot + 1) * SLOT_MS + (this.size - 1) * SLOT_MS - now + 1);
-    }
-    return this.size * SLOT_MS;
-  }
 }
 
 /** Settings of the usage tracking. */
@@ -176,11 +158,6 @@ export class KindUsage {
   /** Units used in the window ending now. */
   used(now: number): number {
     return this.#used.sum(now);
-  }
-
-  /** Ms until `cost` more fits within `share` (used + cost ≤ share): 0 when it does now. */
-  msUntilFits(now: number, share: number, cost: number): number {
-    return this.#used.msUntilAtMost(now, share - cost);
   }
 
   /**

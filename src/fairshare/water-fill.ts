@@ -37,7 +37,8 @@ export interface Shares {
 }
 
 /**
- * Water-fills `capacity` over `claims` (ids unique; a repeated id's claims are added up first).
+ * Water-fills `capacity` over `claims`. A repeated id (a spread tenant reported by several nodes) is
+ * one claim: its demands added up, the largest of its weights and of its floors.
  * @param capacity units per window (≥ 0).
  * @throws RangeError for a capacity, demand, weight or floor that is not finite, or out of range.
  */
@@ -93,19 +94,4 @@ export function waterFill(capacity: number, claims: readonly Claim[]): Shares {
   for (const [id, m] of merged) share.set(id, (share.get(id) ?? 0) + m.weight * extra);
   const highest = wanting.reduce((h, w) => Math.max(h, w.want / w.weight), 0);
   return { share, level: highest + extra };
-}
-
-/**
- * Jain's fairness index of allocations normalised by what each asked or was owed
- * (x_i = got_i / fair_i): (Σx)² / (n Σx²), 1 when every tenant got the same fraction, 1/n at worst.
- * @returns 1 for no tenants or all-zero allocations.
- */
-export function jainIndex(normalised: readonly number[]): number {
-  let sum = 0;
-  let squares = 0;
-  for (const x of normalised) {
-    sum += x;
-    squares += x * x;
-  }
-  return squares === 0 ? 1 : (sum * sum) / (normalised.length * squares);
 }

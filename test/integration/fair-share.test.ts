@@ -158,4 +158,27 @@ describe('fair share on a real Redis', () => {
     const big = n1.shares.view('gpt')?.tenants.find((t) => t.tenant === 'big')?.kinds[0];
     assert.equal(big?.share, 56_250);
   });
+
+  test('Redis stopped: the exchange fails, the last cluster table is kept for 2 s, then the node shares capacity / live nodes over its own tenants', async () => {
+    const own = await startRedis();
+    const clock = new ManualClock(Date.now());
+    const spec = { name: 'gpt', buckets: [{ kind: 'tokens' as const, capacity: 60_000 }], reserve: 0.1 };
+    const shares = new FairShares({ clock, deployments: [spec], tenantSpec: () => ({ weight: 1, floor: 0 }), liveNodes: () => 2 });
+    const client = own.client();
+    const exchange = new DemandExchange({ redis: client, cluster: 'fs', nodeId: 'n1', shares, log: { warn: () => undefined } });
+    shares.ask('small', 'gpt', { requests: 1, tokens: 100 });
+    assert.equal(await exchange.exchange('gpt'), true);
+    assert.equal(shares.view('gpt')?.source, 'cluster');
+    await own.stop();
+    assert.equal(await exchange.exchange('gpt'), false);
+    assert.equal(exchange.counts.failed, 1);
+    clock.advance(2_000);
+    assert.equal(shares.view('gpt')?.source, 'cluster');
+    clock.advance(1);
+    const v = shares.view('gpt');
+    assert.equal(v?.source, 'local');
+    // Alone on the node: its share is the node's part, 60,000 / 2 live nodes.
+    assert.equal(v?.tenants.find((t) => t.tenant === 'small')?.kinds[0]?.share, 30_000);
+    client.disconnect();
+  });
 });
