@@ -8,7 +8,8 @@
  *   bucket's capacity is refused for good (`waitMs` -1).
  * - **Only granted units.** A take spends from unexpired lots (`lease-bucket.ts`); in fallback or
  *   within a blip, a bucket its leases cannot cover spends from the node's fallback share
- *   (`fallback-share.ts`), and those units are owed to Redis, capped at one share.
+ *   (`fallback-share.ts`), and those units are owed to Redis, capped at one share. A take the share
+ *   refuses within a blip waits no longer than the blip (`blipBound`).
  * - **Low water.** After a take, a balance below `lowWater × block` renews ahead, asking at least for
  *   what the next take of the same size lacks — never from a small bucket (`mayPrefetch`,
  *   `give-back.ts`), whose last units may be another node's next request.
@@ -23,7 +24,7 @@ import { bucketTake, bucketWaitMs } from '../limiter/token-bucket.ts';
 import { mayPrefetch, spendLots as spendFromLots } from './give-back.ts';
 import { fallbackBucket } from './fallback-share.ts';
 import { addDeficit, balanceOf, blockSize, costOf, credit, liveUnits, recordSpend, sharedBy } from './lease-bucket.ts';
-import type { CapCost, Group } from './lease-bucket.ts';
+import type { Bucket, CapCost, Group } from './lease-bucket.ts';
 import { expire } from './lease-give-back.ts';
 import type { LeaseNode } from './lease-node.ts';
 import { maybeRenew } from './lease-renewal.ts';
@@ -82,11 +83,11 @@ export function take(n: LeaseNode, d: Group, cost: CapCost, reserve = 0): CapTak
           sources.push('fallback');
           continue;
         }
-        waitMs = Math.max(waitMs, Math.ceil(w));
+        waitMs = Math.max(waitMs, Math.ceil(blipBound(n, b, now, w)));
       } else if (n.localOnly) {
         return { ok: false, waitMs: -1 };
       } else {
-        waitMs = Math.max(waitMs, n.probeIntervalMs);
+        waitMs = Math.max(waitMs, blipBound(n, b, now, n.probeIntervalMs));
       }
       if (!n.localOnly) maybeRenew(n, b, now, n.inFallback ? 0 : units + b.debt - liveUnits(b), floor);
       sources.push('none');
@@ -114,6 +115,16 @@ export function take(n: LeaseNode, d: Group, cost: CapCost, reserve = 0): CapTak
     if (balanceOf(b) < n.lowWater * block && mayPrefetch(b.capacity, b.share(), block)) maybeRenew(n, b, now, Math.max(0, b.lastCost - balanceOf(b)), reserve > 0 ? Math.ceil(reserve * b.capacity) : 0);
   });
   return { ok: true };
+}
+
+/**
+ * A refusal's wait while `b` is within a blip (not in fallback): no longer than the blip, after
+ * which the next take renews from Redis at once. A share spent during a blip says nothing of the
+ * cluster's level, so its refill time would tell a client (or a request within its fair share that
+ * waits ≤ 2 s) to wait seconds for what the next lease grants in milliseconds.
+ */
+function blipBound(n: LeaseNode, b: Bucket, now: number, waitMs: number): number {
+  return n.inFallback ? waitMs : Math.min(waitMs, Math.max(1, b.blipUntil - now));
 }
 
 /** Credits `tokens` / `requests` (checked ≥ 0) to group `d`'s buckets for one lease ttl from `now` (`CapLeases.refund`). */

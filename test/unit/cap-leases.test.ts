@@ -394,6 +394,30 @@ describe('CapLeases', () => {
     assert.equal(leases.view('gpt').tokens?.unreconciled, 0);
   });
 
+  test('a blip whose share is spent: the refusal waits no longer than the blip, and the next take leases from Redis', async () => {
+    let blips = 1;
+    const { clock, leases } = setup({
+      liveNodes: () => 3,
+      call: async (fn) => {
+        if (blips > 0) {
+          blips--;
+          return { ok: false, open: false };
+        }
+        return { ok: true, value: await fn() };
+      },
+    });
+    const first = leases.take('gpt', { tokens: 18_000, requests: 0 });
+    assert.deepEqual(await leases.takeAfterRenewals('gpt', { tokens: 18_000, requests: 0 }, first), { ok: true }, 'the whole share (54,000 / 3)');
+    // The share is spent: its refill (300 tokens/s) would say 3,334 ms for 1,000 tokens; the blip ends in 50 ms.
+    const refused = leases.take('gpt', { tokens: 1_000, requests: 0 });
+    assert.equal(refused.ok, false);
+    assert.ok(!refused.ok && refused.waitMs > 0 && refused.waitMs <= 50, `waits ${JSON.stringify(refused)}`);
+    clock.advance(50);
+    const after = leases.take('gpt', { tokens: 1_000, requests: 0 });
+    assert.deepEqual(await leases.takeAfterRenewals('gpt', { tokens: 1_000, requests: 0 }, after), { ok: true }, 'leased from Redis');
+    assert.equal(leases.inFallback, false);
+  });
+
   test('Redis restarted empty: the bucket is re-seeded to the level the node last saw (refilled) before the next lease, and no lease is sent while the connection is down', async () => {
     const { clock, scripts, leases } = setup({ liveNodes: () => 2 });
     const t = (tokens: number): ReturnType<CapLeases['take']> => leases.take('gpt', { tokens, requests: 0 });
