@@ -169,8 +169,9 @@ export class FairShares {
   /**
    * Counts a request's ask and decides whether it is within its tenant's share (see the file
    * comment). Undefined for a deployment not shared fairly.
+   * @param counted false for a request asking again (after a wait): its ask was counted once.
    */
-  ask(tenant: string, deployment: string, cost: ShareCost): ShareVerdict | undefined {
+  ask(tenant: string, deployment: string, cost: ShareCost, counted = true): ShareVerdict | undefined {
     const d = this.#deployments.get(deployment);
     if (d === undefined) return undefined;
     const now = this.#clock.now();
@@ -180,7 +181,7 @@ export class FairShares {
     d.spec.buckets.forEach((b, i) => {
       const units = b.kind === 'requests' ? cost.requests : cost.tokens;
       const u = usage[i] as KindUsage;
-      u.ask(now, units);
+      if (counted) u.ask(now, units);
       if (units <= 0) return;
       const share = this.#localShare(d, table, i, tenant);
       waitMs = Math.max(waitMs, u.msUntilWithin(now, share, units));

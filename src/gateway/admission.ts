@@ -11,7 +11,8 @@ import { levelEnabled } from '../ops/logging.ts';
 import { TranslationError } from '../providers/translate/index.ts';
 import { firstCall } from './deployment-calls.ts';
 import { limitHeaders } from './limit-headers.ts';
-import { giveBackDeploymentQuota, takeDeploymentQuota } from './quota-take.ts';
+import { giveBackDeploymentQuota, takeDeploymentQuotaWaiting } from './quota-take.ts';
+import type { WaitedTake } from './quota-take.ts';
 import { sendQuotaRefusal, sendRefusal, sendShareRefusal, sendUnavailable, sendUntranslatable } from './refusals.ts';
 import type { Admission, Answered, RequestRun } from './request.ts';
 import { pricesOf, reservedCost } from './spend.ts';
@@ -49,19 +50,38 @@ export async function admit(run: RequestRun): Promise<Admission | Answered> {
   // The deployment's provider quota (a local lease of the cluster-wide cap), then the tenant's limits.
   const quotas = ctx.quotas !== undefined && ex.deploymentQuota !== false && ctx.quotas.limited.has(ex.deployment.name) ? ctx.quotas.leases : undefined;
   const closed = ctx.quotas?.closedOnFailure === true;
+  // A request over its tenant's fair share waits for it, bounded by its tier's max_wait.
+  let shareWaitedMs = 0;
   if (quotas !== undefined && ctx.quotas !== undefined) {
-    const taken = await takeDeploymentQuota(ctx.quotas, tenantId, ex.deployment.name, cost);
+    const left = new AbortController();
+    const onClose = (): void => left.abort();
+    reply.raw.on('close', onClose);
+    let waited: WaitedTake;
+    try {
+      waited = await takeDeploymentQuotaWaiting(ctx.quotas, tenantId, ex.deployment.name, cost, ex.tier.maxWaitMs, left.signal);
+    } finally {
+      reply.raw.off('close', onClose);
+    }
+    const { taken } = waited;
+    shareWaitedMs = waited.waitedMs;
+    if (waited.gone) {
+      trail.result = 'gone';
+      trail.clientGone = true;
+      trail.waitMs = shareWaitedMs;
+      return { kind: 'answered', reply: reply.hijack() };
+    }
     if (taken === 'unavailable') return { kind: 'answered', reply: sendUnavailable(reply, ex) };
-    if (!taken.ok) return { kind: 'answered', reply: taken.overShare === undefined ? sendQuotaRefusal(reply, ex, taken.waitMs, cost) : sendShareRefusal(reply, ex, taken.waitMs, taken.overShare.waitMs) };
+    if (!taken.ok) return { kind: 'answered', reply: taken.overShare === undefined ? sendQuotaRefusal(reply, ex, taken.waitMs, cost) : sendShareRefusal(reply, ex, taken.waitMs, taken.overShare.waitMs, shareWaitedMs) };
   }
-  const want = { id, cost, requests, asked, money, quotas, leases, closed };
+  const want = { id, cost, requests, asked, money, quotas, leases, closed, maxWaitMs: Math.max(0, ex.tier.maxWaitMs - shareWaitedMs) };
   // A spread tenant's requests/tokens limits: its node's lease of the tenant's global-cap buckets.
   const share = await decider.takeShare(run, want);
   if (share.kind === 'answered') return share;
   const group = share.group;
   const decided = await decider.acquire(run, want);
   if (decided.kind === 'answered') return decided;
-  const { result: admitted, quotaHeld, waitedMs } = decided;
+  const { result: admitted, quotaHeld } = decided;
+  const waitedMs = decided.waitedMs + shareWaitedMs;
   const extra = decider.extraLimits(group);
   const limits = group === undefined ? admitted.limits : [...extra, ...admitted.limits];
   if (!admitted.ok) {

@@ -39,10 +39,11 @@ export type QuotaTake = { readonly ok: true } | { readonly ok: false; readonly w
  * One request of `tenant` (1 request, `cost` tokens) from deployment `deployment`'s quota. On a
  * fair-shared deployment the ask is counted, and a request over its tenant's share takes only
  * above the reserve; a refusal then says how long until the request is within its share.
+ * @param again the request asked before (it waited): its ask is not counted twice.
  */
-export async function takeDeploymentQuota(quotas: ConfiguredQuotas, tenant: string, deployment: string, cost: number): Promise<QuotaTake> {
+export async function takeDeploymentQuota(quotas: ConfiguredQuotas, tenant: string, deployment: string, cost: number, again = false): Promise<QuotaTake> {
   const fair = quotas.fair;
-  const verdict = fair?.ask(tenant, deployment, { requests: 1, tokens: cost });
+  const verdict = fair?.ask(tenant, deployment, { requests: 1, tokens: cost }, !again);
   const reserve = verdict === undefined || verdict.within ? 0 : (fair?.reserveOf(deployment) ?? 0);
   let taken = await takeLeased(quotas.leases, deployment, cost, quotas.closedOnFailure, 1, reserve);
   if (verdict?.within === true) {
@@ -62,6 +63,48 @@ export async function takeDeploymentQuota(quotas: ConfiguredQuotas, tenant: stri
   }
   return verdict === undefined || verdict.within ? taken : { ok: false, waitMs: taken.waitMs, overShare: { waitMs: verdict.waitMs } };
 }
+
+/** How {@link takeDeploymentQuotaWaiting} ended: the last take, the ms waited, and whether the client left. */
+export interface WaitedTake {
+  readonly taken: QuotaTake;
+  readonly waitedMs: number;
+  readonly gone: boolean;
+}
+
+/**
+ * {@link takeDeploymentQuota}, and for a request over its tenant's fair share whose tier may wait
+ * (`max_wait` > 0, ms): tries again when its share or the quota above the reserve is due (the
+ * sooner of the two waits the refusal named, at least 10 ms), until it is taken, its `maxWaitMs`
+ * passed (the last refusal is returned: a 429 `share_exhausted`) or `signal` aborted (its client
+ * left: `gone`, nothing held). A refusal of the quota itself (not of the share) is returned at once:
+ * the tenant's queue and the quota's own wait are not this function's.
+ */
+export async function takeDeploymentQuotaWaiting(quotas: ConfiguredQuotas, tenant: string, deployment: string, cost: number, maxWaitMs: number, signal: AbortSignal): Promise<WaitedTake> {
+  const since = wallNow(); // wall time: a real wait on real timers
+  let taken = await takeDeploymentQuota(quotas, tenant, deployment, cost);
+  let waited = false;
+  const waitedMs = (): number => (waited ? wallNow() - since : 0); // wall time: as above
+  while (taken !== 'unavailable' && !taken.ok && taken.overShare !== undefined) {
+    const left = since + maxWaitMs - wallNow(); // wall time: as above
+    if (left <= 0) break;
+    const due = Math.min(taken.waitMs > 0 ? taken.waitMs : Infinity, taken.overShare.waitMs > 0 ? taken.overShare.waitMs : Infinity);
+    waited = true;
+    try {
+      await sleep(Math.min(left, Math.max(SHARE_RETRY_MIN_MS, Number.isFinite(due) ? due : SHARE_RETRY_MIN_MS)), undefined, { signal });
+    } catch {
+      return { taken, waitedMs: waitedMs(), gone: true };
+    }
+    taken = await takeDeploymentQuota(quotas, tenant, deployment, cost, true);
+  }
+  if (signal.aborted && taken !== 'unavailable' && taken.ok) {
+    giveBackDeploymentQuota(quotas, tenant, deployment, cost);
+    return { taken, waitedMs: waitedMs(), gone: true };
+  }
+  return { taken, waitedMs: waitedMs(), gone: false };
+}
+
+/** Shortest pause (ms) between two tries of a request over its share that waits. */
+const SHARE_RETRY_MIN_MS = 10;
 
 /** Gives a taken request's deployment quota back (refused elsewhere, or moved to a failover deployment). */
 export function giveBackDeploymentQuota(quotas: ConfiguredQuotas, tenant: string, deployment: string, cost: number): void {

@@ -114,9 +114,11 @@ export function sendUntranslatable(reply: FastifyReply, ex: Exchange, why: Trans
  * 429 `share_exhausted`: the request is over its tenant's fair share of a deployment quota that
  * other tenants within their shares need now. `retry-after` is the earlier of when the request is
  * within its share again and when the quota above its reserve may cover it.
- * @param quotaWaitMs the leases' wait (above the reserve); @param shareWaitMs until within the share.
+ * @param quotaWaitMs the leases' wait (above the reserve); @param shareWaitMs until within the share;
+ * @param waitedMs how long it waited for its share (its tier's `max_wait`), told in the message and
+ *   `x-quotaring-queued-ms`.
  */
-export function sendShareRefusal(reply: FastifyReply, ex: Exchange, quotaWaitMs: number, shareWaitMs: number): FastifyReply {
+export function sendShareRefusal(reply: FastifyReply, ex: Exchange, quotaWaitMs: number, shareWaitMs: number, waitedMs = 0): FastifyReply {
   const name = ex.deployment.name;
   const trail = reply.request.trail;
   if (trail !== null) {
@@ -125,6 +127,9 @@ export function sendShareRefusal(reply: FastifyReply, ex: Exchange, quotaWaitMs:
     trail.limit = `${name}#share`;
   }
   const wait = Math.max(1, quotaWaitMs > 0 ? Math.min(quotaWaitMs, shareWaitMs) : shareWaitMs);
-  const message = `Rate limit reached for tenant ${ex.tenant.id}'s fair share of the provider quota of deployment ${name}: other tenants within their shares use the rest now. Please try again in ${(wait / 1_000).toFixed(3).replace(/\.?0+$/, '')}s.`;
-  return sendError(reply, ex.dialect, 'share_exhausted', { headers: retryAfterHeaders(wait), message, openaiType: 'tokens' });
+  const queued = waitedMs > 0 ? ` Waited ${(waitedMs / 1_000).toFixed(1)}s (max_wait of priority ${ex.tier.name}).` : '';
+  const message = `Rate limit reached for tenant ${ex.tenant.id}'s fair share of the provider quota of deployment ${name}: other tenants within their shares use the rest now.${queued} Please try again in ${(wait / 1_000).toFixed(3).replace(/\.?0+$/, '')}s.`;
+  const headers = retryAfterHeaders(wait);
+  if (waitedMs > 0) headers['x-quotaring-queued-ms'] = String(Math.round(waitedMs));
+  return sendError(reply, ex.dialect, 'share_exhausted', { headers, message, openaiType: 'tokens' });
 }

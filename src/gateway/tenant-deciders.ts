@@ -37,6 +37,8 @@ export interface Want {
   readonly leases: CapLeases | undefined;
   /** Redis unavailable refuses a take from the leases (`cluster.on_redis_failure: closed`). */
   readonly closed: boolean;
+  /** How long it may still wait in its tenant's queue, ms: its tier's `max_wait` less what it waited for its fair share. */
+  readonly maxWaitMs: number;
 }
 
 /** The tenant's limits decided: the result, whether the deployment quota taken is still the request's, and its queue wait (ms). */
@@ -110,7 +112,7 @@ const localDecider: TenantDecider = {
       (handoff !== undefined && !handoff.holds(tenantId)) || fence?.stale() === true ? undefined : ctx.limiter.acquire(tenantId, { id, tokens: cost, ...asked, ...(tier.floor > 0 ? { floor: tier.floor } : {}) });
     // When a waiter's deadline comes: how long a request like this one would still wait now.
     const hint = (): number => ctx.limiter.waitMs(tenantId, { tokens: cost, ...asked, ...(tier.floor > 0 ? { floor: tier.floor } : {}) });
-    const decided = ctx.queues.admit(tenantId, tier.rank, tier.maxWaitMs, attempt, hint);
+    const decided = ctx.queues.admit(tenantId, tier.rank, w.maxWaitMs, attempt, hint);
     let outcome: AdmitOutcome;
     if (decided.kind === 'waiting') {
       // It waits: the deployment quota it took goes back meanwhile, and a client that leaves takes it out of the queue.
@@ -123,7 +125,7 @@ const localDecider: TenantDecider = {
         reply.raw.off('close', decided.leave);
       }
       if (outcome.kind === 'admitted' && quotas !== undefined && ctx.quotas !== undefined) {
-        const taken = await takeDeploymentQuota(ctx.quotas, tenantId, ex.deployment.name, cost);
+        const taken = await takeDeploymentQuota(ctx.quotas, tenantId, ex.deployment.name, cost, true);
         quotaHeld = taken !== 'unavailable' && taken.ok;
         if (taken === 'unavailable' || !taken.ok) {
           // Admitted by the tenant's limits, not by the quota: the tenant gets its tokens and slot back.

@@ -20,6 +20,7 @@
  * at {@link Load.stop}. `ended` resolves when no stream will send again; `settled()` when every
  * request sent was answered or failed.
  */
+import { setMaxListeners } from 'node:events';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { request } from 'undici';
 import type { Dispatcher } from 'undici';
@@ -119,6 +120,7 @@ export function startLoad<S extends LoadStream, X extends object = object>(o: Lo
   const sent: LoadRecord<S, X>[] = [];
   const inFlight = new Set<Promise<void>>();
   const stopping = new AbortController();
+  setMaxListeners(0, stopping.signal); // one listener per stream's pause: many streams share it
 
   const fire = (stream: S, n: number): void => {
     const s = { tenant: stream.id, start: Date.now() - origin, end: 0, status: 0, tokens: 0, ...o.fields?.(stream) } as LoadRecord<S, X>;

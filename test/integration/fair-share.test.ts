@@ -80,6 +80,88 @@ describe('fair share on a node without Redis (gateway in-process, real simulator
   });
 });
 
+describe("a request over its share waits up to its tier's max_wait (gateway in-process, real simulator)", () => {
+  let sim: { url: string; close(): Promise<void> } | undefined;
+  let app: FastifyInstance | undefined;
+  let url = '';
+  const clock = new ManualClock();
+  const MAX_WAIT = 1_500;
+
+  before(async () => {
+    sim = await startSimulator({ port: 0 });
+    const config = buildConfig(
+      {
+        server: { log_level: 'silent' },
+        priorities: [
+          { name: 'interactive', max_wait: 0 },
+          { name: 'batch', floor: 0, max_wait: MAX_WAIT },
+        ],
+        tenants: [
+          { id: 'a', keys: ['key-a-000000'], priority: 'batch', limits: [{ concurrent: 1 }] },
+          { id: 'b', keys: ['key-b-000000'], priority: 'interactive', limits: [] },
+        ],
+        models: [{ name: 'gpt-4o-mini', encoding: 'o200k_base', estimator: 'exact', deployments: ['sim'] }],
+        deployments: [{ name: 'sim', provider: 'openai', base_url: sim.url, api_key_env: 'SIM_KEY', quota: { rpm: 10 }, headroom: 1, fair_share: { reserve: 0.2 } }],
+      },
+      'test.yaml',
+      { SIM_KEY: 'sim-key' },
+    );
+    app = buildGateway({ config, clock, logger: false });
+    url = await app.listen({ host: '127.0.0.1', port: 0 });
+  });
+  after(async () => {
+    await app?.close();
+    await sim?.close();
+  });
+
+  test('it waits, then gets 429 share_exhausted at its deadline, or is admitted when its share refills; a client that leaves holds nothing', async () => {
+    const gw = app as FastifyInstance;
+    const send = async (key: string) => gw.inject({ method: 'POST', url: '/v1/chat/completions', headers: auth(key), payload: chat });
+    const served = async (): Promise<number> => (await simStats((sim as { url: string }).url)).requests;
+    // As in the test above: b's demand known, a takes its share and what lies above the reserve.
+    assert.equal((await send('key-b-000000')).statusCode, 200);
+    assert.equal((await send('key-a-000000')).statusCode, 200);
+    clock.advance(300);
+    for (let i = 0; i < 6; i++) assert.equal((await send('key-a-000000')).statusCode, 200, `a's request ${i}`);
+    assert.equal(await served(), 8);
+
+    // Over its share, a's batch request waits its tier's max_wait (no refill: the clock stands still), then 429.
+    const started = performance.now();
+    const refused = await send('key-a-000000');
+    const tookMs = performance.now() - started;
+    assert.equal(refused.statusCode, 429);
+    assert.equal(refused.headers['x-quotaring-error'], 'share_exhausted');
+    assert.ok(tookMs >= MAX_WAIT, `answered after ${tookMs} ms`);
+    const queued = Number(refused.headers['x-quotaring-queued-ms']);
+    assert.ok(queued >= MAX_WAIT && queued <= tookMs + 1, `x-quotaring-queued-ms ${queued}`);
+    assert.match((refused.json() as { error: { message: string } }).error.message, /other tenants within their shares use the rest now\. Waited \d+\.\ds \(max_wait of priority batch\)\. Please try again in 5\.7s\.$/);
+    assert.equal(refused.headers['retry-after-ms'], '5700');
+    assert.equal(await served(), 8);
+
+    // A client that leaves while waiting: answered by no one, charged nothing, its slot (concurrent: 1) free.
+    const aborted = await fetch(`${url}/v1/chat/completions`, { method: 'POST', headers: auth('key-a-000000'), body: JSON.stringify(chat), signal: AbortSignal.timeout(200) }).then(
+      () => 'answered',
+      (e: unknown) => (e as Error).name,
+    );
+    assert.equal(aborted, 'TimeoutError');
+    await new Promise((r) => setTimeout(r, 50));
+    assert.equal(await served(), 8);
+
+    // Waiting while the share refills (6 s of the fake clock: one request in a's share, one above the reserve): admitted.
+    const waiting = send('key-a-000000');
+    await new Promise((r) => setTimeout(r, 100));
+    clock.advance(6_000);
+    const admitted = await waiting;
+    assert.equal(admitted.statusCode, 200);
+    assert.ok(Number(admitted.headers['x-quotaring-queued-ms']) >= 100, `x-quotaring-queued-ms ${admitted.headers['x-quotaring-queued-ms']}`);
+    assert.equal(await served(), 9);
+    // b, within its share, was never made to wait.
+    const b = await send('key-b-000000');
+    assert.equal(b.statusCode, 200);
+    assert.equal(b.headers['x-quotaring-queued-ms'], undefined);
+  });
+});
+
 describe('fair share on a real Redis', () => {
   let redis: RunningRedis;
 
