@@ -48,7 +48,10 @@ export function feedbackFromConfig(
           ratePerSec: (spec.capacity * 1000) / spec.windowMs,
           ttlMs: spec.windowMs,
           quota: perMinute,
-          margin: perMinute * (1 - headroom),
+          // A token bucket of quota × headroom stays at least quota × (1 − headroom) below the
+          // provider's (same usage, slower refill); a sliding-window bucket never holds more than
+          // the provider has left in its window (admitted in the last 60 s + level ≤ the quota).
+          margin: quota.algorithm === 'sliding_window' ? 0 : perMinute * (1 - headroom),
           allowance: maxOutside * spec.capacity,
         };
       }),

@@ -9,7 +9,10 @@
  * where `remaining` is the provider's count when it answered, `refill` is the configured quota per
  * 60 s (the provider's refill, ageing the count from the moment the request was sent: the earliest
  * the provider can have counted, so the count is aged by at least the real time) and
- * `quota × (1 − headroom)` is the margin the headroom keeps below the provider's limit. When the
+ * `quota × (1 − headroom)` is the margin the headroom keeps below the provider's limit (a bucket of
+ * `quota × headroom` refilled at `headroom × quota` a minute stays at least that far below a
+ * provider bucket of the quota spending the same; 0 for `sliding_window`, whose bucket never holds
+ * more than the provider has left in its 60 s window). When the
  * cluster bucket holds more than the target, `lua/feedback-lower.lua` lowers it toward the target:
  *
  * - never raises a bucket; clamps the target to [0, capacity];
@@ -64,7 +67,7 @@ export interface FeedbackBucket {
   readonly ttlMs: number;
   /** The configured provider quota of this kind, units per 60 s (the refill that ages a count). */
   readonly quota: number;
-  /** Units kept below what the provider has left: quota × (1 − headroom). */
+  /** Units kept below what the provider has left: quota × (1 − headroom) (0 for a sliding_window quota). */
   readonly margin: number;
   /** Most units lowered in any 60 s: max_outside × capacity. */
   readonly allowance: number;

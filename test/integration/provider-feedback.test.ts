@@ -185,7 +185,7 @@ describe('an outside client spends 30% of the provider quota on the same key', (
         }),
       );
       const [on, off] = counts as [(typeof counts)[number], (typeof counts)[number]];
-      t.diagnostic(`feedback on: ${on.inWindow} provider 429s (quotaring's and the outside client's) in the first window, ${on.after} after; outside spent ${on.outside.tokens} tokens (${on.outside.rateLimited} refused)`);
+      t.diagnostic(`feedback on: ${on.inWindow} provider 429s to quotaring in the first window, ${on.after} after; outside spent ${on.outside.tokens} tokens (${on.outside.rateLimited} refused)`);
       t.diagnostic(`feedback off: ${off.inWindow} in the first window, ${off.after} after; outside spent ${off.outside.tokens} tokens (${off.outside.rateLimited} refused)`);
       const metrics = await runs[0]?.app.inject({ method: 'GET', url: '/metrics' });
       const lowered = /quotaring_provider_feedback_total\{deployment="sim",kind="tokens",result="lowered"\} (\d+)/.exec(metrics?.body ?? '');
