@@ -8,7 +8,8 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { ManualClock } from '../../src/clock.ts';
 import { buildConfig } from '../../src/config/load.ts';
-import { maxOutsideOf } from '../../src/globalcap/feedback-from-config.ts';
+import { CapLeases } from '../../src/globalcap/cap-leases.ts';
+import { feedbackFromConfig, maxOutsideOf } from '../../src/globalcap/feedback-from-config.ts';
 import type { LowerOptions, LowerResult } from '../../src/globalcap/feedback-script.ts';
 import { ProviderFeedback } from '../../src/globalcap/provider-feedback.ts';
 import type { FeedbackBucket } from '../../src/globalcap/provider-feedback.ts';
@@ -196,5 +197,36 @@ describe('ProviderFeedback: the lowering rule', () => {
     assert.throws(() => buildConfig(base({ max_outside: 0 }), 'f.yaml', {}), /max_outside/);
     assert.throws(() => buildConfig(base({ max_outside: 1.5 }), 'f.yaml', {}), /max_outside/);
     assert.throws(() => buildConfig(base({ maxOutside: 0.5 }), 'f.yaml', {}), /maxOutside/);
+  });
+
+  test('from the config: the margin is quota × (1 − headroom) for a token bucket, 0 for a sliding window; feedback: false has none', async () => {
+    const deployments = [
+      { name: 'tb', provider: 'openai', base_url: 'http://127.0.0.1:1', quota: { tpm: 60_000 } },
+      { name: 'sw', provider: 'openai', base_url: 'http://127.0.0.1:1', quota: { tpm: 60_000, algorithm: 'sliding_window' } },
+      { name: 'off', provider: 'openai', base_url: 'http://127.0.0.1:1', quota: { tpm: 60_000, feedback: false } },
+    ];
+    const config = buildConfig({ tenants: [{ id: 't', keys: ['key-t-000000'], limits: [] }], models: [{ name: 'm', encoding: 'o200k_base', deployments: ['tb', 'sw', 'off'] }], deployments }, 'f.yaml', {});
+    const quotas = Object.fromEntries(['tb', 'sw', 'off'].map((n) => [n, { tpm: 60_000, headroom: 0.9, algorithm: n === 'sw' ? ('sliding_window' as const) : ('token_bucket' as const) }]));
+    const never = (): Promise<never> => Promise.reject(new Error('no Redis here'));
+    const clock = new ManualClock(NOW);
+    const leases = new CapLeases({ cluster: 'c', deployments: quotas, scripts: { tokenBucket: never, lease: never }, clock, sweepMs: 0 });
+    const calls: { key: string; o: LowerOptions }[] = [];
+    const lower = async (key: string, _log: string, o: LowerOptions): Promise<LowerResult> => {
+      calls.push({ key, o });
+      return { lowered: 0, capped: false, level: 0, used: 0 };
+    };
+    const fb = feedbackFromConfig(config, quotas, { clock, call: runCapCall, lower, leases });
+    assert.ok(fb !== undefined);
+    assert.deepEqual([fb.has('tb'), fb.has('sw'), fb.has('off')], [true, true, false]);
+    fb.observe('tb', tokensLeft(54_000), clock.now());
+    fb.observe('sw', tokensLeft(54_000), clock.now());
+    await fb.settled();
+    // tb: 54,000 − 6,000 < its capacity of 54,000; sw: 54,000 ≥ its capacity of ⌊60,000 × 0.1⌋ = 5,999 (no call).
+    assert.deepEqual(calls.map((c) => [c.key, c.o.target, c.o.capacity, c.o.allowance]), [['qr:default:cap:{deployment:tb:tpm}', 48_000, 54_000, 27_000]]);
+    fb.observe('sw', tokensLeft(3_000), clock.now());
+    await fb.settled();
+    assert.deepEqual(calls.slice(1).map((c) => [c.key, c.o.target, c.o.capacity, c.o.allowance]), [['qr:default:cap:{deployment:sw:tpm}', 3_000, 5_999, 2_999.5]]);
+    fb.stop();
+    await leases.close();
   });
 });
