@@ -3,7 +3,7 @@
  * script registry and called through a typed, validated wrapper.
  */
 import type { Redis } from 'ioredis';
-import { LUA_SCRIPTS, defineScript } from '../redis/lua-scripts.ts';
+import { LUA_SCRIPTS, defineScript, scriptLoad, scriptText } from '../redis/lua-scripts.ts';
 
 /** One lowering call (see `lua/feedback-lower.lua`). */
 export interface LowerOptions {
@@ -55,4 +55,13 @@ export function defineFeedbackScript(redis: Redis): LowerFn {
     if (lowered < 0 || (capped !== 0 && capped !== 1) || level > o.capacity || used < 0) throw new Error(`${file} answered ${JSON.stringify(reply)}, out of range for the call`);
     return { lowered, capped: capped === 1, level, used };
   };
+}
+
+/**
+ * Loads `lua/feedback-lower.lua` into Redis's script cache (`SCRIPT LOAD`) on `redis`, with the
+ * global cap's scripts at each `ready`, so the first correction is not the one that compiles it.
+ * @returns its SHA1. @throws the Redis error (as a rejection), or Error when the SHA1 is not the script's.
+ */
+export async function loadFeedbackScript(redis: Redis): Promise<string> {
+  return scriptLoad(redis, scriptText('feedbackLower'), LUA_SCRIPTS.feedbackLower.file);
 }

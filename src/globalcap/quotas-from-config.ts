@@ -13,7 +13,7 @@ import type { FairShares } from '../fairshare/shares.ts';
 import { CapLeases } from './cap-leases.ts';
 import { fairSharesFromConfig } from './fair-from-config.ts';
 import { feedbackFromConfig } from './feedback-from-config.ts';
-import { defineFeedbackScript } from './feedback-script.ts';
+import { defineFeedbackScript, loadFeedbackScript } from './feedback-script.ts';
 import type { ProviderFeedback } from './provider-feedback.ts';
 import type { CapCall, DeploymentQuota, FallbackShare } from './cap-leases.ts';
 import { redisForDecisions } from '../redis/connection.ts';
@@ -93,7 +93,7 @@ class RedisUpkeep {
 
   start(): void {
     const load = (): void => {
-      loadCapScripts(this.redis).then(
+      Promise.all([loadCapScripts(this.redis), loadFeedbackScript(this.redis)]).then(
         () => {
           this.#loaded = true;
           this.guard.warmedUp();

@@ -8,6 +8,7 @@
  * deployment exactly `max_outside × capacity` units in the window and no more.
  */
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -17,10 +18,11 @@ import OpenAI from 'openai';
 import { request } from 'undici';
 import { ManualClock } from '../../src/clock.ts';
 import { buildConfig } from '../../src/config/load.ts';
-import { defineFeedbackScript } from '../../src/globalcap/feedback-script.ts';
+import { defineFeedbackScript, loadFeedbackScript } from '../../src/globalcap/feedback-script.ts';
 import { capKey, feedbackLogKey } from '../../src/globalcap/keys.ts';
 import { buildGateway } from '../../src/gateway/server.ts';
 import { readProviderRateLimits } from '../../src/providers/rate-limit-read.ts';
+import { luaScriptPath } from '../../src/redis/lua-scripts.ts';
 import { startSimulator } from '../../src/simulator/server.ts';
 import { simStats } from '../helpers/processes.ts';
 import { startRedis } from '../helpers/redis.ts';
@@ -55,6 +57,11 @@ describe('feedback-lower.lua on a real Redis', () => {
   });
 
   test('lowers toward the target, never raises, clamps, and lowers at most the allowance in 60 s', async () => {
+    const lua = readFileSync(luaScriptPath('feedback-lower.lua'), 'utf8');
+    assert.ok(lua.startsWith('--[[\nfeedback-lower.lua:'), 'the script starts with its header');
+    for (const part of ['KEYS[1]', 'KEYS[2]', 'ARGV[5]', 'Reply:', 'Clock:']) assert.ok(lua.includes(part), `its header names ${part}`);
+    const sha = await loadFeedbackScript(redis.client());
+    assert.deepEqual(await redis.client().script('EXISTS', sha), [1]);
     const lower = defineFeedbackScript(redis.client());
     const key = capKey('fb', 'deployment:d:rpm');
     const log = feedbackLogKey('fb', 'deployment:d:rpm');
