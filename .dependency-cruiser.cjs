@@ -6,7 +6,7 @@
 const LAYERS = [
   ['base', '^src/(clock|errors|error-reply|version|lingering-drain|exit-with-parent)\\.ts$'],
   ['algorithms', '^src/(limiter|tokens|pricing|replay)/'],
-  ['telemetry', '^src/ops/(metrics|logging|node-activity|usd-counter|request-path-metrics|fair-share-metrics|scrape-counter)\\.ts$'],
+  ['telemetry', '^src/ops/(metrics|logging|node-activity|usd-counter|request-path-metrics|fair-share-metrics|provider-feedback-metrics|scrape-counter)\\.ts$'],
   ['contracts', '^src/coord/(types|headers)\\.ts$'],
   ['config', '^src/config/(?!(load|reloadable)\\.ts$)'],
   ['edges', '^src/(providers|security|catalogue)/'],
@@ -17,7 +17,7 @@ const LAYERS = [
   ['coordination', '^src/coord/(?!(types|headers)\\.ts$)'],
   ['node', '^src/gateway/(?!(server|start)\\.ts$)'],
   ['router', '^src/router/(?!server\\.ts$)'],
-  ['operations', '^src/(ops/(?!(metrics|logging|node-activity|usd-counter|request-path-metrics|fair-share-metrics|scrape-counter)\\.ts$)|simulator/)'],
+  ['operations', '^src/(ops/(?!(metrics|logging|node-activity|usd-counter|request-path-metrics|fair-share-metrics|provider-feedback-metrics|scrape-counter)\\.ts$)|simulator/)'],
   ['peer', '^src/peer/'],
   ['composition', '^(src/gateway/(server|start)\\.ts|src/router/server\\.ts|src/cli\\.ts)$|^cluster/'],
 ];

@@ -156,7 +156,9 @@ program
   .option('--drop-rate <p>', 'fraction of streams dropped mid-way', rate, 0)
   .option('--slow-rate <p>', 'fraction of requests with a slow first token', rate, 0)
   .option('--slow-ms <ms>', 'extra delay of a slow first token, ms', int, 5_000)
-  .action(async (opts: { host: string; port: number; ttftMs: number; tps: number; rpm?: number; tpm?: number; errorRate: number; dropRate: number; slowRate: number; slowMs: number }) => {
+  .option('--outside <fraction>', 'an outside client spending this fraction of --outside-key\'s quota per minute (also POST /sim/outside)', rate)
+  .option('--outside-key <key>', 'the API key the outside client spends from', 'sim-key')
+  .action(async (opts: { host: string; port: number; ttftMs: number; tps: number; rpm?: number; tpm?: number; errorRate: number; dropRate: number; slowRate: number; slowMs: number; outside?: number; outsideKey: string }) => {
     try {
       const quota = { ...(opts.rpm === undefined ? {} : { rpm: opts.rpm }), ...(opts.tpm === undefined ? {} : { tpm: opts.tpm }) };
       const { startSimulator } = await import('./simulator/server.ts');
@@ -169,6 +171,7 @@ program
         ...(Object.keys(quota).length > 0 ? { quota } : {}),
         faults: { errorRate: opts.errorRate, dropRate: opts.dropRate, slowRate: opts.slowRate, slowMs: opts.slowMs },
         bedrockCredentials: simulatorAwsCredentials(process.env),
+        ...(opts.outside === undefined || opts.outside === 0 ? {} : { outside: { key: opts.outsideKey, fraction: opts.outside } }),
       });
       process.stdout.write(`provider simulator listening on ${sim.url}\n`);
       const stop = (): void => {

@@ -78,8 +78,18 @@ export const DeploymentSchema = z.strictObject({
        * (needs headroom < 1). @default token_bucket
        */
       algorithm: z.enum(['token_bucket', 'sliding_window']).default('token_bucket'),
+      /**
+       * Provider feedback (docs/limits.md "Provider feedback"): the rate-limit headers of each
+       * successful reply (`x-ratelimit-remaining-*`, `anthropic-ratelimit-*-remaining`) lower the
+       * cluster's bucket when the provider has less left than quotaring counts (the key used
+       * elsewhere). `true`, `false`, or `{ max_outside }`: the most it may lower a bucket in any
+       * 60 s, as a fraction of its capacity (0 < max_outside ≤ 1), so a buggy or hostile upstream
+       * costs the deployment at most that. Needs `cluster.redis` (without it nothing is lowered).
+       * @default true (max_outside 0.5)
+       */
+      feedback: z.union([z.boolean(), z.strictObject({ max_outside: z.number().gt(0).lte(1).default(0.5) })]).default(true),
     })
-    .default({ algorithm: 'token_bucket' }),
+    .default({ algorithm: 'token_bucket', feedback: true }),
   /**
    * Share the quota fairly among the tenants that want it now, cluster-wide (weighted max-min, with
    * each tenant's or plan's `share: { weight, floor }`; docs/limits.md "Fair share"): `true`, or

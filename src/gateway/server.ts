@@ -258,6 +258,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
       return metered.size === 0 ? [] : fairShareSeries(allShareViews(quotas.fair), (t) => metered.has(t));
     },
     fairExchanges: () => quotas?.exchange?.counts,
+    providerFeedback: () => quotas?.feedback?.counts() ?? [],
   });
   clusterOpts?.membership.onRejectedEntry?.((entry) => app.log.warn({ member: entry.id ?? null, problem: entry.problem, count: entry.count ?? 1 }, entry.problem === 'too_many_entries' ? 'membership reads hit their entry cap: junk member entries in Redis' : 'member entries in Redis ignored: not signed with the cluster secret'));
   app.decorateRequest('tenant', null);

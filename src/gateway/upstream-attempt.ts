@@ -11,8 +11,10 @@ import type { FastifyRequest } from 'fastify';
 import type { Dispatcher } from 'undici';
 import type { ResolvedDeployment } from '../config/load.ts';
 import { sendError } from '../error-reply.ts';
+import { wallNow } from '../clock.ts';
 import { adapterOf } from '../providers/adapters.ts';
 import { retryAfterHeaders } from '../providers/rate-limit-headers.ts';
+import { readProviderRateLimits } from '../providers/rate-limit-read.ts';
 import { providerRetryWaitMs } from '../providers/retry-wait.ts';
 import { bodyRetryWaitMs, openAIShapedError } from '../providers/upstream-errors.ts';
 import type { GatewayContext } from './context.ts';
@@ -114,7 +116,12 @@ async function callDeployment(
       request.log.warn({ deployment: deployment.name, err: scrubberOf(ctx).text((err as Error).message) }, 'upstream request failed');
       return { kind: 'failed', hard: true, status: 0, reason: error.message, send: (reply, headers) => sendError(reply, ex.dialect, error.code, { headers, message: error.message }) };
     }
-    if (res.statusCode !== 429 && res.statusCode < 500) return { kind: 'response', res, text: undefined, relayedHeaders: {} };
+    if (res.statusCode !== 429 && res.statusCode < 500) {
+      // What the provider says it has left corrects the deployment's cluster bucket (background, rate-limited).
+      const feedback = quotas === undefined ? undefined : ctx.quotas?.feedback;
+      if (feedback?.has(deployment.name) === true && res.statusCode < 300) feedback.observe(deployment.name, readProviderRateLimits(res.headers, wallNow()), sentAt); // wall time: Anthropic resets are RFC 3339 times
+      return { kind: 'response', res, text: undefined, relayedHeaders: {} };
+    }
     let raw: string;
     try {
       raw = await res.body.text();

@@ -32,3 +32,12 @@ export function capEpochKey(cluster: string): string {
   checkName('cluster', cluster);
   return `qr:${cluster}:cap-epoch`;
 }
+
+/**
+ * Key of a bucket's provider-feedback log (`lua/feedback-lower.lua`): `qr:<cluster>:cap:{<bucket>}:feedback`,
+ * in the bucket's hash tag so one call on both stays on one Redis Cluster slot.
+ * @throws RangeError as {@link capKey}.
+ */
+export function feedbackLogKey(cluster: string, bucket: string): string {
+  return `${capKey(cluster, bucket)}:feedback`;
+}

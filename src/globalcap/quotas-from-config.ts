@@ -12,6 +12,9 @@ import { DemandExchange } from '../fairshare/exchange.ts';
 import type { FairShares } from '../fairshare/shares.ts';
 import { CapLeases } from './cap-leases.ts';
 import { fairSharesFromConfig } from './fair-from-config.ts';
+import { feedbackFromConfig } from './feedback-from-config.ts';
+import { defineFeedbackScript, loadFeedbackScript } from './feedback-script.ts';
+import type { ProviderFeedback } from './provider-feedback.ts';
 import type { CapCall, DeploymentQuota, FallbackShare } from './cap-leases.ts';
 import { redisForDecisions } from '../redis/connection.ts';
 import { RedisGuard, guardedCall } from '../redis/guard.ts';
@@ -39,6 +42,8 @@ export interface ConfiguredQuotas {
   readonly fair?: FairShares;
   /** The exchange of demand reports through Redis; absent without Redis or fair-shared deployments. */
   readonly exchange?: DemandExchange;
+  /** Provider feedback of the deployments with `quota.feedback` on (`provider-feedback.ts`); absent when none has it. */
+  readonly feedback?: ProviderFeedback;
   /**
    * True once the node can decide from Redis without a cold start: without Redis at once; with
    * Redis once the connection was ready and `SCRIPT LOAD` of every script answered (`/readyz`
@@ -88,7 +93,7 @@ class RedisUpkeep {
 
   start(): void {
     const load = (): void => {
-      loadCapScripts(this.redis).then(
+      Promise.all([loadCapScripts(this.redis), loadFeedbackScript(this.redis)]).then(
         () => {
           this.#loaded = true;
           this.guard.warmedUp();
@@ -193,6 +198,7 @@ export function quotasFromConfig(
   const exchange =
     fair === undefined || redis === undefined ? undefined : new DemandExchange({ redis, cluster: cluster.name, nodeId: opts.nodeId ?? `node-${randomUUID()}`, shares: fair, log: opts.log });
   exchange?.start();
+  const feedback = feedbackFromConfig(config, deployments, { clock: opts.clock, call, lower: redis === undefined ? undefined : defineFeedbackScript(redis), leases });
   const upkeep = redis === undefined || guard === undefined || cluster.redis === undefined ? undefined : new RedisUpkeep(redis, guard, leases, cluster.redis.probe_interval, opts.log);
   upkeep?.start();
   restores?.start({
@@ -219,10 +225,12 @@ export function quotasFromConfig(
     ...(guard === undefined ? {} : { guard }),
     ...(fair === undefined ? {} : { fair }),
     ...(exchange === undefined ? {} : { exchange }),
+    ...(feedback === undefined ? {} : { feedback }),
     closedOnFailure: redis !== undefined && cluster.on_redis_failure === 'closed',
     scriptsLoaded: () => upkeep === undefined || upkeep.loaded,
     close: async () => {
       exchange?.stop();
+      feedback?.stop();
       upkeep?.stop();
       restores?.stop();
       try {

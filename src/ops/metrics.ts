@@ -7,6 +7,8 @@
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { fairShareMetrics } from './fair-share-metrics.ts';
+import { providerFeedbackMetrics } from './provider-feedback-metrics.ts';
+import type { ProviderFeedbackCount } from './provider-feedback-metrics.ts';
 import type { FairShareLevel } from './fair-share-metrics.ts';
 import { setCounter } from './scrape-counter.ts';
 import { PathCounter, PathHistogram } from './request-path-metrics.ts';
@@ -78,6 +80,8 @@ export interface NodeGaugeSources {
   fairShares?(): readonly FairShareLevel[];
   /** Cumulative demand-report exchanges through Redis, by outcome (undefined: no exchange on this node). */
   fairExchanges?(): Readonly<Record<'ok' | 'failed' | 'invalid', number>> | undefined;
+  /** Cumulative provider-feedback counts by deployment, kind and result. Optional: none when absent. */
+  providerFeedback?(): readonly ProviderFeedbackCount[];
 }
 
 /** `quotaring_member_entries_rejected_total`, read at scrape time. */
@@ -262,6 +266,7 @@ export class NodeMetrics {
       },
     });
     fairShareMetrics(r, src);
+    providerFeedbackMetrics(r, () => src()?.providerFeedback?.());
     memberEntriesCounter(r, () => src()?.memberEntriesRejected());
     redisCommandsCounter(r);
     ringGauges(r, () => src()?.ring());

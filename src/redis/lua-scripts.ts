@@ -34,6 +34,8 @@ export const LUA_SCRIPTS = {
   stateReadBounded: { file: 'state-read-bounded.lua', command: 'qrStateReadBounded', keys: 1 },
   /** Exchanging nodes' demand reports of a fair-shared deployment (`src/fairshare/exchange.ts`). */
   fairDemand: { file: 'fair-demand.lua', command: 'qrFairDemand', keys: 1 },
+  /** Lowering a deployment bucket toward what the provider reports left (`src/globalcap/feedback-script.ts`). */
+  feedbackLower: { file: 'feedback-lower.lua', command: 'qrFeedbackLower', keys: 2 },
 } as const satisfies Record<string, { readonly file: string; readonly command: string; readonly keys: number | 'per call' }>;
 
 /** A script of the registry. */
@@ -50,6 +52,7 @@ declare module 'ioredis' {
     qrDropMembers(membersKey: string, dropsKey: string, ...args: string[]): Result<unknown, Context>;
     qrStateReadBounded(key: string, ...args: string[]): Result<unknown, Context>;
     qrFairDemand(key: string, ...args: string[]): Result<unknown, Context>;
+    qrFeedbackLower(bucketKey: string, logKey: string, ...args: string[]): Result<unknown, Context>;
   }
 }
 

@@ -185,6 +185,8 @@ export function serveModelRequest(state: SimulatorState, route: ModelRoute, req:
     if (status === 429) out['x-should-retry'] = 'false';
     return sendError(reply, echoedKeyError(wire, status, received), out);
   }
+  // The outside client's requests due by now reach the quota first.
+  state.outside?.catchUp();
   const decision = quota.admit(key, prepared.reserveTokens);
   // Bedrock reports no rate-limit headers, and no retry-after with its ThrottlingException.
   if (azure !== undefined) Object.assign(out, azureRateLimitHeaders(decision.limits));

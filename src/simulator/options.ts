@@ -42,6 +42,11 @@ export interface SimulatorOptions {
   bedrockCredentials?: readonly AwsCredentials[];
   /** Arrivals kept by `GET /sim/arrivals` (a ring: the oldest are overwritten). @default 200_000 */
   arrivalLogSize?: number;
+  /**
+   * An outside client of API key `key` spending `fraction` (0 < f ≤ 1) of its quota per minute, not
+   * through the gateway (`outside.ts`; also `POST /sim/outside`). Needs a quota. @default none
+   */
+  outside?: { key: string; fraction: number };
 }
 
 /** `SimulatorOptions` with every default applied and validated. */

@@ -127,6 +127,21 @@ export function buildSimulator(opts: SimulatorOptions = {}): FastifyInstance {
     }
     reply.send(state.arrivals.snapshot(since));
   });
+  app.post('/sim/outside', (req, reply) => {
+    const body = (req.body ?? {}) as { key?: unknown; fraction?: unknown };
+    if (typeof body.key !== 'string' || body.key === '' || typeof body.fraction !== 'number' || !(body.fraction >= 0 && body.fraction <= 1)) {
+      return sendError(reply, badRequest('openai', 'the body must be {"key": "<api key>", "fraction": <0..1 of its quota per minute>}', null));
+    }
+    if (state.quota.rpm === null && state.quota.tpm === null && body.fraction > 0) return sendError(reply, badRequest('openai', 'an outside client needs a simulator quota (rpm or tpm)', null));
+    state.setOutside(body.key, body.fraction);
+    reply.send({ ok: true });
+  });
+  app.get('/sim/outside', (_req, reply) => {
+    reply.send(state.outside?.stats() ?? null);
+  });
+  app.addHook('onClose', async () => {
+    state.outside?.stop();
+  });
   app.post('/sim/reset', (_req, reply) => {
     state.reset();
     reply.send({ ok: true });

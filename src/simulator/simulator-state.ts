@@ -6,6 +6,7 @@ import { ArrivalLog } from './arrivals.ts';
 import { FaultPicker } from './faults.ts';
 import { resolveSimulatorOptions, type ResolvedSimulatorOptions, type SimulatorOptions } from './options.ts';
 import { PromptTokens } from './prompt-tokens.ts';
+import { OutsideClient } from './outside.ts';
 import { KeyQuota } from './quota.ts';
 import { ResponseStore } from './response-store.ts';
 import { StatsCounters } from './stats.ts';
@@ -21,6 +22,8 @@ export class SimulatorState {
   readonly prompts = new PromptTokens();
   /** Responses stored for `GET /v1/responses/{id}` and `previous_response_id`. */
   readonly responses: ResponseStore;
+  /** The outside client spending part of one key's quota (`outside.ts`), if one is set. */
+  outside: OutsideClient | undefined;
   #seq = 0;
 
   /** @throws RangeError when an option is out of range (see `resolveSimulatorOptions`). */
@@ -30,6 +33,17 @@ export class SimulatorState {
     this.faults = new FaultPicker(this.opts.seed, this.opts);
     this.responses = new ResponseStore(this.opts.clock);
     this.arrivals = new ArrivalLog(this.opts.arrivalLogSize);
+    if (opts.outside !== undefined) this.setOutside(opts.outside.key, opts.outside.fraction);
+  }
+
+  /**
+   * Sets (or, with fraction 0, stops) the outside client of `key`; a new one replaces the last.
+   * @throws RangeError for a fraction outside [0, 1], an empty key, or no quota configured.
+   */
+  setOutside(key: string, fraction: number): void {
+    if (fraction !== 0 && !(fraction > 0 && fraction <= 1)) throw new RangeError(`outside fraction must be in [0, 1], got ${fraction}`);
+    this.outside?.stop();
+    this.outside = fraction === 0 ? undefined : new OutsideClient(this.quota, this.opts.clock, key, fraction);
   }
 
   /** A fresh id with `prefix`, e.g. `chatcmpl-sim1a`. Unique within this simulator. */

@@ -203,7 +203,7 @@ describe('Grafana provisioning and dashboard', () => {
       'quotaring_tokens_used_ratio',
     ]);
     const quotaring = [...names].filter((n) => n.startsWith('quotaring_'));
-    assert.equal(quotaring.length, 35);
+    assert.equal(quotaring.length, 36);
 
     const used = new Set<string>();
     for (const panel of queryPanels) {
