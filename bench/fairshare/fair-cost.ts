@@ -11,6 +11,8 @@
  * saturation (autocannon, `CONNECTIONS` connections) with the node's CPU µs per request
  * (/proc/<pid>/stat), then the latency of one request at a time over one connection (µs, p50 and
  * p99). Ratios fair / fcfs are medians of the per-round ratios (drift between rounds cancels).
+ * With `env` holding a CPU profiler's preload, the node writes one profile of both deployments'
+ * load: what the fair-shared one adds is the self time of `src/fairshare/` and its callers there.
  */
 import { chatBody, median, pairedRatio, runAutocannon, runClosedLoop } from '../lib/load.ts';
 import { startBenchCluster } from '../lib/bench-cluster.ts';
@@ -58,6 +60,8 @@ export interface CostOptions {
   /** Seconds of each one-connection run. */
   readonly singleS: number;
   readonly log: (line: string) => void;
+  /** Extra environment of the node (a CPU profiler's, `BENCH_PROFILE`). */
+  readonly env?: Readonly<Record<string, string>>;
 }
 
 /** Starts the simulator and the node in `group`, runs the interleaved rounds; the processes are left to the caller's group. */
@@ -70,7 +74,7 @@ export async function runCost(o: CostOptions): Promise<CostResult> {
     tag: 'fair-cost',
     nodes: 1,
     mode: 'sharded',
-    env: { SIM_KEY_COST: 'sim-key-cost' },
+    env: { SIM_KEY_COST: 'sim-key-cost', ...o.env },
     config: {
       tenants: keys.map((key, i) => ({ id: `t${i}`, keys: [key], limits: [] })),
       models: MODES.map((m) => ({ name: `m-cost-${m}`, encoding: 'o200k_base', estimator: 'estimate', deployments: [`cost-${m}`] })),

@@ -17,7 +17,8 @@
  *
  * `--quick`: 1 fairness round of 35 s and 2 cost rounds of 3 s + 2 s (about 1.5 minutes with the
  * build); default: 3 rounds of 75 s and 5 cost rounds of 8 s + 3 s (about 6 minutes). Environment:
- * BENCH_FAIR_NODES (3), BENCH_FAIR_ROUNDS, BENCH_FAIR_SECONDS, BENCH_FAIR_COST_ROUNDS.
+ * BENCH_FAIR_NODES (3), BENCH_FAIR_ROUNDS, BENCH_FAIR_SECONDS, BENCH_FAIR_COST_ROUNDS; BENCH_PROFILE=<folder>:
+ * the cost node writes a CPU profile there (summarise with bench/lib/profile-top.ts).
  */
 import { writeFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
@@ -39,6 +40,8 @@ const SATURATION_S = QUICK ? 3 : 8;
 const SINGLE_S = QUICK ? 2 : 3;
 /** Hard bound of the whole run: past it everything is stopped and the run fails. */
 const WATCHDOG_MS = (ROUNDS * (RUN_S + 15) + COST_ROUNDS * 2 * (SATURATION_S + SINGLE_S + 2) + 90) * 1_000;
+const PROFILE = process.env['BENCH_PROFILE'];
+const profiled = (): Record<string, string> => (PROFILE === undefined ? {} : { NODE_OPTIONS: `--import=${fileURLToPath(new URL('../lib/cpu-profile.mjs', import.meta.url))}`, QUOTARING_CPU_PROFILE_DIR: PROFILE });
 const log = (line: string): void => void process.stderr.write(`${line}\n`);
 
 const fairGroup = new ProcessGroup();
@@ -168,7 +171,7 @@ async function main(): Promise<void> {
   const rounds = await runFairness({ group: fairGroup, nodes: NODES, rounds: ROUNDS, runS: RUN_S, log });
   await fairGroup.stopAll();
   log(`request-path cost: ${COST_ROUNDS} rounds...`);
-  const cost = await runCost({ group: costGroup, rounds: COST_ROUNDS, saturationS: SATURATION_S, singleS: SINGLE_S, log });
+  const cost = await runCost({ group: costGroup, rounds: COST_ROUNDS, saturationS: SATURATION_S, singleS: SINGLE_S, log, env: profiled() });
   await costGroup.stopAll();
   const summaries = MODES.map((mode) => summarise(rounds, mode));
   const totalS = (performance.now() - began) / 1_000;
