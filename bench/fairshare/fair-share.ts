@@ -15,7 +15,8 @@
  * bench/results/fair-share.json (the latest full run; `--quick` writes fair-share-quick.*), prints
  * the Markdown. Every process is stopped at the end, on error and on Ctrl-C.
  *
- * `--quick`: 1 fairness round of 35 s and 2 cost rounds of 3 s + 2 s (about 1.5 minutes with the
+ * `--cost-only`: the request-path cost alone (writes fair-share-cost.*; with BENCH_FAIR_COST_ROUNDS for
+ * a longer look on a noisy machine). `--quick`: 1 fairness round of 35 s and 2 cost rounds of 3 s + 2 s (about 1.5 minutes with the
  * build); default: 3 rounds of 75 s and 5 cost rounds of 8 s + 3 s (about 6 minutes). Environment:
  * BENCH_FAIR_NODES (3), BENCH_FAIR_ROUNDS, BENCH_FAIR_SECONDS, BENCH_FAIR_COST_ROUNDS; BENCH_PROFILE=<folder>:
  * the cost node writes a CPU profile there (summarise with bench/lib/profile-top.ts).
@@ -31,9 +32,11 @@ import { CAP_PER_S, dBursts, HEADROOM, LETTERS, MODES, QUOTA_TPM, RATE, runFairn
 import type { Mode, ModeRound } from './fair-load.ts';
 
 const QUICK = process.argv.includes('--quick');
+/** Only the request-path cost (a longer look at it on a noisy machine): no fairness rounds. */
+const COST_ONLY = process.argv.includes('--cost-only');
 const env = (name: string, quick: number, full: number): number => Number(process.env[name] ?? (QUICK ? quick : full));
 const NODES = env('BENCH_FAIR_NODES', 3, 3);
-const ROUNDS = env('BENCH_FAIR_ROUNDS', 1, 3);
+const ROUNDS = COST_ONLY ? 0 : env('BENCH_FAIR_ROUNDS', 1, 3);
 const RUN_S = env('BENCH_FAIR_SECONDS', 35, 75);
 const COST_ROUNDS = env('BENCH_FAIR_COST_ROUNDS', 2, 5);
 const SATURATION_S = QUICK ? 3 : 8;
@@ -112,11 +115,13 @@ function markdown(date: string, summaries: readonly ModeSummary[], rounds: reado
       .map(f)
       .join(', ');
   const m = cost.medians;
-  return [
-    `# bench:fair-share — ${date}${QUICK ? ' (--quick)' : ''}`,
+  const head = [
+    `# bench:fair-share — ${date}${QUICK ? ' (--quick)' : ''}${COST_ONLY ? ' (--cost-only)' : ''}`,
     '',
     `Whole run ${Math.round(totalS)} s on ${cpus().length} cores (load average ${load.map((l) => l.toFixed(2)).join(' / ')} at the start); every figure is the median over rounds.`,
     '',
+  ];
+  const fairness = [
     `## Fairness and utilisation (${ROUNDS} round${ROUNDS === 1 ? '' : 's'} × ${RUN_S} s, ${NODES} nodes + router)`,
     '',
     `Two deployments per round, \`tpm: ${int(QUOTA_TPM)}\`, headroom ${HEADROOM}, \`sliding_window\`, one with \`fair_share: { reserve: 0.5 }\`, one without; the same load on both at once:`,
@@ -150,6 +155,8 @@ function markdown(date: string, summaries: readonly ModeSummary[], rounds: reado
     '',
     `Answers neither 200 nor 429 (or failed): fair ${fair.odd}, first come ${fcfs.odd}.`,
     '',
+  ];
+  const costLines = [
     `## Request-path cost (${cost.rounds} interleaved rounds: ${cost.saturationS} s at saturation, ${CONNECTIONS} connections, then ${cost.singleS} s one request at a time)`,
     '',
     'One node (Redis membership and the demand exchange running, no router), a simulator answering at once, 100 tenants, 200-token prompts;',
@@ -161,14 +168,15 @@ function markdown(date: string, summaries: readonly ModeSummary[], rounds: reado
     `| **fair / first come** | **${f3(cost.ratio.rps)}** | **${f3(cost.ratio.cpuUs)}** | | **${f3(cost.ratio.singleP50Us)}** | ${f3(cost.ratio.singleP99Us)} | |`,
     '',
     `Per round req/s: fair ${cost.series.fair.rps.map((x) => x.toFixed(0)).join(', ')}; first come ${cost.series.fcfs.rps.map((x) => x.toFixed(0)).join(', ')}.`,
-  ].join('\n');
+  ];
+  return [...head, ...(COST_ONLY ? [] : fairness), ...costLines].join('\n');
 }
 
 async function main(): Promise<void> {
   const began = performance.now();
   const load = loadavg();
   const date = new Date().toISOString();
-  const rounds = await runFairness({ group: fairGroup, nodes: NODES, rounds: ROUNDS, runS: RUN_S, log });
+  const rounds = COST_ONLY ? [] : await runFairness({ group: fairGroup, nodes: NODES, rounds: ROUNDS, runS: RUN_S, log });
   await fairGroup.stopAll();
   log(`request-path cost: ${COST_ROUNDS} rounds...`);
   const cost = await runCost({ group: costGroup, rounds: COST_ROUNDS, saturationS: SATURATION_S, singleS: SINGLE_S, log, env: profiled() });
@@ -179,14 +187,14 @@ async function main(): Promise<void> {
   const json = {
     date,
     quick: QUICK,
-    command: `npm run bench:fair-share${QUICK ? ' -- --quick' : ''}`,
+    command: `npm run bench:fair-share${QUICK || COST_ONLY ? ` --${QUICK ? ' --quick' : ''}${COST_ONLY ? ' --cost-only' : ''}` : ''}`,
     machine: { cores: cpus().length, loadAverageAtStart: load },
     settings: { nodes: NODES, rounds: ROUNDS, runSeconds: RUN_S, warmSeconds: WARM_S, quotaTpm: QUOTA_TPM, headroom: HEADROOM, tokensPerRequest: TOKENS, ratesPerS: RATE, dBursts: dBursts(RUN_S), costRounds: COST_ROUNDS, saturationSeconds: SATURATION_S, singleSeconds: SINGLE_S, connections: CONNECTIONS },
     totalSeconds: totalS,
     fairness: { summaries, rounds },
     cost,
   };
-  const name = QUICK ? 'fair-share-quick' : 'fair-share';
+  const name = `fair-share${QUICK ? '-quick' : ''}${COST_ONLY ? '-cost' : ''}`;
   writeResults(name, date, json, md);
   writeFileSync(fileURLToPath(new URL(`../results/${name}.json`, import.meta.url)), JSON.stringify(json, null, 2) + '\n');
 }
