@@ -95,8 +95,9 @@ export async function runCost(o: CostOptions): Promise<CostResult> {
   const body = (m: Mode): string => JSON.stringify({ ...base, model: `m-cost-${m}` });
   const empty = (mode: Mode): CostSeries => ({ mode, rps: [], cpuUs: [], p50Ms: [], singleP50Us: [], singleP99Us: [], non2xx: 0 });
   const series: Record<Mode, CostSeries> = { fair: empty('fair'), fcfs: empty('fcfs') };
-  // Warm-up (JIT, pools, the first leases and exchanges), not measured.
-  for (const m of MODES) await runAutocannon({ url, bodies: [body(m)], keys, connections: CONNECTIONS, durationS: 2 });
+  // Warm-up (JIT, pools, the first leases and exchanges), not measured: as long as a measured run
+  // (with 2 s, the first measured run, always the fair-shared one, was the slowest in two runs of three).
+  for (const m of MODES) await runAutocannon({ url, bodies: [body(m)], keys, connections: CONNECTIONS, durationS: o.saturationS });
   for (let round = 0; round < o.rounds; round++) {
     const order = round % 2 === 0 ? MODES : [...MODES].reverse();
     for (const m of order) {

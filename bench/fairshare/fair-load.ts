@@ -20,6 +20,7 @@
  * quota throughout: A alone asks 5×); the most tokens in any 60 s window at the provider and the
  * provider's 429s (both must stay within the quota); the gateway's refusals by error code.
  */
+import { setMaxListeners } from 'node:events';
 import { Agent, request } from 'undici';
 import { waterFill } from '../../src/fairshare/water-fill.ts';
 import { PromptBuilder } from '../../src/replay/prompt.ts';
@@ -109,6 +110,9 @@ export interface FairnessOptions {
   readonly runS: number;
   readonly log: (line: string) => void;
 }
+
+// The load sender's streams (12 in a 75 s round) each wait on its one stop signal: past the default 10.
+setMaxListeners(64);
 
 const keyOf = (mode: Mode, round: number): string => `sim-key-${mode}-${round}`;
 
