@@ -37,6 +37,8 @@ export interface BenchCluster {
   readonly redis: BenchRedis;
   /** The node processes (for their CPU time). */
   readonly nodeChildren: readonly Child[];
+  /** Each node's base URL, in the order of `nodeChildren` (a one-node cluster owns every tenant: load may go to it directly). */
+  readonly nodeUrls: readonly string[];
   readonly router: Child;
 }
 
@@ -66,5 +68,5 @@ export async function startBenchCluster(group: ProcessGroup, opts: BenchClusterO
     return ((await res.json()) as { members?: number }).members === n;
   });
   const name = `${n} node${n === 1 ? '' : 's'} + router${mode === 'sharded' ? '' : `, ${mode}`}`;
-  return { name, mode, nodes: n, url, redis, nodeChildren, router };
+  return { name, mode, nodes: n, url, redis, nodeChildren, nodeUrls: ports.map((p) => `http://127.0.0.1:${p}`), router };
 }

@@ -1,6 +1,8 @@
 /**
  * Summarises a V8 CPU profile (`node --cpu-prof`): the functions with the most self time, and the
- * share of total samples. Usage: node --import tsx bench/lib/profile-top.ts <file.cpuprofile> [top = 30]
+ * share of total samples. Usage: node --import tsx bench/lib/profile-top.ts <file.cpuprofile> [top = 30] [under]
+ * With `under` (a part of a script URL, e.g. `src/fairshare/`): also the busy samples with a frame of
+ * such a script anywhere on their stack, each counted once (what that code costs with its callees).
  */
 import { readFileSync } from 'node:fs';
 
@@ -14,6 +16,7 @@ interface ProfileNode {
 const file = process.argv[2];
 if (file === undefined) throw new Error('usage: profile-top.ts <file.cpuprofile> [top]');
 const top = Number(process.argv[3] ?? 30);
+const under = process.argv[4];
 const profile = JSON.parse(readFileSync(file, 'utf8')) as { nodes: ProfileNode[]; samples: number[] };
 const byId = new Map(profile.nodes.map((n) => [n.id, n]));
 const nameOf = (n: ProfileNode): string => {
@@ -51,4 +54,16 @@ for (const [name, count] of [...self].filter(([n]) => n !== '(idle)').sort((a, b
 process.stdout.write('inclusive (total) time as % of busy samples:\n');
 for (const [name, count] of [...inclusive].filter(([n]) => n !== '(idle)' && n !== '(root)').sort((a, b) => b[1] - a[1]).slice(0, top)) {
   process.stdout.write(`${((count / (total - idle)) * 100).toFixed(1).padStart(5)}%  ${name}\n`);
+}
+if (under !== undefined) {
+  let within = 0;
+  const mark = (id: number, inside: boolean): void => {
+    const n = byId.get(id);
+    if (n === undefined) return;
+    const here = inside || n.callFrame.url.includes(under);
+    if (here) within += hits.get(id) ?? 0;
+    for (const child of n.children ?? []) mark(child, here);
+  };
+  for (const n of profile.nodes) if (!childIds.has(n.id)) mark(n.id, false);
+  process.stdout.write(`busy samples with ${under} on the stack: ${((within / (total - idle)) * 100).toFixed(2)}%\n`);
 }
