@@ -6,7 +6,8 @@
  * `POST /v1/messages`, `POST /v1/messages/count_tokens`, `GET /v1/models`, Azure OpenAI's
  * `POST /openai/deployments/{deployment}/{chat/completions,completions,embeddings}` and
  * `POST /openai/v1/{chat/completions,completions,embeddings}` (see `./azure.ts`), the Responses API
- * `POST /v1/responses`, `GET|DELETE /v1/responses/{id}`, `POST /v1/responses/{id}/cancel` (also below
+ * `POST /v1/responses`, `GET|DELETE /v1/responses/{id}`, `POST /v1/responses/{id}/cancel`,
+ * `GET /v1/responses/{id}/input_items` (also below
  * `/openai/v1` and `/openai`; see `./openai-responses.ts`), Bedrock's
  * `POST /model/{modelId}/converse` and `POST /model/{modelId}/converse-stream` (SigV4-checked; see
  * `bedrock-routes.ts`), Gemini's OpenAI compatibility `POST /v1beta/openai/{chat/completions,embeddings}`
@@ -71,6 +72,21 @@ export function buildSimulator(opts: SimulatorOptions = {}): FastifyInstance {
   const state = new SimulatorState(opts);
   const app = Fastify({ logger: false, bodyLimit: BODY_LIMIT, forceCloseConnections: true, return503OnClosing: false });
   const { stats } = state;
+  // As OpenAI: an empty body with a JSON content type is no body where the route takes none (GET,
+  // DELETE, `POST …/cancel`: the Python SDK sends `content-type: application/json` with nothing);
+  // elsewhere it is a JSON error (400, "We could not parse the JSON body of your request").
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
+    if (body === '') {
+      if (req.method !== 'POST' || req.routeOptions.url?.endsWith('/cancel') === true) return done(null, undefined);
+      return done(Object.assign(new Error('empty JSON body'), { statusCode: 400, code: 'FST_ERR_CTP_EMPTY_JSON_BODY' }), undefined);
+    }
+    try {
+      done(null, JSON.parse(body as string));
+    } catch (err) {
+      done(Object.assign(err as Error, { statusCode: 400 }), undefined);
+    }
+  });
 
   for (const route of ROUTES) {
     app.post(route.url, {
