@@ -3,7 +3,7 @@
  * its own per-key RPM/TPM quota with provider-style 429s, fault injection, and counters for benchmarks.
  *
  * Routes: `POST /v1/chat/completions`, `POST /v1/completions`, `POST /v1/embeddings`,
- * `POST /v1/messages`, `POST /v1/messages/count_tokens`, `GET /v1/models`, Azure OpenAI's
+ * `POST /v1/messages`, `POST /v1/messages/count_tokens`, `POST /v1/moderations`, `GET /v1/models`, Azure OpenAI's
  * `POST /openai/deployments/{deployment}/{chat/completions,completions,embeddings}` and
  * `POST /openai/v1/{chat/completions,completions,embeddings}` (see `./azure.ts`), the Responses API
  * `POST /v1/responses`, `GET|DELETE /v1/responses/{id}`, `POST /v1/responses/{id}/cancel`,
@@ -25,6 +25,7 @@ import { anthropicModelList, openAIModelList } from './model-list.ts';
 import { prepareOpenAIChat } from './openai-chat.ts';
 import { prepareOpenAIResponses, storedResponseRoutes } from './openai-responses.ts';
 import { prepareEmbeddings } from './openai-embeddings.ts';
+import { serveModeration } from './openai-moderations.ts';
 import type { SimulatorOptions } from './options.ts';
 import { badRequest, bedrockError, missingKey, notFound, openAIError, anthropicError, type Wire } from './provider-errors.ts';
 import { bedrockRoutes } from './bedrock-routes.ts';
@@ -120,6 +121,7 @@ export function buildSimulator(opts: SimulatorOptions = {}): FastifyInstance {
     handler: (req, reply) => serveCountTokens(state, req, reply),
   });
   void app.register(bedrockRoutes(state));
+  app.post('/v1/moderations', (req, reply) => serveModeration(state, req, reply));
 
   app.get('/v1/models', (req, reply) => {
     const anthropic = req.headers['anthropic-version'] !== undefined;
