@@ -3,7 +3,7 @@
 # `openai` and `anthropic` packages of test/python/requirements.txt (run by npm's `pretest`, after
 # scripts/ensure-test-deps.sh, which installs python3-venv).
 #
-#   venv          test/python/.venv (QUOTARING_PYTHON_VENV overrides), not committed
+#   venv          .test-venv (QUOTARING_PYTHON_VENV overrides), not committed
 #   packages      from pip's configured index: `pip config list` names a local mirror where there is one
 #
 # Fast when everything is there (the venv's copy of the requirements equal to the file, and one
@@ -13,7 +13,7 @@
 set -eu
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-venv=${QUOTARING_PYTHON_VENV:-$root/test/python/.venv}
+venv=${QUOTARING_PYTHON_VENV:-$root/.test-venv}
 requirements=$root/test/python/requirements.txt
 python=$venv/bin/python
 stamp=$venv/quotaring-requirements.txt

@@ -19,7 +19,7 @@ import { freePort, runCli, writeConfig } from '../helpers/processes.ts';
 import type { Running } from '../helpers/processes.ts';
 
 const run = promisify(execFile);
-const PYTHON = process.env['QUOTARING_PYTHON_VENV'] === undefined ? fileURLToPath(new URL('../python/.venv/bin/python', import.meta.url)) : `${process.env['QUOTARING_PYTHON_VENV']}/bin/python`;
+const PYTHON = process.env['QUOTARING_PYTHON_VENV'] === undefined ? fileURLToPath(new URL('../../.test-venv/bin/python', import.meta.url)) : `${process.env['QUOTARING_PYTHON_VENV']}/bin/python`;
 const SCRIPT = fileURLToPath(new URL('../python/sdk_calls.py', import.meta.url));
 const KEY = 'key-python-0000';
 const env = { SIM_KEY: 'python-e2e-upstream-key' };
