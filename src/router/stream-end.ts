@@ -71,6 +71,8 @@ export class AnswerEnd {
   }
 
   #add(chunk: Buffer, from: number, to: number): void {
+    // Blank lines between events (more than one) start no event.
+    if (this.#head.length === 0) while (from < to && chunk[from] === NEWLINE) from++;
     if (to <= from) return;
     this.#lastEvent = undefined;
     if (this.#head.length < HEAD_BYTES) this.#head += chunk.toString('latin1', from, Math.min(to, from + HEAD_BYTES - this.#head.length));
@@ -79,7 +81,7 @@ export class AnswerEnd {
   #eventEnded(): void {
     // An empty "event" (extra blank lines) leaves the last one as it was.
     if (this.#head.length === 0) return;
-    this.#lastEvent = this.#head.replace(/^\n+/, '');
+    this.#lastEvent = this.#head;
     this.#head = '';
   }
 }
