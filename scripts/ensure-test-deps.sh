@@ -6,6 +6,8 @@
 #   chromium      the dashboard e2e test drives it headless (playwright-core)      (Debian: chromium)
 #   initdb        catalogue tests start their own PostgreSQL (test/helpers/postgres.ts)  (Debian: postgresql;
 #                 its programs live in /usr/lib/postgresql/<version>/bin, looked for there)
+#   python3       the Python SDK e2e test runs the official openai and anthropic packages in a venv
+#                 (made by scripts/ensure-python-sdks.sh, run after this one)  (Debian: python3-venv)
 #   ip            the partition e2e test puts processes in network namespaces;
 #                 it runs only as root, so `ip` is required only as root         (Debian: iproute2)
 #
@@ -15,7 +17,7 @@
 # Add a test dependency here as "program:debian-package[:root]" (":root": needed only as root).
 set -eu
 
-DEPS="redis-server:redis-server redis-sentinel:redis-sentinel initdb:postgresql chromium:chromium ip:iproute2:root"
+DEPS="redis-server:redis-server redis-sentinel:redis-sentinel initdb:postgresql chromium:chromium python3:python3-venv ip:iproute2:root"
 
 uid=$(id -u)
 missing=""

@@ -71,7 +71,7 @@ export async function admit(run: RequestRun): Promise<Admission | Answered> {
       return { kind: 'answered', reply: reply.hijack() };
     }
     if (taken === 'unavailable') return { kind: 'answered', reply: sendUnavailable(reply, ex) };
-    if (!taken.ok) return { kind: 'answered', reply: taken.overShare === undefined ? sendQuotaRefusal(reply, ex, taken.waitMs, cost) : sendShareRefusal(reply, ex, taken.waitMs, taken.overShare.waitMs, shareWaitedMs) };
+    if (!taken.ok) return { kind: 'answered', reply: taken.overShare === undefined ? sendQuotaRefusal(ctx, reply, ex, taken.waitMs, cost) : sendShareRefusal(reply, ex, taken.waitMs, taken.overShare.waitMs, shareWaitedMs) };
   }
   const want = { id, cost, requests, asked, money, quotas, leases, closed, maxWaitMs: Math.max(0, ex.tier.maxWaitMs - shareWaitedMs) };
   // A spread tenant's requests/tokens limits: its node's lease of the tenant's global-cap buckets.

@@ -3,7 +3,7 @@
  * get a clear 400 instead of being silently replaced.
  */
 import { isUtf8 } from 'node:buffer';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { GatewayError } from '../errors.ts';
 
 declare module 'fastify' {
@@ -11,6 +11,15 @@ declare module 'fastify' {
     /** The JSON body's bytes, forwarded as they are when the gateway changes nothing in the body. */
     rawBody: Buffer | null;
   }
+  interface FastifyContextConfig {
+    /** A POST route that takes no body (`/v1/responses/{id}/cancel`): an empty JSON body is no body. */
+    noBody?: boolean;
+  }
+}
+
+/** Whether `request`'s route takes no body: every GET, HEAD and DELETE, and POST routes marked `config.noBody`. */
+function takesNoBody(request: FastifyRequest): boolean {
+  return request.method !== 'POST' || request.routeOptions.config.noBody === true;
 }
 
 /** What {@link jsonShapeFault} found wrong with a JSON text's shape. */
@@ -91,7 +100,8 @@ const DIGIT_9 = 0x39;
 
 /**
  * Replaces fastify's parsers with one for `application/json` (any charset parameter); any other
- * content type gets 415 from fastify. Bodies nested deeper than `maxDepth` get 400
+ * content type gets 415 from fastify. An empty body is `undefined` (no body) on a route that takes
+ * none (GET, DELETE, a POST marked `config.noBody`), else 400 `invalid_json`. Bodies nested deeper than `maxDepth` get 400
  * `invalid_request` before they are parsed (a deep body costs many times its size in heap, and
  * JSON.stringify of it overflows the stack); so do bodies with more than `maxMembers` members (keys
  * and non-number array elements: each costs JSON.parse an allocation, and a 3 MB body of 280,000
@@ -105,6 +115,13 @@ export function registerJsonBody(app: FastifyInstance, bodyLimit: number, maxDep
   app.addContentTypeParser('application/json', { parseAs: 'buffer', bodyLimit }, (request, body, done) => {
     const bytes = body as Buffer;
     request.rawBody = bytes;
+    // An empty body on a route that takes none is no body (`undefined`), whatever its content type:
+    // the Python SDKs send `content-type: application/json` with nothing on DELETE and cancel.
+    if (bytes.length === 0) {
+      if (takesNoBody(request)) done(null, undefined);
+      else done(new GatewayError('invalid_json', 'The request body is empty: this route needs a JSON object.'), undefined);
+      return;
+    }
     if (!isUtf8(bytes)) {
       done(new GatewayError('invalid_encoding'), undefined);
       return;

@@ -13,6 +13,7 @@ import { budgetRenewal, retryAfterHeaders, rfc3339After } from '../providers/rat
 import type { TranslationError } from '../providers/translate/index.ts';
 import type { GatewayContext } from './context.ts';
 import { limitHeaders } from './limit-headers.ts';
+import { notTheTenants, quotaStates, refusingBucket } from './quota-state.ts';
 import type { Exchange } from './request.ts';
 
 /** Longest wait a budget refusal still names in `retry-after`, ms: beyond it the client is told not to retry (`x-should-retry: false`). */
@@ -79,9 +80,12 @@ export function sendRefusal(ctx: GatewayContext, reply: FastifyReply, ex: Exchan
 /**
  * 429 for a request its deployment's quota cannot take now (the node's lease of the cluster-wide
  * `quota × headroom` is spent): retry after `waitMs`; `waitMs` −1: larger than the quota can ever
- * take (request_too_large). Nothing was charged to the tenant.
+ * take (request_too_large). Nothing was charged to the tenant. The OpenAI error `type` and the
+ * message name the bucket that ran out (`requests`: rpm, `tokens`: tpm; see `refusingBucket`); the
+ * quota's `x-ratelimit-*` headers (in the client's dialect) are sent for each kind the tenant has no
+ * limit of its own of (`quota-state.ts`).
  */
-export function sendQuotaRefusal(reply: FastifyReply, ex: Exchange, waitMs: number, cost: number): FastifyReply {
+export function sendQuotaRefusal(ctx: GatewayContext, reply: FastifyReply, ex: Exchange, waitMs: number, cost: number): FastifyReply {
   const name = ex.deployment.name;
   const trail = reply.request.trail;
   if (trail !== null) {
@@ -89,13 +93,23 @@ export function sendQuotaRefusal(reply: FastifyReply, ex: Exchange, waitMs: numb
     trail.limitKind = 'quota';
     trail.limit = name;
   }
+  const states = quotaStates(ctx.quotas, ex.deployment);
+  const headers = limitHeaders(ctx, ex.dialect, notTheTenants(states, ctx.config.policies.get(ex.tenant.id)));
   if (waitMs < 0) {
     const message = `Request too large for the provider quota of deployment ${name}: it needs ${cost} tokens (prompt ${ex.promptTokens} + max output ${ex.reservedOutput}). Lower max_tokens or shorten the prompt.`;
-    return sendError(reply, ex.dialect, 'request_too_large', { headers: { 'x-should-retry': 'false' }, message, openaiType: 'tokens' });
+    return sendError(reply, ex.dialect, 'request_too_large', { headers: { ...headers, 'x-should-retry': 'false' }, message, openaiType: 'tokens' });
   }
   const wait = Math.max(1, waitMs);
-  const message = `Rate limit reached for the provider quota of deployment ${name} (shared by every tenant of the model). Please try again in ${(wait / 1_000).toFixed(3).replace(/\.?0+$/, '')}s.`;
-  return sendError(reply, ex.dialect, 'rate_limit_exceeded', { headers: retryAfterHeaders(wait), message, openaiType: 'tokens' });
+  const refusing = refusingBucket(states, cost);
+  const kind = refusing?.kind ?? 'tokens';
+  const what =
+    refusing === undefined
+      ? ''
+      : kind === 'requests'
+        ? `: its requests (rpm) ran out (limit ${refusing.limit} a minute, quota x headroom; remaining ${refusing.remaining}; requested 1)`
+        : `: its tokens (tpm) ran out (limit ${refusing.limit} a minute, quota x headroom; remaining ${refusing.remaining}; requested ${cost})`;
+  const message = `Rate limit reached for the provider quota of deployment ${name} (shared by every tenant of the model)${what}. Please try again in ${(wait / 1_000).toFixed(3).replace(/\.?0+$/, '')}s.`;
+  return sendError(reply, ex.dialect, 'rate_limit_exceeded', { headers: { ...headers, ...retryAfterHeaders(wait) }, message, openaiType: kind });
 }
 
 /** 503 `limiter_unavailable`: Redis is unreachable and `cluster.on_redis_failure` is `closed`. Nothing was charged. */

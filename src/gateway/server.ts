@@ -38,6 +38,7 @@ import { completionsRoutes } from './routes/completions.ts';
 import { azureRoutes } from './routes/azure.ts';
 import { countTokensRoutes } from './routes/count-tokens.ts';
 import { responsesRoutes } from './routes/responses.ts';
+import { moderationsRoutes } from './routes/moderations.ts';
 import { sendSettlement, settlementRoutes } from '../peer/settlements.ts';
 import { tenantStateRoutes } from '../peer/tenant-usage.ts';
 import { Upstreams } from './upstream.ts';
@@ -321,6 +322,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     anthropicRoutes(v1, ctx);
     countTokensRoutes(v1, ctx);
     responsesRoutes(v1, ctx);
+    moderationsRoutes(v1, ctx);
   });
 
   if (handoff !== undefined) {

@@ -131,7 +131,7 @@ const localDecider: TenantDecider = {
           // Admitted by the tenant's limits, not by the quota: the tenant gets its tokens and slot back.
           ctx.limiter.settle(tenantId, id, 0);
           ctx.limiter.release(tenantId, id);
-          const refusal = taken === 'unavailable' ? sendUnavailable(reply, ex) : taken.overShare === undefined ? sendQuotaRefusal(reply, ex, taken.waitMs, cost) : sendShareRefusal(reply, ex, taken.waitMs, taken.overShare.waitMs);
+          const refusal = taken === 'unavailable' ? sendUnavailable(reply, ex) : taken.overShare === undefined ? sendQuotaRefusal(ctx, reply, ex, taken.waitMs, cost) : sendShareRefusal(reply, ex, taken.waitMs, taken.overShare.waitMs);
           return { kind: 'answered', reply: refusal };
         }
       }

@@ -115,13 +115,26 @@ function connectionErrorOf(err: ConnectionError): ClientError | undefined {
 const REPLACED_BY = Symbol('quotaring.replaced-by');
 type ReplacedResponse = ServerResponse & { [REPLACED_BY]?: number };
 
+/** Set on a relayed response: whether every byte of the answer was written (see `src/router/stream-end.ts`). */
+const DELIVERY = Symbol('quotaring.delivery');
+type FollowedResponse = ServerResponse & { [DELIVERY]?: { readonly complete: boolean } };
+
+/**
+ * Lets {@link endStatus} ask `delivery` whether the answer on `res` was complete when its
+ * connection closed (the router's relay knows; the response's end may still be on its way).
+ */
+export function followDelivery(res: ServerResponse, delivery: { readonly complete: boolean }): void {
+  (res as FollowedResponse)[DELIVERY] = delivery;
+}
+
 /**
  * The status a response ended with, for request log lines and metrics: `res.statusCode` once it
- * finished; 499 when it closed unfinished because the client left; the status of the connection
- * error's answer (400 ...) that {@link clientErrorHandler} wrote in its place.
+ * finished, or when it closed after its last byte was written (see {@link followDelivery}); 499 when
+ * it closed before because the client left; the status of the connection error's answer (400 ...)
+ * that {@link clientErrorHandler} wrote in its place.
  */
 export function endStatus(res: ServerResponse): number {
-  if (!res.destroyed || res.writableFinished) return res.statusCode;
+  if (!res.destroyed || res.writableFinished || (res as FollowedResponse)[DELIVERY]?.complete === true) return res.statusCode;
   return (res as ReplacedResponse)[REPLACED_BY] ?? 499;
 }
 

@@ -7,7 +7,9 @@
  * - Backpressure: a chunk the client's socket does not take at once pauses undici's reading from the
  *   node until the socket drains (a slow client never makes the router buffer more than a chunk).
  * - Client aborts: one `close` listener per client connection aborts whichever attempt the
- *   connection is waiting on (the node sees its connection closed).
+ *   connection is waiting on (the node sees its connection closed). A client that closes after the
+ *   answer's last byte (a stream's terminal event, a `content-length` body) was written is not
+ *   counted as gone: the response's status stays the node's (`stream-end.ts`).
  * - A held answer: an attempt that may be retried (a replayable body's first attempt) stops at the
  *   headers of a 421 or a 503 for the caller to decide: relay it ({@link Relay.relayHeld}) or
  *   discard it and retry ({@link Relay.discard}). Every other answer is relayed from its headers on.
@@ -19,7 +21,9 @@
 import type { ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { ProxyExchange } from './exchange.ts';
+import { followDelivery } from '../http/client-errors.ts';
 import { endToEndRawHeaders } from './hop-by-hop.ts';
+import { AnswerEnd } from './stream-end.ts';
 
 /** What an attempt came to once the node's headers came (or did not). */
 export type Head =
@@ -69,6 +73,8 @@ export class Relay {
   /** A failure that came while the answer was held. */
   #heldError: Error | undefined;
   #onDrain: (() => void) | undefined;
+  /** Whether the relayed answer's last byte was written (set at its headers, for a body that can be judged). */
+  #answer: AnswerEnd | undefined;
 
   /** @param exchange hijacked when the node's headers are relayed; until then the caller may still answer on it. */
   constructor(exchange: ProxyExchange, opts: RelayOptions) {
@@ -148,7 +154,9 @@ export class Relay {
 
   onData(chunk: Buffer): boolean {
     if (this.#mode !== 'relay') return true;
-    if (this.#res.write(chunk)) return true;
+    const written = this.#res.write(chunk);
+    this.#answer?.push(chunk);
+    if (written) return true;
     this.#onDrain ??= () => this.#resume?.();
     this.#res.once('drain', this.#onDrain);
     return false;
@@ -180,6 +188,11 @@ export class Relay {
 
   #writeHead(statusCode: number, rawHeaders: readonly Buffer[]): void {
     this.#mode = 'relay';
+    const answer = new AnswerEnd(rawHeader(rawHeaders, 'content-type'), rawHeader(rawHeaders, 'content-length'));
+    if (answer.judged) {
+      this.#answer = answer;
+      followDelivery(this.#res, answer);
+    }
     const headers = endToEndRawHeaders(rawHeaders);
     this.#opts.beforeHead?.(headers);
     this.#exchange.hijack();

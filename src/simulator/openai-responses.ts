@@ -18,7 +18,7 @@
  *   output_tokens_details.reasoning_tokens, total_tokens}`. No `[DONE]`.
  * - `GET /v1/responses/{id}` (JSON; `?stream=true`: the terminal event once final), `DELETE`,
  *   `POST /v1/responses/{id}/cancel` (a background response not yet final becomes `cancelled`,
- *   its usage the input alone): see {@link storedResponseRoutes}.
+ *   its usage the input alone), `GET /v1/responses/{id}/input_items`: see {@link storedResponseRoutes}.
  * Prompt tokens: the request's chat form (`responsesPromptForCounting`) counted by the chat rules.
  * Headers: `x-sim-output-tokens` (visible output), `x-sim-reasoning-tokens` (reasoning, default 0),
  * `x-sim-background-ms` (how long a background response takes after it was answered; default
@@ -31,6 +31,7 @@ import { apiKeyOf, sendError } from './model-exchange.ts';
 import { OUTPUT_UNIT, outputLength, outputText } from './output-tokens.ts';
 import type { Prepare, PreparedRequest, ReplyIdentity } from './prepared-request.ts';
 import { badRequest, missingKey, openAIError } from './provider-errors.ts';
+import { inputItemsOf, inputItemsPage } from './input-items.ts';
 import { headerValue, isFieldError, isJsonObject, readCap } from './request-fields.ts';
 import type { StreamPlan } from './reply-writer.ts';
 import type { StoredResponse, StoredUsage } from './response-store.ts';
@@ -172,6 +173,7 @@ export const prepareOpenAIResponses: Prepare = (body, model, headers, ctx) => {
         finalStatus: whole ? finalStatus : 'incomplete',
         usage: final,
         render: (status, isFinal) => render(ids, status, isFinal, final),
+        inputItems: inputItemsOf(body['input'], suffix(ids)),
         cancelled: false,
       };
       responses.put(r);
@@ -192,7 +194,8 @@ function notFound(id: string): ReturnType<typeof openAIError> {
 /**
  * Registers the calls on a stored response below `prefix` (`/v1`, `/openai/v1`, `/openai`):
  * `GET /responses/{id}` (JSON, or `?stream=true` — the terminal event once final, after an
- * `in_progress` event while it is not), `DELETE /responses/{id}`, `POST /responses/{id}/cancel`.
+ * `in_progress` event while it is not), `DELETE /responses/{id}`, `POST /responses/{id}/cancel`,
+ * `GET /responses/{id}/input_items` (`./input-items.ts`).
  */
 export function storedResponseRoutes(app: FastifyInstance, state: SimulatorState, prefix: string): void {
   const store = state.responses;
@@ -232,6 +235,13 @@ export function storedResponseRoutes(app: FastifyInstance, state: SimulatorState
     if (r === undefined) return;
     store.delete(r.id, r.key);
     json(reply, `{"id":"${r.id}","object":"response.deleted","deleted":true}`);
+  });
+  app.get(`${prefix}/responses/:id/input_items`, (req, reply) => {
+    const r = find(req, reply);
+    if (r === undefined) return;
+    const page = inputItemsPage(r.inputItems, req.query as Record<string, string | undefined>);
+    if ('error' in page) return sendError(reply, badRequest('openai', page.error, page.param));
+    json(reply, page.json);
   });
   app.post(`${prefix}/responses/:id/cancel`, (req, reply) => {
     const r = find(req, reply);

@@ -7,6 +7,7 @@
  */
 import { LRUCache } from 'lru-cache';
 import type { Clock } from '../clock.ts';
+import type { InputItems } from './input-items.ts';
 
 /** Most responses kept per simulator. */
 export const MAX_STORED_RESPONSES = 20_000;
@@ -33,6 +34,8 @@ export interface StoredResponse {
   readonly usage: StoredUsage;
   /** The Response JSON at `status`, with its output and usage when `final`. */
   readonly render: (status: string, final: boolean) => string;
+  /** Its input items' JSON, in request order (`GET /v1/responses/{id}/input_items`). */
+  readonly inputItems: InputItems;
   /** Set by a cancel before it finished. */
   cancelled: boolean;
 }

@@ -3,10 +3,11 @@
  * its own per-key RPM/TPM quota with provider-style 429s, fault injection, and counters for benchmarks.
  *
  * Routes: `POST /v1/chat/completions`, `POST /v1/completions`, `POST /v1/embeddings`,
- * `POST /v1/messages`, `POST /v1/messages/count_tokens`, `GET /v1/models`, Azure OpenAI's
+ * `POST /v1/messages`, `POST /v1/messages/count_tokens`, `POST /v1/moderations`, `GET /v1/models`, Azure OpenAI's
  * `POST /openai/deployments/{deployment}/{chat/completions,completions,embeddings}` and
  * `POST /openai/v1/{chat/completions,completions,embeddings}` (see `./azure.ts`), the Responses API
- * `POST /v1/responses`, `GET|DELETE /v1/responses/{id}`, `POST /v1/responses/{id}/cancel` (also below
+ * `POST /v1/responses`, `GET|DELETE /v1/responses/{id}`, `POST /v1/responses/{id}/cancel`,
+ * `GET /v1/responses/{id}/input_items` (also below
  * `/openai/v1` and `/openai`; see `./openai-responses.ts`), Bedrock's
  * `POST /model/{modelId}/converse` and `POST /model/{modelId}/converse-stream` (SigV4-checked; see
  * `bedrock-routes.ts`), Gemini's OpenAI compatibility `POST /v1beta/openai/{chat/completions,embeddings}`
@@ -24,6 +25,7 @@ import { anthropicModelList, openAIModelList } from './model-list.ts';
 import { prepareOpenAIChat } from './openai-chat.ts';
 import { prepareOpenAIResponses, storedResponseRoutes } from './openai-responses.ts';
 import { prepareEmbeddings } from './openai-embeddings.ts';
+import { serveModeration } from './openai-moderations.ts';
 import type { SimulatorOptions } from './options.ts';
 import { badRequest, bedrockError, missingKey, notFound, openAIError, anthropicError, type Wire } from './provider-errors.ts';
 import { bedrockRoutes } from './bedrock-routes.ts';
@@ -71,6 +73,21 @@ export function buildSimulator(opts: SimulatorOptions = {}): FastifyInstance {
   const state = new SimulatorState(opts);
   const app = Fastify({ logger: false, bodyLimit: BODY_LIMIT, forceCloseConnections: true, return503OnClosing: false });
   const { stats } = state;
+  // As OpenAI: an empty body with a JSON content type is no body where the route takes none (GET,
+  // DELETE, `POST …/cancel`: the Python SDK sends `content-type: application/json` with nothing);
+  // elsewhere it is a JSON error (400, "We could not parse the JSON body of your request").
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
+    if (body === '') {
+      if (req.method !== 'POST' || req.routeOptions.url?.endsWith('/cancel') === true) return done(null, undefined);
+      return done(Object.assign(new Error('empty JSON body'), { statusCode: 400, code: 'FST_ERR_CTP_EMPTY_JSON_BODY' }), undefined);
+    }
+    try {
+      done(null, JSON.parse(body as string));
+    } catch (err) {
+      done(Object.assign(err as Error, { statusCode: 400 }), undefined);
+    }
+  });
 
   for (const route of ROUTES) {
     app.post(route.url, {
@@ -104,6 +121,7 @@ export function buildSimulator(opts: SimulatorOptions = {}): FastifyInstance {
     handler: (req, reply) => serveCountTokens(state, req, reply),
   });
   void app.register(bedrockRoutes(state));
+  app.post('/v1/moderations', (req, reply) => serveModeration(state, req, reply));
 
   app.get('/v1/models', (req, reply) => {
     const anthropic = req.headers['anthropic-version'] !== undefined;

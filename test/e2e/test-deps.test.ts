@@ -45,37 +45,37 @@ function run(machine: Machine, env: Record<string, string> = {}): { code: number
 
 describe('npm test installs its own dependencies (scripts/ensure-test-deps.sh)', () => {
   test('is the pretest script, and .ci/run runs the README\'s npm test', () => {
-    assert.equal(PACKAGE.scripts.pretest, 'sh scripts/ensure-test-deps.sh');
+    assert.equal(PACKAGE.scripts.pretest, 'sh scripts/ensure-test-deps.sh && sh scripts/ensure-python-sdks.sh');
     assert.match(CI_RUN, /^npm test$/m);
   });
 
   test('everything present: exits 0 and installs nothing', () => {
-    const r = run({ uid: 0, present: ['redis-server', 'redis-sentinel', 'initdb', 'chromium', 'ip', 'apt-get'] });
+    const r = run({ uid: 0, present: ['redis-server', 'redis-sentinel', 'initdb', 'chromium', 'python3', 'ip', 'apt-get'] });
     assert.equal(r.code, 0, r.stderr);
     assert.deepEqual(r.calls, []);
   });
 
   test('PostgreSQL: found on PATH or in its versioned folder (Debian), else postgresql is installed', () => {
-    const missing = run({ uid: 0, present: ['redis-server', 'redis-sentinel', 'chromium', 'ip', 'apt-get'] });
+    const missing = run({ uid: 0, present: ['redis-server', 'redis-sentinel', 'chromium', 'python3', 'ip', 'apt-get'] });
     assert.deepEqual(missing.calls, ['apt-get update -q', 'apt-get install -y -q --no-install-recommends postgresql']);
     const versioned = mkdtempSync(join(tmpdir(), 'qr-pg-'));
     dirs.push(versioned);
     mkdirSync(join(versioned, '15', 'bin'), { recursive: true });
     writeFileSync(join(versioned, '15', 'bin', 'initdb'), '#!/bin/sh\n');
     chmodSync(join(versioned, '15', 'bin', 'initdb'), 0o755);
-    const found = run({ uid: 0, present: ['redis-server', 'redis-sentinel', 'chromium', 'ip', 'apt-get'] }, { QUOTARING_PG_BIN_GLOB: join(versioned, '*', 'bin') });
+    const found = run({ uid: 0, present: ['redis-server', 'redis-sentinel', 'chromium', 'python3', 'ip', 'apt-get'] }, { QUOTARING_PG_BIN_GLOB: join(versioned, '*', 'bin') });
     assert.equal(found.code, 0, found.stderr);
     assert.deepEqual(found.calls, []);
   });
 
   test('as root with programs missing: apt-get update, then one install of exactly the missing packages', () => {
-    const r = run({ uid: 0, present: ['chromium', 'initdb', 'apt-get'] });
+    const r = run({ uid: 0, present: ['chromium', 'initdb', 'python3', 'apt-get'] });
     assert.equal(r.code, 0, r.stderr);
     assert.deepEqual(r.calls, ['apt-get update -q', 'apt-get install -y -q --no-install-recommends redis-server redis-sentinel iproute2']);
   });
 
   test('not root: `ip` is not required (the partition test runs only as root); the rest goes through password-less sudo', () => {
-    const r = run({ uid: 1000, present: ['chromium', 'initdb', 'apt-get'], sudo: true });
+    const r = run({ uid: 1000, present: ['chromium', 'initdb', 'python3', 'apt-get'], sudo: true });
     assert.equal(r.code, 0, r.stderr);
     assert.deepEqual(r.calls, [
       'sudo -n true',
@@ -85,7 +85,7 @@ describe('npm test installs its own dependencies (scripts/ensure-test-deps.sh)',
   });
 
   test('not root and no password-less sudo: fails at once, naming the exact command', () => {
-    const r = run({ uid: 1000, present: ['initdb', 'apt-get'], sudo: false });
+    const r = run({ uid: 1000, present: ['initdb', 'python3', 'apt-get'], sudo: false });
     assert.equal(r.code, 1);
     assert.deepEqual(r.calls, []);
     assert.match(r.stderr, /missing test dependencies: redis-server redis-sentinel chromium/);
@@ -93,12 +93,18 @@ describe('npm test installs its own dependencies (scripts/ensure-test-deps.sh)',
   });
 
   test('no apt-get, or QUOTARING_NO_INSTALL=1: fails naming the packages, installs nothing', () => {
-    const noApt = run({ uid: 0, present: ['chromium', 'ip', 'redis-sentinel', 'initdb'] });
+    const noApt = run({ uid: 0, present: ['chromium', 'python3', 'ip', 'redis-sentinel', 'initdb'] });
     assert.equal(noApt.code, 1);
     assert.match(noApt.stderr, /missing test dependencies: redis-server \(no apt-get here/);
-    const refused = run({ uid: 0, present: ['apt-get', 'ip', 'redis-sentinel', 'initdb'] }, { QUOTARING_NO_INSTALL: '1' });
+    const refused = run({ uid: 0, present: ['apt-get', 'ip', 'redis-sentinel', 'initdb', 'python3'] }, { QUOTARING_NO_INSTALL: '1' });
     assert.equal(refused.code, 1);
     assert.deepEqual(refused.calls, []);
     assert.match(refused.stderr, /apt-get update && apt-get install -y --no-install-recommends redis-server chromium/);
+  });
+
+  test('no python3: python3-venv is installed (the Python SDK test\'s venv is made by scripts/ensure-python-sdks.sh)', () => {
+    const r = run({ uid: 0, present: ['redis-server', 'redis-sentinel', 'initdb', 'chromium', 'ip', 'apt-get'] });
+    assert.equal(r.code, 0, r.stderr);
+    assert.deepEqual(r.calls, ['apt-get update -q', 'apt-get install -y -q --no-install-recommends python3-venv']);
   });
 });

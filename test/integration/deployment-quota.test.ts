@@ -21,7 +21,7 @@ describe('deployment quotas on a node without Redis', () => {
   let app: FastifyInstance | undefined;
   let clock: ManualClock;
 
-  async function start(quota: { rpm?: number; tpm?: number }, tenantLimits: unknown[], simQuota?: { rpm?: number; tpm?: number }): Promise<FastifyInstance> {
+  async function start(quota: { rpm?: number; tpm?: number; algorithm?: string }, tenantLimits: unknown[], simQuota?: { rpm?: number; tpm?: number }, headroom = 1): Promise<FastifyInstance> {
     sim = await startSimulator({ port: 0, ...(simQuota === undefined ? {} : { quota: simQuota }) });
     clock = new ManualClock();
     const config = buildConfig(
@@ -32,7 +32,7 @@ describe('deployment quotas on a node without Redis', () => {
           { id: 'b', keys: ['key-b-000000'], limits: [] },
         ],
         models: [{ name: 'gpt-4o-mini', encoding: 'o200k_base', estimator: 'exact', deployments: ['sim'] }],
-        deployments: [{ name: 'sim', provider: 'openai', base_url: sim.url, api_key_env: 'SIM_KEY', quota, headroom: 1 }],
+        deployments: [{ name: 'sim', provider: 'openai', base_url: sim.url, api_key_env: 'SIM_KEY', quota, headroom }],
       },
       'test.yaml',
       { SIM_KEY: 'sim-key' },
@@ -111,5 +111,78 @@ describe('deployment quotas on a node without Redis', () => {
     assert.equal(refused.statusCode, 429);
     assert.equal(refused.headers['x-quotaring-error'], 'rate_limit_exceeded');
     assert.equal((await simStats(sim!.url)).requests, before);
+  });
+
+  test("an rpm refusal says type requests and names the requests; a tpm one says tokens; the quota's x-ratelimit-* headers come where the tenant has no limit of its own", async () => {
+    const gw = await start({ rpm: 2, tpm: 1_000_000 }, [{ requests: 100, window: '1m' }]);
+    for (let i = 0; i < 2; i++) assert.equal((await gw.inject({ method: 'POST', url: '/v1/chat/completions', headers: auth('key-b-000000'), payload: chat(5) })).statusCode, 200);
+    const refused = await gw.inject({ method: 'POST', url: '/v1/chat/completions', headers: auth('key-b-000000'), payload: chat(5) });
+    assert.equal(refused.statusCode, 429);
+    const error = (refused.json() as { error: { type: string; message: string } }).error;
+    assert.equal(error.type, 'requests');
+    assert.match(error.message, /provider quota of deployment sim .*requests \(rpm\) ran out \(limit 2 a minute.*remaining 0; requested 1\)/);
+    // Tenant b has no limits: the quota's state, both kinds (OpenAI's shape: limit, remaining, reset as a Go duration).
+    assert.equal(refused.headers['x-ratelimit-limit-requests'], '2');
+    assert.equal(refused.headers['x-ratelimit-remaining-requests'], '0');
+    assert.equal(refused.headers['x-ratelimit-reset-requests'], '1m0s');
+    assert.equal(refused.headers['x-ratelimit-limit-tokens'], '1000000');
+    assert.match(String(refused.headers['x-ratelimit-remaining-tokens']), /^\d+$/);
+    assert.equal(refused.headers['retry-after'], '30');
+    // Tenant a has its own requests limit: only the quota's tokens headers.
+    const a = await gw.inject({ method: 'POST', url: '/v1/chat/completions', headers: auth('key-a-000000'), payload: chat(5) });
+    assert.equal(a.statusCode, 429);
+    assert.equal(a.headers['x-ratelimit-limit-requests'], undefined);
+    assert.equal(a.headers['x-ratelimit-limit-tokens'], '1000000');
+
+    await app?.close();
+    await sim?.close();
+    const tpm = await start({ rpm: 1_000, tpm: 60 }, []);
+    assert.equal((await tpm.inject({ method: 'POST', url: '/v1/chat/completions', headers: auth('key-b-000000'), payload: chat(20) })).statusCode, 200);
+    const out = await tpm.inject({ method: 'POST', url: '/v1/chat/completions', headers: auth('key-b-000000'), payload: chat(40) });
+    assert.equal(out.statusCode, 429);
+    const tokensError = (out.json() as { error: { type: string; message: string } }).error;
+    assert.equal(tokensError.type, 'tokens');
+    assert.match(tokensError.message, /tokens \(tpm\) ran out \(limit 60 a minute/);
+    assert.equal(out.headers['x-ratelimit-limit-tokens'], '60');
+  });
+
+  /** Sends requests of tenant b each second for `seconds`, as many as are admitted; @returns the clock ms of each admission. */
+  async function admittedEachSecond(gw: FastifyInstance, seconds: number): Promise<number[]> {
+    const at: number[] = [];
+    for (let s = 0; s < seconds; s++) {
+      for (;;) {
+        const res = await gw.inject({ method: 'POST', url: '/v1/chat/completions', headers: auth('key-b-000000'), payload: chat(5) });
+        if (res.statusCode !== 200) break;
+        at.push(clock.now());
+      }
+      clock.advance(1_000);
+    }
+    return at;
+  }
+
+  /** The most admissions in any 60 s window [t, t + 60 s) over `at` (sorted). */
+  function mostInAMinute(at: readonly number[]): number {
+    let most = 0;
+    for (let i = 0, j = 0; i < at.length; i++) {
+      while ((at[i] as number) - (at[j] as number) >= 60_000) j++;
+      most = Math.max(most, i - j + 1);
+    }
+    return most;
+  }
+
+  test('quota.algorithm sliding_window: no 60 s window admits more than the quota, from idle and at steady load; token_bucket admits up to about 2 x quota x headroom in the first minute', { timeout: 120_000 }, async () => {
+    const sliding = await start({ rpm: 100, algorithm: 'sliding_window' }, [], undefined, 0.9);
+    const admitted = await admittedEachSecond(sliding, 240);
+    assert.ok(mostInAMinute(admitted) <= 100, `sliding_window admitted ${mostInAMinute(admitted)} in a 60 s window of a 100 rpm quota`);
+    // It still uses the quota: at steady load, 90 a minute (quota x headroom).
+    const lastMinute = admitted.filter((t) => t >= clock.now() - 60_000).length;
+    assert.ok(lastMinute >= 88 && lastMinute <= 100, `last minute: ${lastMinute}`);
+
+    await app?.close();
+    await sim?.close();
+    const bucket = await start({ rpm: 100 }, [], undefined, 0.9);
+    const burst = mostInAMinute(await admittedEachSecond(bucket, 120));
+    // A full bucket (90) plus a minute of refill (90): the bound docs/limits.md states.
+    assert.ok(burst > 100 && burst <= 180, `token_bucket admitted ${burst} in a 60 s window`);
   });
 });

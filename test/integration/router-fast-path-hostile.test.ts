@@ -246,4 +246,42 @@ describe('router fast path: hostile clients', () => {
       node.handle = (_req, res) => res.end('{"ok":true}');
     }
   });
+
+  test('a client that leaves right after the last event of a stream (or the last byte of a body) is counted with the node\'s status, not 499', { timeout: 30_000 }, async () => {
+    // The node writes the whole answer, then holds its end back (the Python SDKs close at [DONE],
+    // often before the end of the chunked answer reaches the router).
+    const ends: (() => void)[] = [];
+    try {
+      for (const [what, body] of [
+        ['[DONE]', 'data: {"x":1}\n\ndata: [DONE]\n\n'],
+        ['message_stop', 'event: message_delta\ndata: {}\n\nevent: message_stop\ndata: {"type":"message_stop"}\n\n'],
+        ['response.completed', `event: response.completed\ndata: {"response":"${'x'.repeat(100_000)}"}\n\n`],
+      ] as const) {
+        node.handle = (_req, res) => {
+          res.writeHead(200, { 'content-type': 'text/event-stream' });
+          // Byte by byte for the first, so a blank line falls across chunks.
+          if (what === '[DONE]') for (const c of body) res.write(c);
+          else res.write(body);
+          ends.push(() => res.end());
+        };
+        for (const request of [post(), `GET /v1/responses/r1/input_items HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${KEY}\r\n\r\n`]) {
+          const { line, counted } = await leaving([request, 300, 'leave']);
+          assert.equal(line['status'], 200, `${what}, ${request.slice(0, 4)}`);
+          assert.equal(counted, 0, `${what}, ${request.slice(0, 4)}`);
+        }
+      }
+      // Not the end yet: an event that is not a terminal one stays a 499.
+      node.handle = (_req, res) => {
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        res.write('data: [DONE]\n\ndata: {"late":1}\n\n');
+        ends.push(() => res.end());
+      };
+      const after = await leaving([post(), 300, 'leave']);
+      assert.equal(after.line['status'], 499);
+      assert.equal(after.counted, 1);
+    } finally {
+      for (const end of ends) end();
+      node.handle = (_req, res) => res.end('{"ok":true}');
+    }
+  });
 });

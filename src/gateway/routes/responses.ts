@@ -68,7 +68,7 @@ export function responsesRoutes(app: FastifyInstance, ctx: GatewayContext): void
     app.post(`${prefix}/responses`, create);
     app.get(`${prefix}/responses/:id`, retrieve);
     app.delete(`${prefix}/responses/:id`, remove);
-    app.post(`${prefix}/responses/:id/cancel`, cancel);
+    app.post(`${prefix}/responses/:id/cancel`, { config: { noBody: true } }, cancel);
     app.get(`${prefix}/responses/:id/input_items`, inputItems);
   }
 }
