@@ -131,11 +131,12 @@ describe('Dockerfile', () => {
     assert.deepEqual(exposed, [8080, 9100, 9200]);
   });
 
-  test('HEALTHCHECK asks /readyz on the API port, which both the node and the router serve', () => {
+  test('HEALTHCHECK asks /readyz on the API port (QUOTARING_HEALTH_PORT, default the schema\'s 8080), which both the node and the router serve', () => {
     const healthcheck = all(runtime, 'HEALTHCHECK').at(-1) ?? '';
     const cmd = JSON.parse(healthcheck.slice(healthcheck.indexOf('CMD ') + 4)) as string[];
     assert.equal(cmd[0], 'node');
-    assert.match(cmd[2] ?? '', new RegExp(`fetch\\('http://127\\.0\\.0\\.1:${SERVER.port}/readyz'\\)`));
+    assert.match(cmd[2] ?? '', new RegExp(`fetch\\('http://127\\.0\\.0\\.1:' \\+ \\(process\\.env\\.QUOTARING_HEALTH_PORT \\|\\| ${SERVER.port}\\) \\+ '/readyz'\\)`));
+    assert.equal(SERVER.port, ROUTER.port, 'one default for both');
     assert.match(cmd[2] ?? '', /process\.exit\(r\.ok \? 0 : 1\)/);
     assert.match(text('src/gateway/server.ts'), /app\.get\('\/readyz'/);
     assert.match(text('src/router/server.ts'), /app\.get\('\/readyz'/);
