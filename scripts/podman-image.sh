@@ -13,7 +13,9 @@
 # with this machine's own Node.js binary and npm and a `node` user of uid 1000, like the official
 # image's. It is tagged with the Node binary's version (localhost/quotaring-base:node-v20.x.y) and
 # built only when `podman image exists` finds no image of that tag: a new Node binary makes a new base.
-# Redis's image is keyed the same way (localhost/quotaring-redis:node-v20.x.y).
+# Redis's image is keyed the same way (localhost/quotaring-redis:node-v20.x.y); like the official
+# redis image, it runs `redis-server` with protected mode off (other containers connect without a
+# password), so it can also stand in for `redis:7` (`podman tag … localhost/redis:7`) in compose.
 #
 # The project's image: `podman build --format docker` (podman's own OCI format drops HEALTHCHECK),
 # `--network host`, the base through `--build-arg NODE_IMAGE`, and this machine's CA bundle mounted
@@ -78,7 +80,8 @@ build_redis() {
   printf '%s\n' "FROM $BASE" \
     'RUN apt-get update -q && apt-get install -y -q --no-install-recommends redis-server && rm -rf /var/lib/apt/lists/*' \
     'USER 1000:1000' \
-    'ENTRYPOINT ["redis-server"]' |
+    'ENTRYPOINT ["/bin/sh", "-c", "if [ \"$1\" = redis-server ]; then shift; exec redis-server --protected-mode no \"$@\"; fi; exec \"$@\"", "entrypoint"]' \
+    'CMD ["redis-server"]' |
     podman build --quiet --format docker --network host -t "$REDIS" -f - "$context" >&2
   rmdir "$context"
   echo "$REDIS"

@@ -192,7 +192,7 @@ describe('the image, built with podman and run as a cluster of containers', { sk
     assert.match(before.out, /unhealthy/);
     started.push(`${PREFIX}-redis`);
     await podman('run', '-d', '--name', `${PREFIX}-redis`, '--network', 'host', '--read-only', '--read-only-tmpfs=false', redisImage,
-      '--port', String(ports.redis), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no');
+      'redis-server', '--port', String(ports.redis), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no');
     await answers(`${members[0]?.url}/readyz`, name);
     const healthy = await podmanCode('healthcheck', 'run', name);
     assert.equal(healthy.code, 0, `unhealthy once ready: ${healthy.out}`);
@@ -259,5 +259,7 @@ describe('docker-compose.yml, checked by docker-compose', { skip: skip || false 
     assert.match(stdout, /image: quotaring:local/);
     await assert.rejects(run(tool as string, ['--file', 'docker-compose.yml', 'config', '--quiet'], { cwd: ROOT, env: { ...process.env, QUOTARING_ADMIN_TOKEN: '', QUOTARING_CLUSTER_SECRET: '' } }), /QUOTARING_(ADMIN_TOKEN|CLUSTER_SECRET)/);
   });
-  test('running it under podman', { skip: 'not run: its redis, prometheus and grafana images come from Docker Hub, which no registry here serves, and podman 4.3 here has no DNS plugin for service names (node1, redis) on a compose network; the image test above runs the same topology on the host network' }, () => {});
+  test('running it under podman', {
+    skip: 'not run here: the router publishes the host\'s fixed port 8080 (a shared machine), redis:7, Prometheus and Grafana come from Docker Hub (no registry here), and podman-compose 1.0.3 passes ${QUOTARING_CLUSTER_SECRET_PREVIOUS:-} literally, so its nodes would accept that known string as a cluster secret. Run by hand (docs/deploy.md) with Debian\'s dnsname plugin and the Redis stand-in tagged localhost/redis:7, it answered 200 through the router. The image test above runs the same topology on the host network',
+  }, () => {});
 });
