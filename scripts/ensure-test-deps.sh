@@ -34,6 +34,7 @@ conf_ensure() {
   section=$1 setting=$2 key=${2%% *}
   if [ -f "$CONTAINERS_CONF" ]; then
     while IFS= read -r line || [ -n "$line" ]; do
+      line=${line#"${line%%[![:space:]]*}"}
       case "$line" in "$key "*|"$key="*) return 0 ;; esac
     done <"$CONTAINERS_CONF"
   fi

@@ -61,12 +61,12 @@ describe('npm test installs its own dependencies (scripts/ensure-test-deps.sh)',
     const dir = mkdtempSync(join(tmpdir(), 'qr-conf-'));
     dirs.push(dir);
     const conf = join(dir, 'containers.conf');
-    writeFileSync(conf, '# mine\n[engine]\nevents_logger = "file"\nruntime = "crun"\n');
+    writeFileSync(conf, '# mine\n[engine]\nevents_logger = "file"\n  runtime = "crun"\n');
     const present = ['redis-server', 'redis-sentinel', 'initdb', 'chromium', 'ip', 'apt-get', ...CONTAINER_TOOLS];
     const first = run({ uid: 0, present }, { QUOTARING_CONTAINERS_CONF: conf });
     assert.equal(first.code, 0, first.stderr);
     const written = readFileSync(conf, 'utf8');
-    assert.equal(written, '# mine\n[engine]\ncgroup_manager = "cgroupfs"\nevents_logger = "file"\nruntime = "crun"\n[containers]\ndefault_ulimits = []\n', 'the operator\'s runtime is kept');
+    assert.equal(written, '# mine\n[engine]\ncgroup_manager = "cgroupfs"\nevents_logger = "file"\n  runtime = "crun"\n[containers]\ndefault_ulimits = []\n', 'the operator\'s runtime is kept, indented or not');
     const again = run({ uid: 0, present }, { QUOTARING_CONTAINERS_CONF: conf });
     assert.equal(again.stderr, '');
     assert.equal(readFileSync(conf, 'utf8'), written);
