@@ -6,7 +6,7 @@
  * router. Every quotaring container runs as it would in production: uid 1000, read-only root
  * filesystem, only the state directory writable (a tmpfs), the image's HEALTHCHECK.
  *
- * Checked, in order: the HEALTHCHECK of a node started before Redis is unhealthy, and healthy once
+ * Checked, in order: the entry point (`--version`, `config check`); uid 1000 and the read-only root; the HEALTHCHECK of a node started before Redis is unhealthy, and healthy once
  * Redis is up and the node is in the ring; official `openai` SDK requests through the router are
  * limited per tenant; a rolling restart of every node container (`podman stop`: the image's stop
  * signal and the grace given, then `podman start`) admits nothing more within the window; a
@@ -20,7 +20,8 @@
  */
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
@@ -170,6 +171,14 @@ describe('the image, built with podman and run as a cluster of containers', { sk
 
   after(async () => {
     if (started.length > 0) await podmanCode('rm', '--force', '--time', '0', ...started);
+  });
+
+  test('the entry point is the CLI: --version is the package\'s, `config check` accepts the mounted config', async () => {
+    const { version } = JSON.parse(readFileSync(resolve(ROOT, 'package.json'), 'utf8')) as { version: string };
+    assert.equal(await podman('run', '--rm', '--network', 'none', '--health-interval', 'disable', image, '--version'), version);
+    const check = await podmanCode('run', '--rm', '--network', 'none', '--read-only', '--health-interval', 'disable',
+      '-v', `${config}:/etc/quotaring/config.yaml:ro`, image, 'config', 'check', '/etc/quotaring/config.yaml');
+    assert.equal(check.code, 0, check.out);
   });
 
   test('runs as uid 1000 on a read-only root filesystem; only the state directory is writable', async () => {
