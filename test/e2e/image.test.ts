@@ -15,8 +15,9 @@
  * docker-compose.yml.
  *
  * Runs only as root where podman works (the machine's cgroups, containers.conf: see
- * scripts/ensure-test-deps.sh); skipped with the reason otherwise. Every container it starts is
- * removed in `after`, on failure too.
+ * scripts/ensure-test-deps.sh); skipped with the reason otherwise (the `docker-compose config`
+ * check runs wherever docker-compose is installed). Every container it starts is removed in
+ * `after`, on failure too.
  */
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
