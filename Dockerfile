@@ -4,8 +4,10 @@
 # stage compiles TypeScript with the dev dependencies; the runtime stage holds only the production
 # dependencies, the compiled `dist/`, the Lua scripts and the demo config, and runs as the
 # unprivileged `node` user (uid 1000) of the official Node image.
-# NOT BUILT HERE: the machine this was written on has no Docker engine. test/unit/container-image.test.ts
-# parses this file and checks what it promises (stages, user, ports, HEALTHCHECK, what is copied).
+# Built and run here with podman (no Docker engine, no image registry): scripts/podman-image.sh
+# builds it from a stand-in base, and test/e2e/image.test.ts runs a cluster of its containers.
+# test/unit/container-image.test.ts parses this file and checks what it promises (stages, user,
+# ports, HEALTHCHECK, what is copied).
 ARG NODE_IMAGE=node:20-bookworm-slim
 
 FROM ${NODE_IMAGE} AS build
@@ -41,7 +43,10 @@ USER 1000:1000
 # Keep 9100/9200 and the nodes' 8080 private (docs/deploy.md, "Ports").
 EXPOSE 8080 9100 9200
 # Ready = listening, in the ring, handoffs received, Redis scripts loaded (a node); ring not empty (a router).
+# It asks the port in QUOTARING_HEALTH_PORT (default 8080): set it to the node's or router's port
+# when it is not 8080 (`--port`, server.port / router.port). Podman keeps HEALTHCHECK only when it
+# builds in Docker's format (`podman build --format docker`).
 HEALTHCHECK --interval=5s --timeout=3s --start-period=10s --retries=3 \
-  CMD ["node", "-e", "fetch('http://127.0.0.1:8080/readyz').then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
+  CMD ["node", "-e", "fetch('http://127.0.0.1:' + (process.env.QUOTARING_HEALTH_PORT || 8080) + '/readyz').then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
 ENTRYPOINT ["node", "/app/dist/src/cli.js"]
 CMD ["--help"]

@@ -16,6 +16,8 @@ const PACKAGE = JSON.parse(readFileSync(new URL('../../package.json', import.met
 const CI_RUN = readFileSync(new URL('../../.ci/run', import.meta.url), 'utf8');
 
 const dirs: string[] = [];
+/** The image test's programs (needed only as root). */
+const CONTAINER_TOOLS = ['podman', 'runc', 'mmdebstrap', 'docker-compose'];
 after(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
 
 interface Machine {
@@ -38,7 +40,7 @@ function run(machine: Machine, env: Record<string, string> = {}): { code: number
   stub('id', `echo ${machine.uid}`);
   for (const p of machine.present) stub(p, `echo "${p} $*" >> ${log}`);
   if (machine.sudo !== undefined) stub('sudo', machine.sudo ? `echo "sudo $*" >> ${log}` : 'exit 1');
-  const res = spawnSync('/bin/sh', [SCRIPT], { env: { PATH: bin, QUOTARING_PG_BIN_GLOB: join(bin, 'no-postgresql-*'), ...env }, encoding: 'utf8', timeout: 10_000 });
+  const res = spawnSync('/bin/sh', [SCRIPT], { env: { PATH: bin, QUOTARING_PG_BIN_GLOB: join(bin, 'no-postgresql-*'), QUOTARING_CONTAINERS_CONF: join(bin, 'containers.conf'), ...env }, encoding: 'utf8', timeout: 10_000 });
   const calls = existsSync(log) ? readFileSync(log, 'utf8').trim().split('\n') : [];
   return { code: res.status, stderr: res.stderr, calls };
 }
@@ -50,20 +52,39 @@ describe('npm test installs its own dependencies (scripts/ensure-test-deps.sh)',
   });
 
   test('everything present: exits 0 and installs nothing', () => {
-    const r = run({ uid: 0, present: ['redis-server', 'redis-sentinel', 'initdb', 'chromium', 'python3', 'ip', 'apt-get'] });
+    const r = run({ uid: 0, present: ['redis-server', 'redis-sentinel', 'initdb', 'chromium', 'python3', 'ip', 'apt-get', ...CONTAINER_TOOLS] });
     assert.equal(r.code, 0, r.stderr);
     assert.deepEqual(r.calls, []);
   });
 
+  test('as root with podman: containers.conf gets only the settings it lacks, under their sections, once', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'qr-conf-'));
+    dirs.push(dir);
+    const conf = join(dir, 'containers.conf');
+    writeFileSync(conf, '# mine\n[engine]\nevents_logger = "file"\n  runtime = "crun"\n');
+    const present = ['redis-server', 'redis-sentinel', 'initdb', 'chromium', 'python3', 'ip', 'apt-get', ...CONTAINER_TOOLS];
+    const first = run({ uid: 0, present }, { QUOTARING_CONTAINERS_CONF: conf });
+    assert.equal(first.code, 0, first.stderr);
+    const written = readFileSync(conf, 'utf8');
+    assert.equal(written, '# mine\n[engine]\ncgroup_manager = "cgroupfs"\nevents_logger = "file"\n  runtime = "crun"\n[containers]\ndefault_ulimits = []\n', 'the operator\'s runtime is kept, indented or not');
+    const again = run({ uid: 0, present }, { QUOTARING_CONTAINERS_CONF: conf });
+    assert.equal(again.stderr, '');
+    assert.equal(readFileSync(conf, 'utf8'), written);
+    // Not root: never touched.
+    const other = join(dir, 'other.conf');
+    run({ uid: 1000, present, sudo: true }, { QUOTARING_CONTAINERS_CONF: other });
+    assert.ok(!existsSync(other));
+  });
+
   test('PostgreSQL: found on PATH or in its versioned folder (Debian), else postgresql is installed', () => {
-    const missing = run({ uid: 0, present: ['redis-server', 'redis-sentinel', 'chromium', 'python3', 'ip', 'apt-get'] });
+    const missing = run({ uid: 0, present: ['redis-server', 'redis-sentinel', 'chromium', 'python3', 'ip', 'apt-get', ...CONTAINER_TOOLS] });
     assert.deepEqual(missing.calls, ['apt-get update -q', 'apt-get install -y -q --no-install-recommends postgresql']);
     const versioned = mkdtempSync(join(tmpdir(), 'qr-pg-'));
     dirs.push(versioned);
     mkdirSync(join(versioned, '15', 'bin'), { recursive: true });
     writeFileSync(join(versioned, '15', 'bin', 'initdb'), '#!/bin/sh\n');
     chmodSync(join(versioned, '15', 'bin', 'initdb'), 0o755);
-    const found = run({ uid: 0, present: ['redis-server', 'redis-sentinel', 'chromium', 'python3', 'ip', 'apt-get'] }, { QUOTARING_PG_BIN_GLOB: join(versioned, '*', 'bin') });
+    const found = run({ uid: 0, present: ['redis-server', 'redis-sentinel', 'chromium', 'python3', 'ip', 'apt-get', ...CONTAINER_TOOLS] }, { QUOTARING_PG_BIN_GLOB: join(versioned, '*', 'bin') });
     assert.equal(found.code, 0, found.stderr);
     assert.deepEqual(found.calls, []);
   });
@@ -71,7 +92,7 @@ describe('npm test installs its own dependencies (scripts/ensure-test-deps.sh)',
   test('as root with programs missing: apt-get update, then one install of exactly the missing packages', () => {
     const r = run({ uid: 0, present: ['chromium', 'initdb', 'python3', 'apt-get'] });
     assert.equal(r.code, 0, r.stderr);
-    assert.deepEqual(r.calls, ['apt-get update -q', 'apt-get install -y -q --no-install-recommends redis-server redis-sentinel iproute2']);
+    assert.deepEqual(r.calls, ['apt-get update -q', 'apt-get install -y -q --no-install-recommends redis-server redis-sentinel iproute2 podman runc mmdebstrap docker-compose']);
   });
 
   test('not root: `ip` is not required (the partition test runs only as root); the rest goes through password-less sudo', () => {
@@ -93,17 +114,17 @@ describe('npm test installs its own dependencies (scripts/ensure-test-deps.sh)',
   });
 
   test('no apt-get, or QUOTARING_NO_INSTALL=1: fails naming the packages, installs nothing', () => {
-    const noApt = run({ uid: 0, present: ['chromium', 'python3', 'ip', 'redis-sentinel', 'initdb'] });
+    const noApt = run({ uid: 0, present: ['chromium', 'python3', 'ip', 'redis-sentinel', 'initdb', ...CONTAINER_TOOLS] });
     assert.equal(noApt.code, 1);
     assert.match(noApt.stderr, /missing test dependencies: redis-server \(no apt-get here/);
-    const refused = run({ uid: 0, present: ['apt-get', 'ip', 'redis-sentinel', 'initdb', 'python3'] }, { QUOTARING_NO_INSTALL: '1' });
+    const refused = run({ uid: 0, present: ['apt-get', 'ip', 'redis-sentinel', 'initdb', ...CONTAINER_TOOLS] }, { QUOTARING_NO_INSTALL: '1' });
     assert.equal(refused.code, 1);
     assert.deepEqual(refused.calls, []);
     assert.match(refused.stderr, /apt-get update && apt-get install -y --no-install-recommends redis-server chromium/);
   });
 
   test('no python3: python3-venv is installed (the Python SDK test\'s venv is made by scripts/ensure-python-sdks.sh)', () => {
-    const r = run({ uid: 0, present: ['redis-server', 'redis-sentinel', 'initdb', 'chromium', 'ip', 'apt-get'] });
+    const r = run({ uid: 0, present: ['redis-server', 'redis-sentinel', 'initdb', 'chromium', 'ip', 'apt-get', ...CONTAINER_TOOLS] });
     assert.equal(r.code, 0, r.stderr);
     assert.deepEqual(r.calls, ['apt-get update -q', 'apt-get install -y -q --no-install-recommends python3-venv']);
   });

@@ -1,6 +1,6 @@
 /**
- * The container image, checked without a Docker engine (none on the machine this was written on;
- * the image has never been built here): the Dockerfile is parsed and what it promises is checked
+ * The container image, checked without building it (test/e2e/image.test.ts builds and runs it with
+ * podman; there is no Docker engine here): the Dockerfile is parsed and what it promises is checked
  * against the code — a build stage and a runtime stage that gets only production dependencies, the
  * compiled dist/, the Lua scripts and the demo config; a numeric non-root user; the ports the
  * config schema defaults to; a HEALTHCHECK on the /readyz that nodes and routers serve; paths the
@@ -131,11 +131,12 @@ describe('Dockerfile', () => {
     assert.deepEqual(exposed, [8080, 9100, 9200]);
   });
 
-  test('HEALTHCHECK asks /readyz on the API port, which both the node and the router serve', () => {
+  test('HEALTHCHECK asks /readyz on the API port (QUOTARING_HEALTH_PORT, default the schema\'s 8080), which both the node and the router serve', () => {
     const healthcheck = all(runtime, 'HEALTHCHECK').at(-1) ?? '';
     const cmd = JSON.parse(healthcheck.slice(healthcheck.indexOf('CMD ') + 4)) as string[];
     assert.equal(cmd[0], 'node');
-    assert.match(cmd[2] ?? '', new RegExp(`fetch\\('http://127\\.0\\.0\\.1:${SERVER.port}/readyz'\\)`));
+    assert.match(cmd[2] ?? '', new RegExp(`fetch\\('http://127\\.0\\.0\\.1:' \\+ \\(process\\.env\\.QUOTARING_HEALTH_PORT \\|\\| ${SERVER.port}\\) \\+ '/readyz'\\)`));
+    assert.equal(SERVER.port, ROUTER.port, 'one default for both');
     assert.match(cmd[2] ?? '', /process\.exit\(r\.ok \? 0 : 1\)/);
     assert.match(text('src/gateway/server.ts'), /app\.get\('\/readyz'/);
     assert.match(text('src/router/server.ts'), /app\.get\('\/readyz'/);
@@ -208,7 +209,8 @@ describe('docker-compose.yml runs the image', () => {
     }
   });
 
-  test('the README says the image has not been built here', () => {
-    assert.match(text('README.md'), /The image has not been built here/);
+  test('the README says the image is built and run here with podman, by the image test', () => {
+    assert.match(text('README.md'), /The image is built and run here with podman/);
+    assert.ok(existsSync(resolve(ROOT, 'test/e2e/image.test.ts')));
   });
 });

@@ -116,8 +116,11 @@ describe('docker-compose.yml', () => {
     }
   });
 
-  test('the header says it has not been run', () => {
-    assert.match(text('docker-compose.yml').split('\nx-quotaring')[0] as string, /Not run here: there is no Docker engine/);
+  test('the header says it has not been run, and what checks it for real', () => {
+    const header = text('docker-compose.yml').split('\nx-quotaring')[0] as string;
+    assert.match(header, /Not run here: there is no Docker engine/);
+    assert.match(header, /test\/e2e\/image\.test\.ts/);
+    assert.match(text('test/e2e/image.test.ts'), /'--file', 'docker-compose\.yml', 'config'/);
   });
 });
 

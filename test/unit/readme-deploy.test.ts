@@ -34,6 +34,38 @@ function setPath(into: Record<string, unknown>, path: string, value: string): vo
   node[keys[keys.length - 1] as string] = value;
 }
 
+/** The shell block of the README's "Podman" section, with line continuations joined. */
+function podmanCommands(): string[] {
+  const at = README.indexOf('### Podman');
+  assert.ok(at >= 0, 'README has a "Podman" section');
+  const block = /```sh\n([\s\S]*?)```/.exec(README.slice(at));
+  assert.ok(block !== null, 'the section has a sh block');
+  return (block[1] as string).replace(/\\\n\s*/g, ' ').split('\n').map((l) => l.trim()).filter((l) => l !== '' && !l.startsWith('#'));
+}
+
+describe('README Podman commands are the ones the image test runs', () => {
+  const script = readFileSync(resolve(ROOT, 'scripts/podman-image.sh'), 'utf8');
+  const imageTest = readFileSync(resolve(ROOT, 'test/e2e/image.test.ts'), 'utf8');
+  test('podman build: the flags and mounts of scripts/podman-image.sh', () => {
+    const build = podmanCommands().find((c) => c.startsWith('podman build'));
+    assert.ok(build !== undefined, 'a podman build line');
+    for (const flag of ['--format docker', '--network host', '--build-arg NODE_IMAGE=', ':/etc/ssl/certs/ca-certificates.crt:ro', ':/usr/local/etc/npmrc:ro']) {
+      assert.ok(build.includes(flag), `README: ${flag}`);
+      assert.ok(script.includes(flag.replace('--build-arg NODE_IMAGE=', '--build-arg NODE_IMAGE="')), `podman-image.sh: ${flag}`);
+    }
+    assert.match(build, / \.$/, 'builds the repository root');
+    assert.ok(podmanCommands().some((c) => c.startsWith('sh scripts/podman-image.sh image')), 'the script first');
+  });
+  test('podman run: read-only root, a tmpfs state directory, the health port, as in the image test', () => {
+    const run = podmanCommands().find((c) => c.startsWith('podman run'));
+    assert.ok(run !== undefined, 'a podman run line');
+    for (const flag of ['--network host', '--read-only', '--read-only-tmpfs=false', '/var/lib/quotaring:rw,mode=0755,U', 'QUOTARING_HEALTH_PORT', '--health-interval disable', '--stop-timeout']) {
+      assert.ok(run.includes(flag), `README: ${flag}`);
+      assert.ok(imageTest.includes(flag.split(' ')[0] as string), `image test: ${flag}`);
+    }
+  });
+});
+
 describe('README Deploy commands', () => {
   test('docker build: the Dockerfile and the build context it names exist', () => {
     const build = deployCommands().find((c) => c.startsWith('docker build'));
