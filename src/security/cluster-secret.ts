@@ -38,11 +38,16 @@ export class ClusterSecret {
 
   /**
    * @param variable the variable `current` came from (named in errors and logs).
-   * @throws RangeError when `current` (or `previous`, if given) is shorter than {@link MIN_SECRET_LENGTH}.
+   * @throws RangeError when `current` (or `previous`, if given) is shorter than {@link MIN_SECRET_LENGTH}
+   *   or is an unexpanded variable reference such as `${QUOTARING_CLUSTER_SECRET_PREVIOUS:-}` (a public
+   *   string: podman-compose 1.0.3 passes such defaults through literally).
    */
   constructor(current: string, previous?: string, variable: string = DEFAULT_SECRET_ENV) {
     if (current.length < MIN_SECRET_LENGTH) throw new RangeError(tooShort(variable, current.length));
     if (previous !== undefined && previous.length < MIN_SECRET_LENGTH) throw new RangeError(tooShort(variable + PREVIOUS_SUFFIX, previous.length));
+    for (const [name, value] of [[variable, current], [variable + PREVIOUS_SUFFIX, previous]] as const) {
+      if (value !== undefined && UNEXPANDED.test(value)) throw new RangeError(`${name} holds an unexpanded variable reference (\${...}), not a secret: the tool that started this process did not substitute it`);
+    }
     this.variable = variable;
     this.rotating = previous !== undefined;
     this.#current = createSecretKey(Buffer.from(current, 'utf8'));
@@ -73,6 +78,9 @@ export class ClusterSecret {
     return this.toString();
   }
 }
+
+/** A `${NAME}` or `${NAME:-default}` left in a value by a tool that did not substitute it. */
+const UNEXPANDED = /\$\{[A-Za-z_][A-Za-z0-9_]*(?::?[-=?+][^}]*)?\}/;
 
 function tooShort(variable: string, length: number): string {
   return `${variable} is ${length} characters long: the cluster secret needs at least ${MIN_SECRET_LENGTH} (generate one with: openssl rand -base64 32)`;

@@ -173,6 +173,13 @@ describe('the cluster secret from the environment', () => {
     assert.throws(() => clusterSecretFromEnv({ QUOTARING_CLUSTER_SECRET: SECRET, QUOTARING_CLUSTER_SECRET_PREVIOUS: 'x' }), /QUOTARING_CLUSTER_SECRET_PREVIOUS is 1 characters long/);
   });
 
+  test('an unexpanded variable reference is refused as a secret (podman-compose 1.0.3 passes `${VAR:-}` through literally)', () => {
+    assert.throws(() => clusterSecretFromEnv({ QUOTARING_CLUSTER_SECRET: SECRET, QUOTARING_CLUSTER_SECRET_PREVIOUS: '${QUOTARING_CLUSTER_SECRET_PREVIOUS:-}' }), /^RangeError: QUOTARING_CLUSTER_SECRET_PREVIOUS holds an unexpanded variable reference/);
+    assert.throws(() => clusterSecretFromEnv({ QUOTARING_CLUSTER_SECRET: '${QUOTARING_CLUSTER_SECRET_FROM_SOMEWHERE_ELSE}' }), /^RangeError: QUOTARING_CLUSTER_SECRET holds an unexpanded/);
+    // A secret with a dollar sign that is not a reference is a secret.
+    assert.equal(clusterSecretFromEnv({ QUOTARING_CLUSTER_SECRET: `${SECRET}$x{` })?.variable, 'QUOTARING_CLUSTER_SECRET');
+  });
+
   test('a cluster (static members or Redis) needs one, naming the variable; a single node does not', () => {
     const members = [{ id: 'n1', url: 'http://127.0.0.1:1' }];
     assert.equal(clusterSecretFor({ members: [], secret_env: 'QUOTARING_CLUSTER_SECRET' }, {}, 'a node'), undefined);
