@@ -39,7 +39,7 @@ export const ServerSchema = z.strictObject({
    * the same values as the `x-ratelimit-*` headers (docs/http-api.md "IETF RateLimit header fields").
    * @default []
    */
-  ratelimit_headers: z.array(z.enum(['ietf'])).max(1).default([]),
+  ratelimit_headers: z.array(z.enum(['ietf'])).refine((a) => new Set(a).size === a.length, 'ratelimit_headers: each dialect once').default([]),
   ...listenerLimits,
   /** Period of the idle-tenant sweep. @default 10s */
   sweep_interval: duration.default(10_000),
