@@ -39,7 +39,6 @@ export function serializeBareItem(v: SfBareItem): string {
   }
   if (typeof v === 'boolean') return v ? '?1' : '?0';
   if (typeof v === 'string') {
-    // eslint-disable-next-line no-control-regex
     if (/[^\x20-\x7e]/.test(v)) throw new Error('structured field: a String must be printable ASCII');
     return `"${v.replace(/[\\"]/g, (c) => `\\${c}`)}"`;
   }
