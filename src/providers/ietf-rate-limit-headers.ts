@@ -1,12 +1,12 @@
 /**
- * The IETF RateLimit header fields (draft-ietf-httpapi-ratelimit-headers-10, read in the working
- * group's repository of September 2025: `RateLimit-Policy` §3, `RateLimit` §4), built from the same binding limits as OpenAI's
- * `x-ratelimit-*` (see `rate-limit-headers.ts`), so the two dialects never disagree:
+ * The IETF RateLimit header fields (draft-ietf-httpapi-ratelimit-headers-10, as read in the working
+ * group's repository of September 2025: `RateLimit-Policy` §3, `RateLimit` §4; drafts -11 and -12
+ * were not checked), built from the same binding limits as OpenAI's `x-ratelimit-*` (see
+ * `rate-limit-headers.ts`), so the two dialects never disagree:
  * - one Quota Policy Item per kind the tenant is limited by (§3.1): `"requests"`, `"tokens"`,
  *   `"concurrency"`, each the binding (least remaining) limit of that kind, `q` its limit (§3.1.1);
  * - one Service Limit Item per policy in `RateLimit` (§4.1): `r` its remaining (§4.1.1), `t` its
- *   reset in whole seconds rounded up (§4.1.2: no sub-second precision), the same instant as
- *   `x-ratelimit-reset-*` (`t` is left out for concurrency: a slot frees when a request ends).
+ *   reset in whole seconds (§4.1.2: no sub-second precision): `x-ratelimit-reset-*` rounded up (`t` is left out for concurrency: a slot frees when a request ends).
  * Quota units (§3.1.2): `requests` is the default and not written; concurrency is
  * `qu="concurrent-requests"` (registered, §10.3); tokens are not a registered unit, and the draft
  * lists no custom-unit rule but "other parameters ... regarded as comments" (§3.1). Leaving `qu`
