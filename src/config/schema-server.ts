@@ -32,6 +32,14 @@ export const ServerSchema = z.strictObject({
    * deployment quota). @default free
    */
   count_tokens: z.enum(['free', 'request']).default('free'),
+  /**
+   * Rate-limit header dialects sent on every limited reply (JSON, streams, 429s) beside OpenAI's
+   * `x-ratelimit-*` (always sent; Anthropic's `anthropic-ratelimit-*` too on `/v1/messages`):
+   * `ietf` adds `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers-10), with
+   * the same values as the `x-ratelimit-*` headers (docs/http-api.md "IETF RateLimit header fields").
+   * @default []
+   */
+  ratelimit_headers: z.array(z.enum(['ietf'])).refine((a) => new Set(a).size === a.length, 'ratelimit_headers: each dialect once').default([]),
   ...listenerLimits,
   /** Period of the idle-tenant sweep. @default 10s */
   sweep_interval: duration.default(10_000),

@@ -43,7 +43,7 @@ export function rfc3339After(nowMs: number, ms: number): string {
 }
 
 /** The binding (least remaining) limit of a kind, or undefined when there is none. */
-function binding(limits: readonly LimitState[], kind: 'requests' | 'tokens'): LimitState | undefined {
+export function binding(limits: readonly LimitState[], kind: 'requests' | 'tokens' | 'concurrent'): LimitState | undefined {
   let best: LimitState | undefined;
   for (const l of limits) {
     if (l.kind === kind && (best === undefined || l.remaining < best.remaining)) best = l;

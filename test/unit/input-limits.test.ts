@@ -141,7 +141,7 @@ describe('listener settings', () => {
   test('defaults', () => {
     const { server, router } = buildConfig(base(), 'q.yaml', {}).config;
     const listener = { headers_timeout: 10_000, request_timeout: 60_000, keep_alive_timeout: 72_000, idle_timeout: 300_000, max_header_size: 16_384, max_headers: 100 };
-    assert.deepEqual({ ...server, host: undefined, port: undefined, sweep_interval: undefined, state_dir: undefined, log_level: undefined, log_format: undefined, count_tokens: undefined }, { host: undefined, port: undefined, sweep_interval: undefined, log_level: undefined, state_dir: undefined, log_format: undefined, count_tokens: undefined, body_limit: 4 * 1_048_576, json_depth: 64, json_max_members: 200_000, max_messages: 10_000, max_tools: 512, ...listener });
+    assert.deepEqual({ ...server, host: undefined, port: undefined, sweep_interval: undefined, state_dir: undefined, log_level: undefined, log_format: undefined, count_tokens: undefined, ratelimit_headers: undefined }, { host: undefined, port: undefined, sweep_interval: undefined, log_level: undefined, state_dir: undefined, log_format: undefined, count_tokens: undefined, ratelimit_headers: undefined, body_limit: 4 * 1_048_576, json_depth: 64, json_max_members: 200_000, max_messages: 10_000, max_tools: 512, ...listener });
     assert.deepEqual(router, { host: '127.0.0.1', port: 8080, ...listener });
   });
   test('contradictions are refused with the key path', () => {
