@@ -163,7 +163,7 @@ try {
     'node (exact)': await runCli(['node', '--config', nodeConfig(ports.exact, 'exact')], `http://127.0.0.1:${ports.exact}/readyz`, env),
     ...(BASELINE === undefined ? {} : { 'node (estimate) @ baseline': await startNodeLogging(nodeConfig(ports.baseline, 'estimate'), ports.baseline, env, `${BASELINE}/dist/src/cli.js`) }),
     // OpenTelemetry on, every request sampled, spans exported over OTLP/HTTP to a sink that answers 200.
-    'node (estimate, traced 100%)': await runCli(['node', '--config', nodeConfig(ports.traced, 'estimate')], `http://127.0.0.1:${ports.traced}/readyz`, { ...env, OTEL_EXPORTER_OTLP_ENDPOINT: await startOtlpSink(), OTEL_TRACES_SAMPLER: 'always_on' }),
+    'node (estimate) traced 100%': await runCli(['node', '--config', nodeConfig(ports.traced, 'estimate')], `http://127.0.0.1:${ports.traced}/readyz`, { ...env, OTEL_EXPORTER_OTLP_ENDPOINT: await startOtlpSink(), OTEL_TRACES_SAMPLER: 'always_on' }),
   };
   started.push(...Object.values(procs));
 
@@ -178,7 +178,7 @@ try {
     'node (estimate, info logs)': `http://127.0.0.1:${ports.logged}`,
     'node (exact)': `http://127.0.0.1:${ports.exact}`,
     ...(BASELINE === undefined ? {} : { 'node (estimate) @ baseline': `http://127.0.0.1:${ports.baseline}` }),
-    'node (estimate, traced 100%)': `http://127.0.0.1:${ports.traced}`,
+    'node (estimate) traced 100%': `http://127.0.0.1:${ports.traced}`,
   };
   if (ONLY !== undefined) for (const name of Object.keys(targets)) if (!ONLY.includes(name)) delete (targets as Record<string, string>)[name];
   const rows = new Map<string, Row>();
