@@ -10,7 +10,10 @@
  */
 import { spawn, spawnSync } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
 import { closeSync, mkdirSync, openSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import type autocannon from 'autocannon';
 import { parseTraceFile } from '../../src/replay/trace.ts';
@@ -32,6 +35,18 @@ const BASELINE = process.env.BENCH_BASELINE;
 /** Only these targets (comma-separated names, e.g. `node (estimate),node (estimate) @ baseline`); default all. */
 const ONLY = process.env.BENCH_TARGETS?.split(',').map((t) => t.trim());
 const root = new URL('../../', import.meta.url);
+
+/** An OTLP/HTTP receiver that reads and drops every export (answers 200 `{}`); closed when the bench exits. @returns its base URL. */
+async function startOtlpSink(): Promise<string> {
+  const server = createServer((req, res) => {
+    req.resume();
+    req.on('end', () => res.writeHead(200, { 'content-type': 'application/json' }).end('{}'));
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  server.unref();
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+}
 
 /** A chat body whose prompt is exactly `n` tokens (o200k with message overhead), 16 output tokens. */
 /** Node-bench load: the shared runner with this benchmark's connections and duration. */
@@ -131,7 +146,7 @@ try {
   started.push(await runCli(['simulate', '--port', String(simPort)], `${simUrl}/sim/stats`));
   const keys = Array.from({ length: TENANTS }, (_, i) => `bench-tenant-key-${i}`);
   const limits = [{ requests: 1_000_000_000, window: '1m' }, { tokens: 1_000_000_000_000, window: '1m' }, { concurrent: 10_000 }];
-  const ports = { bare: await freePort(), estimate: await freePort(), logged: await freePort(), exact: await freePort(), baseline: await freePort() };
+  const ports = { bare: await freePort(), estimate: await freePort(), logged: await freePort(), exact: await freePort(), baseline: await freePort(), traced: await freePort() };
   const nodeConfig = (port: number, estimator: 'estimate' | 'exact', logLevel: 'warn' | 'info' = 'warn') =>
     writeConfig({
       server: { port, log_level: logLevel },
@@ -147,6 +162,8 @@ try {
     'node (estimate, info logs)': await startNodeLogging(nodeConfig(ports.logged, 'estimate', 'info'), ports.logged, env),
     'node (exact)': await runCli(['node', '--config', nodeConfig(ports.exact, 'exact')], `http://127.0.0.1:${ports.exact}/readyz`, env),
     ...(BASELINE === undefined ? {} : { 'node (estimate) @ baseline': await startNodeLogging(nodeConfig(ports.baseline, 'estimate'), ports.baseline, env, `${BASELINE}/dist/src/cli.js`) }),
+    // OpenTelemetry on, every request sampled, spans exported over OTLP/HTTP to a sink that answers 200.
+    'node (estimate) traced 100%': await runCli(['node', '--config', nodeConfig(ports.traced, 'estimate')], `http://127.0.0.1:${ports.traced}/readyz`, { ...env, OTEL_EXPORTER_OTLP_ENDPOINT: await startOtlpSink(), OTEL_TRACES_SAMPLER: 'always_on' }),
   };
   started.push(...Object.values(procs));
 
@@ -161,6 +178,7 @@ try {
     'node (estimate, info logs)': `http://127.0.0.1:${ports.logged}`,
     'node (exact)': `http://127.0.0.1:${ports.exact}`,
     ...(BASELINE === undefined ? {} : { 'node (estimate) @ baseline': `http://127.0.0.1:${ports.baseline}` }),
+    'node (estimate) traced 100%': `http://127.0.0.1:${ports.traced}`,
   };
   if (ONLY !== undefined) for (const name of Object.keys(targets)) if (!ONLY.includes(name)) delete (targets as Record<string, string>)[name];
   const rows = new Map<string, Row>();

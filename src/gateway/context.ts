@@ -3,6 +3,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { randomId } from '../security/random-id.ts';
+import type { Tracing } from '../http/tracing.ts';
 import type { Clock } from '../clock.ts';
 import type { Fence } from '../coord/handoff/fence.ts';
 import type { Handoff } from '../coord/handoff/handoff.ts';
@@ -46,6 +47,8 @@ export interface GatewayContext {
   readonly health: DeploymentHealth;
   /** Metrics, request log lines and live rates of this node. */
   readonly activity: NodeActivity;
+  /** OpenTelemetry tracing: a server span per limited request; absent when tracing is off. */
+  readonly tracing?: Tracing;
   /** A request id unique in the cluster and unguessable: a per-process prefix and 128 random bits. */
   nextRequestId(): string;
 }

@@ -16,6 +16,7 @@ import type { GatewayContext } from './context.ts';
 import { relayReply } from './relay.ts';
 import { nothingUsed } from './request.ts';
 import type { AdmittedRun, Exchange, RequestRun } from './request.ts';
+import { endRequestSpan, recordQueueWait, startRequestSpan } from './request-spans.ts';
 import { settleExchange } from './settlement.ts';
 import { attemptUpstream } from './upstream-attempt.ts';
 
@@ -27,25 +28,29 @@ export async function runExchange(ctx: GatewayContext, request: FastifyRequest, 
   const startedAt = performance.now();
   const trail = newTrail(ex.tenant.id, ex.tier.name, ex.model.name, ex.promptTokens + ex.reservedOutput);
   request.trail = trail;
+  const span = startRequestSpan(ctx, request, ex);
+  const run: RequestRun = { ctx, request, reply, ex, trail, span };
   try {
-    return await exchange({ ctx, request, reply, ex, trail });
+    return await exchange(run);
   } finally {
     // A client that closed first: 499, as proxies log it.
     const status = trail.clientGone === true ? 499 : reply.raw.headersSent ? reply.raw.statusCode : reply.statusCode;
     ctx.activity.finished(trail, status, performance.now() - startedAt, request.log);
+    if (span !== undefined) endRequestSpan(span, trail, status);
   }
 }
 
 /** The stages of an exchange, in order; settlement runs once on every path after admission. */
 async function exchange(run: RequestRun): Promise<FastifyReply> {
-  const { ctx, request, reply, ex, trail } = run;
+  const { ctx, request, reply, ex, trail, span } = run;
   const admission = await admit(run);
+  if (span !== undefined) recordQueueWait(ctx, span, trail.waitMs);
   if (admission.kind === 'answered') return admission.reply;
   const { client, cancel, stop } = watchClient(reply, trail);
   // The primary deployment serves first, with the call admission chose for it. (A literal of fixed
   // shape, not a spread of `run`: the spread cost about 2% of a node's CPU per request.)
   const served = { deployment: ex.deployment, call: admission.first ?? ex, held: admission.held };
-  const admitted: AdmittedRun = { ctx, request, reply, ex, trail, admission, served, used: nothingUsed(), client, cancel };
+  const admitted: AdmittedRun = { ctx, request, reply, ex, trail, span, admission, served, used: nothingUsed(), client, cancel };
   // In flight from here to the `finally` that settles it.
   ctx.activity.inFlight++;
   try {

@@ -2,6 +2,7 @@
  * What a gateway node is built from (`buildGateway` in `./server.ts`): its config, clock, logging,
  * its place in a cluster and the cluster secret, and where it keeps its state file.
  */
+import type { Tracing } from '../http/tracing.ts';
 import type { Redis } from 'ioredis';
 import type { Clock } from '../clock.ts';
 import type { LoadedConfig } from '../config/load.ts';
@@ -36,6 +37,8 @@ export interface GatewayOptions {
    * by `nodeLocalState``.save()` on a graceful stop, loaded by `.restore()` before listening.
    * Absent: neither (tests, embedding).
    */
+  /** OpenTelemetry tracing (`src/http/tracing.ts`): a span per limited request. @default off */
+  readonly tracing?: Tracing;
   readonly stateDir?: string;
   /** The cluster identity the state file carries and must match (`clusterIdentity` in `./state-file.ts`). @default from `config.cluster` */
   readonly stateCluster?: string;

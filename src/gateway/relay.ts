@@ -17,6 +17,7 @@ import type { TokenUsage } from '../providers/types.ts';
 import { openAIShapedError } from '../providers/upstream-errors.ts';
 import type { GatewayContext } from './context.ts';
 import { passHeaders, scrubberOf } from './passed-headers.ts';
+import { responseModel } from './request-spans.ts';
 import type { AdmittedRun, DeploymentCall, Exchange, UpstreamResponse } from './request.ts';
 import { upstreamError, upstreamMessage } from './upstream-failure.ts';
 
@@ -56,6 +57,7 @@ export async function relayReply(run: AdmittedRun, attempt: UpstreamResponse): P
       used.reported = usage;
       used.unreported = usage === undefined;
       used.succeeded = { text, reported: usage !== undefined };
+      if (run.span !== undefined) responseModel(run.span, jsonField(text, 'model'));
     }
     if (call.translate !== undefined) {
       delete headers['content-length'];

@@ -14,6 +14,7 @@ import type { ModelConfig, TenantConfig } from '../config/schema.ts';
 import type { ErrorDialect } from '../errors.ts';
 import type { CapLeases } from '../globalcap/cap-leases.ts';
 import type { AcquireRequest } from '../limiter/types.ts';
+import type { Span } from '../http/tracing.ts';
 import type { RequestTrail } from '../ops/node-activity.ts';
 import type { SseEvent } from '../providers/sse.ts';
 import type { StreamObserver, TokenUsage } from '../providers/types.ts';
@@ -179,6 +180,8 @@ export interface RequestRun {
   readonly ex: Exchange;
   /** The request's log line and live counts, filled as it goes. */
   readonly trail: RequestTrail;
+  /** The request's server span (`request-spans.ts`); undefined when tracing is off. */
+  readonly span: Span | undefined;
 }
 
 /** An admitted request, from admission to settlement: the run, its reservation, and what the stages after admission fill. */

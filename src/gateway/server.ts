@@ -214,6 +214,7 @@ export function buildGateway(opts: GatewayOptions): FastifyInstance {
     ...(hot === undefined ? {} : { hot }),
     ...(handoff === undefined ? {} : { handoff }),
     ...(fence === undefined ? {} : { fence }),
+    ...(opts.tracing === undefined ? {} : { tracing: opts.tracing }),
     reservations: reservationKeepers({ limiter, ...(handoff === undefined ? {} : { handoff }), ...(central === undefined ? {} : { central }), ...(spread === undefined ? {} : { spread }) }),
     tokens: new PromptCounter({
       poolSize: config.config.tokens.pool_size,

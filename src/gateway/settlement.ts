@@ -9,6 +9,7 @@
 import type { TokenUsage } from '../providers/types.ts';
 import type { AdmittedRun } from './request.ts';
 import { settleDeploymentQuota } from './quota-take.ts';
+import { recordSettlement } from './request-spans.ts';
 import { budgetedKey, pricesOf, settleDetail } from './spend.ts';
 
 /**
@@ -27,6 +28,7 @@ export function settleExchange(run: AdmittedRun): void {
   const servedPrices = pricesOf(ex.model, served.deployment);
   const settle = (tokens: number, usage?: TokenUsage, keepCost = false): void => {
     const detail = settleDetail(servedPrices, usage, ex.promptTokens, keepCost ? undefined : tokens);
+    if (run.span !== undefined) recordSettlement(ctx, run.span, tokens, usage);
     ctx.reservations.of(tenantId, spread !== undefined).finish(tenantId, id, tokens, detail);
     // What the cost limits were charged: the actual cost, else the reservation that stays charged.
     if (ex.tenant.metrics) ctx.activity.metrics.spent(tenantId, ex.model.name, budgetedKey(ex.tenant, keyId), detail.cost ?? money);

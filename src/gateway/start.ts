@@ -24,6 +24,7 @@ import { startOrKeepTrying } from '../coord/membership/join.ts';
 import { describeRedis } from '../config/redis-url.ts';
 import { advertiseUrl } from './advertise-url.ts';
 import { clusterIdentity } from './state-file.ts';
+import { startTracing } from '../http/tracing.ts';
 
 /** Options of {@link startGateway}; host and port override `server.host` / `server.port`. */
 export interface StartGatewayOptions {
@@ -81,8 +82,10 @@ export async function startGateway(opts: StartGatewayOptions): Promise<{ url: st
   const clusterSecret = clusterSecretFor(settings, opts.env ?? process.env, 'a node');
   const configured = membershipFromConfig(settings, self, clusterSecret);
   const store = configured?.redis === undefined ? undefined : new TenantStateStore(configured.redis, settings.name);
+  const tracing = startTracing('quotaring-node', opts.env ?? process.env);
   const app = buildGateway({
     config,
+    ...(tracing === undefined ? {} : { tracing }),
     // Port 0: the id names the port chosen at listen.
     nodeId: () => opts.id ?? `node-${listenedPort}`,
     ...(opts.prettyLogs === true ? { prettyLogs: true } : {}),
@@ -200,6 +203,8 @@ export async function startGateway(opts: StartGatewayOptions): Promise<{ url: st
       // In-flight settlements were forwarded during close; now stop the Redis connection.
       await configured?.close();
       await catalogue.close();
+      // The last spans (this close's requests included) are exported before the process ends.
+      await tracing?.shutdown();
     })();
     return closing;
   };

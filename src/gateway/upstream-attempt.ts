@@ -23,6 +23,8 @@ import { passHeaders, scrubberOf } from './passed-headers.ts';
 import { giveBackDeploymentQuota, takeDeploymentQuota } from './quota-take.ts';
 import type { AdmittedRun, Answered, CallOutcome, DeploymentCall, Exchange, UpstreamResponse } from './request.ts';
 import { upstreamError, upstreamMessage } from './upstream-failure.ts';
+import { endAttemptSpan, startAttemptSpan } from './request-spans.ts';
+import type { Span } from '../http/tracing.ts';
 
 /**
  * Calls the deployments of the request until one answers: `served` (the primary's, from admission)
@@ -36,6 +38,8 @@ export async function attemptUpstream(run: AdmittedRun): Promise<UpstreamRespons
   const { id, cost, asked, headers, spread } = admission;
   const tenantId = ex.tenant.id;
   let nextCandidate = 0;
+  // Upstream calls of this request so far (retries and failovers included): numbers the attempt spans.
+  const attempts = { n: 0 };
   if (admission.first === null) {
     // The primary cannot take it translated, a failover deployment can (checked before admission).
     const next = await nextDeployment(ctx, ex, served.held, cost, () => nextCandidate++);
@@ -47,7 +51,7 @@ export async function attemptUpstream(run: AdmittedRun): Promise<UpstreamRespons
   for (;;) {
     const { deployment, call } = served;
     trail.deployment = deployment.name;
-    const attempt = await callDeployment(ctx, request, ex, deployment, call, cancel, client);
+    const attempt = await callDeployment(ctx, request, ex, deployment, call, cancel, client, run.span, attempts);
     if (attempt.kind === 'gone') {
       if (attempt.delivered) used.tokens = ex.promptTokens;
       return { kind: 'answered', reply: reply.hijack() };
@@ -91,6 +95,8 @@ async function callDeployment(
   call: DeploymentCall,
   cancel: EventEmitter,
   client: { readonly gone: boolean },
+  span: Span | undefined,
+  attempts: { n: number },
 ): Promise<CallOutcome> {
   const forwarded: Record<string, string> = { ...call.headers };
   for (const name of deployment.forward_headers) {
@@ -104,11 +110,17 @@ async function callDeployment(
   for (;;) {
     let res: Dispatcher.ResponseData;
     const sentAt = ctx.clock.now();
+    attempts.n++;
+    // Traced: each attempt its own span, its trace context sent to the provider (`traceparent`).
+    const headers = span === undefined ? forwarded : { ...forwarded };
+    const attemptSpan = span === undefined ? undefined : startAttemptSpan(ctx, span, ex, deployment, attempts.n, headers);
     try {
-      res = await ctx.upstreams.request(deployment, { path: call.path, body: call.body, headers: forwarded, signal: cancel });
+      res = await ctx.upstreams.request(deployment, { path: call.path, body: call.body, headers, signal: cancel });
+      if (attemptSpan !== undefined) endAttemptSpan(attemptSpan, res.statusCode);
       ctx.health.record(deployment, ctx.clock.now() - sentAt);
       ctx.activity.upstream(deployment.name, res.statusCode);
     } catch (err) {
+      if (attemptSpan !== undefined) endAttemptSpan(attemptSpan, 0);
       // The client left before the upstream answered: nothing more to send.
       if (client.gone) return { kind: 'gone', delivered: true };
       ctx.activity.upstream(deployment.name, 0);

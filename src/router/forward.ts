@@ -21,6 +21,8 @@ import { FALLBACK_HEADER, FROM_HEADER, HOPS_HEADER, OWNER_BACK_HEADER, OWNER_HEA
 import { CONTENT_DIGEST_HEADER, SIGNATURE_HEADER } from '../security/request-signature.ts';
 import { randomId } from '../security/random-id.ts';
 import type { RequestSigner } from '../security/request-signature.ts';
+import type { Tracing } from '../http/tracing.ts';
+import { TRACE_HEADERS, traceForward } from './request-span.ts';
 
 export { FALLBACK_HEADER, OWNER_HEADER, OWNER_URL_HEADER, REDIRECTED_HEADER, RING_HEADER, TENANT_HEADER } from '../coord/headers.ts';
 
@@ -43,6 +45,8 @@ export interface ForwardContext {
   readonly onRetry?: (reason: '421' | 'unreachable') => void;
   /** Told of each member that answered a forwarded request (status and headers came): it is alive (the health check counts it). */
   readonly onAnswer?: (memberId: string) => void;
+  /** OpenTelemetry tracing: a server span per forwarded request (`request-span.ts`); absent when off. */
+  readonly tracing?: Tracing;
 }
 
 /**
@@ -50,6 +54,9 @@ export interface ForwardContext {
  * router sets its own `x-quotaring-*` (it signs what it sends: a client's value must never be signed).
  */
 const DROP_REQUEST = new Set(['host', 'expect', 'content-length', RING_HEADER, TENANT_HEADER, FALLBACK_HEADER, REDIRECTED_HEADER, FROM_HEADER, HOPS_HEADER, SIGNATURE_HEADER, CONTENT_DIGEST_HEADER]);
+
+/** {@link DROP_REQUEST} and the client's trace context, replaced by the router's span's when tracing is on. */
+const DROP_TRACED = new Set([...DROP_REQUEST, ...TRACE_HEADERS]);
 
 /** Errors that mean the member never started answering: the connection was refused, reset or closed before headers. */
 const CONNECT_FAILURES = new Set([
@@ -116,7 +123,9 @@ export async function forward(ctx: ForwardContext, ex: ProxyExchange, tenant: st
     return clientGone(ex);
   }
   const { req } = ex;
-  const headers = endToEndHeaderList(req.headers, DROP_REQUEST);
+  const tracing = ctx.tracing;
+  const headers = endToEndHeaderList(req.headers, tracing === undefined ? DROP_REQUEST : DROP_TRACED);
+  const span = tracing === undefined ? undefined : traceForward(tracing, ex, tenant, headers);
   const base: Outgoing = { method: req.method as string, url: req.url as string, tenant, headers, body };
   /**
    * Sends to `member`, routed by `routedBy`. `standIn`: true names the suspect owner it stands in
@@ -194,6 +203,7 @@ export async function forward(ctx: ForwardContext, ex: ProxyExchange, tenant: st
       result = await send(owner, ring, standsInFor, false);
     }
   }
+  span?.setAttribute('quotaring.member', target.id);
   if (!result.ok) {
     if (blamesMember(body, result.err)) ctx.suspects.markFor(target.id, ctx.suspectMs);
     return failed(ex, body, target, result.err);

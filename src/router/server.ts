@@ -41,6 +41,8 @@ import { LiveHub } from '../ops/live.ts';
 import type { ClusterSecret } from '../security/cluster-secret.ts';
 import { clusterSecretFromEnv, missingSecret } from '../security/cluster-secret.ts';
 import { RequestSigner } from '../security/request-signature.ts';
+import { startTracing } from '../http/tracing.ts';
+import type { Tracing } from '../http/tracing.ts';
 
 /** Options of {@link buildRouter}. */
 export interface RouterOptions {
@@ -64,6 +66,8 @@ export interface RouterOptions {
   readonly hot?: HotSet;
   /** Number of live-stream clients, for `quotaring_live_clients` (set by {@link startRouter} when the admin API runs). */
   readonly liveClients?: () => number;
+  /** OpenTelemetry tracing (`src/http/tracing.ts`): a span per forwarded request; shut down by {@link startRouter}. @default off */
+  readonly tracing?: Tracing;
 }
 
 /** Introspection and manual control of a router, for tests and operators. */
@@ -131,7 +135,7 @@ export function buildRouter(opts: RouterOptions): FastifyInstance {
     liveClients: () => opts.liveClients?.() ?? 0,
     memberEntriesRejected: () => membership.rejectedEntries?.() ?? 0,
   });
-  const ctx: ForwardContext = { membership, pools, signer, suspects, departures, suspectMs: healthCheckMs, maxReplayBytes: MAX_REPLAY_BYTES, bodyLimit: () => config.config.server.body_limit, onRetry: (reason) => metrics.retry(reason), onAnswer: (id) => health.noteAnswer(id) };
+  const ctx: ForwardContext = { membership, pools, signer, suspects, departures, suspectMs: healthCheckMs, maxReplayBytes: MAX_REPLAY_BYTES, bodyLimit: () => config.config.server.body_limit, onRetry: (reason) => metrics.retry(reason), onAnswer: (id) => health.noteAnswer(id), ...(opts.tracing === undefined ? {} : { tracing: opts.tracing }) };
   controls.set(app, { checkHealth: () => health.checkOnce(), suspects: () => suspects.list(), pooledUrls: () => pools.urls(), fastPathServed: () => fastPath.served });
 
   // The request's tenant, once its key is resolved (for its log line).
@@ -260,7 +264,10 @@ export async function startRouter(opts: StartRouterOptions): Promise<{ url: stri
   const clusterSecret = opts.clusterSecret ?? clusterSecretFromEnv(opts.env ?? process.env, variable);
   if (clusterSecret === undefined) throw new Error(missingSecret(variable, 'a router'));
   let live: LiveHub | undefined;
-  const app = buildRouter({ ...opts, config, clusterSecret, liveClients: () => live?.clients() ?? 0 });
+  const tracing = opts.tracing ?? startTracing('quotaring-router', opts.env ?? process.env);
+  const app = buildRouter({ ...opts, config, clusterSecret, liveClients: () => live?.clients() ?? 0, ...(tracing === undefined ? {} : { tracing }) });
+  // The last spans are exported when the router closes.
+  if (tracing !== undefined) app.addHook('onClose', () => tracing.shutdown());
   // Redis down at start: the router listens with an empty ring (503 no_healthy_node, /readyz waiting
   // for redis) and reads the members once Redis answers (src/coord/membership/join.ts).
   const stopJoining = new AbortController();

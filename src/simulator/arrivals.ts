@@ -30,6 +30,8 @@ export interface Arrival {
   status: number | null;
   /** The API key it carried ('' when none: answered 401). */
   readonly key: string;
+  /** The W3C `traceparent` header it carried, as received (clipped to 256 characters); null when none. */
+  readonly traceparent: string | null;
 }
 
 /** JSON body of `GET /sim/arrivals`. */
@@ -55,11 +57,11 @@ export class ArrivalLog {
   }
 
   /**
-   * Logs a request that arrived at `at` (ms) with `key`; its user and status are filled in later
-   * on the returned entry.
+   * Logs a request that arrived at `at` (ms) with `key` (and `traceparent`, when it carried one); its
+   * user and status are filled in later on the returned entry.
    */
-  arrive(at: number, key: string): Arrival {
-    const entry: Arrival = { at, user: null, status: null, key };
+  arrive(at: number, key: string, traceparent: string | null = null): Arrival {
+    const entry: Arrival = { at, user: null, status: null, key, traceparent };
     if (this.#ring.length < this.#capacity) {
       this.#ring.push(entry);
     } else {
@@ -105,12 +107,13 @@ export function userOf(wire: Wire, body: unknown): string | null {
 }
 
 /**
- * Logs a request arriving now on a model route, and fills in its user and status when `res`
- * closes (completed, cut, or abandoned by the client).
- * @param body the parsed body, read when the reply ends (undefined when it was never parsed).
+ * Logs a request arriving now on a model route, with the `traceparent` it carried, and fills in its
+ * user and status when `res` closes (completed, cut, or abandoned by the client).
+ * @param req its headers, and its parsed body, read when the reply ends (undefined when it was never parsed).
  */
-export function logArrival(log: ArrivalLog, at: number, key: string, wire: Wire, req: { readonly body?: unknown }, res: ServerResponse): void {
-  const entry = log.arrive(at, key);
+export function logArrival(log: ArrivalLog, at: number, key: string, wire: Wire, req: { readonly body?: unknown; readonly headers: Readonly<Record<string, string | string[] | undefined>> }, res: ServerResponse): void {
+  const header = req.headers['traceparent'];
+  const entry = log.arrive(at, key, typeof header === 'string' ? header.slice(0, 256) : null);
   res.once('close', () => {
     entry.user = userOf(wire, req.body);
     entry.status = res.headersSent ? res.statusCode : 0;

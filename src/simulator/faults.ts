@@ -5,8 +5,14 @@
 /**
  * Fault of one request. `none`: served normally. The `echo-key` faults are only asked for by
  * header (never drawn): an upstream that echoes the credentials it received (see {@link EchoFault}).
+ * `rate-limited` (a 429 whose wait is {@link RATE_LIMITED_WAIT_MS}) is only asked for by header
+ * too, `x-sim-fault: rate-limit-once`: the first of each pair of requests carrying it gets the 429,
+ * the second is served — a provider 429 that a retry gets past.
  */
-export type Fault = 'none' | 'error' | 'drop' | 'slow' | EchoFault;
+export type Fault = 'none' | 'error' | 'drop' | 'slow' | 'rate-limited' | EchoFault;
+
+/** The wait (ms) a `rate-limited` fault's 429 names in `retry-after-ms` (`retry-after`: 1 s). */
+export const RATE_LIMITED_WAIT_MS = 20;
 
 /**
  * A provider that echoes the `authorization` / `x-api-key` it received, in its error body and in
@@ -62,6 +68,8 @@ export class Mulberry32 {
 export class FaultPicker {
   readonly #rng: Mulberry32;
   readonly #rates: FaultRates;
+  /** Requests with `x-sim-fault: rate-limit-once` so far: the even-numbered ones (0, 2, ...) get the 429. */
+  #rateLimitOnce = 0;
 
   constructor(seed: number, rates: FaultRates) {
     this.#rng = new Mulberry32(seed);
@@ -71,8 +79,9 @@ export class FaultPicker {
   /**
    * The fault of the next request.
    * @param stream whether the request is a stream (only streams can be dropped).
-   * @param forced the `x-sim-fault` header value: `error|drop|slow|none` or an {@link EchoFault}
-   *   overrides the draw (which still happens).
+   * @param forced the `x-sim-fault` header value: `error|drop|slow|none`, `rate-limit-once` (a 429
+   *   for every other such request, the first included) or an {@link EchoFault} overrides the draw
+   *   (which still happens).
    */
   pick(stream: boolean, forced: string | undefined): Fault {
     const r = this.#rng;
@@ -80,6 +89,7 @@ export class FaultPicker {
     const d = r.next();
     const s = r.next();
     if (forced === 'error' || forced === 'slow' || forced === 'none') return forced;
+    if (forced === 'rate-limit-once') return this.#rateLimitOnce++ % 2 === 0 ? 'rate-limited' : 'none';
     if (forced !== undefined && ECHO_FAULTS.has(forced)) return forced as EchoFault;
     if (forced === 'drop') return stream ? 'drop' : 'none';
     const rates = this.#rates;

@@ -8,7 +8,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { LimitState } from '../limiter/index.ts';
 import type { PreparedRequest, Prepare, ReplyIdentity } from './prepared-request.ts';
 import { anthropicError, badRequest, bedrockError, echoedKeyError, echoedKeyEvent, openAIError, serverFault, type ProviderError, type Wire } from './provider-errors.ts';
-import { isEchoFault } from './faults.ts';
+import { RATE_LIMITED_WAIT_MS, isEchoFault } from './faults.ts';
 import { geminiError, geminiOverloaded, geminiRateLimitError } from './gemini.ts';
 import { VLLM_NO_KEY, vllmError } from './vllm.ts';
 import { EVENT_STREAM_CONTENT_TYPE } from '../providers/bedrock/converse.ts';
@@ -206,6 +206,14 @@ export function serveModelRequest(state: SimulatorState, route: ModelRoute, req:
     if (route.flavor === 'vllm') return sendError(reply, vllmError(429, 'RateLimitError', `Rate limit exceeded for ${model}: too many ${decision.kind}.`), out);
     if (decision.reason === 'limited' && wire !== 'bedrock') Object.assign(out, retryAfterHeaders(decision.retryAfterMs, wire === 'openai'));
     return sendError(reply, rateLimitError(wire, model, decision.reason, decision.kind, decision.retryAfterMs, prepared.reserveTokens, decision.limits), out);
+  }
+  if (fault === 'rate-limited') {
+    // Refused as the quota refuses, taking nothing from it.
+    quota.finish(key, decision.id, 0);
+    stats.rateLimited++;
+    stats.key(key).rateLimited++;
+    if (wire !== 'bedrock') Object.assign(out, retryAfterHeaders(RATE_LIMITED_WAIT_MS, wire === 'openai'));
+    return sendError(reply, rateLimitError(wire, model, 'limited', 'requests', RATE_LIMITED_WAIT_MS, prepared.reserveTokens, decision.limits), out);
   }
   if (fault === 'error') {
     quota.finish(key, decision.id, 0);

@@ -640,7 +640,7 @@ describe('arrival log (GET /sim/arrivals)', () => {
     return res.json();
   }
 
-  test('each request on a model route: arrival time on the simulator clock, user, status, key; ?since filters', async () => {
+  test('each request on a model route: arrival time on the simulator clock, user, status, key, traceparent; ?since filters', async () => {
     const clock = new ManualClock();
     const t0 = clock.now();
     const app = buildSimulator({ clock, quota: { rpm: 2 } });
@@ -656,7 +656,9 @@ describe('arrival log (GET /sim/arrivals)', () => {
     clock.advance(5);
     // The user is a string clipped to 128 chars, or null; Anthropic's is metadata.user_id only.
     assert.equal((await chat(app, { user: 'u'.repeat(300) }, { authorization: 'Bearer k3' })).statusCode, 200);
-    assert.equal((await chat(app, { user: 42 }, { authorization: 'Bearer k3' })).statusCode, 200);
+    // The traceparent a request carried is kept as received.
+    const TRACEPARENT = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+    assert.equal((await chat(app, { user: 42 }, { authorization: 'Bearer k3', traceparent: TRACEPARENT })).statusCode, 200);
     assert.equal((await messages(app, { user: 'not-anthropic' }, { 'x-api-key': 'k4' })).statusCode, 200);
     clock.advance(5);
     const bedrock = await app.inject({ method: 'POST', url: '/model/claude-test/converse', headers: { authorization: 'Bearer bedrock-key' }, payload: { messages: [{ role: 'user', content: [{ text: 'hello world' }] }] } });
@@ -668,15 +670,15 @@ describe('arrival log (GET /sim/arrivals)', () => {
     const all = await arrivals(app);
     assert.deepEqual(all, {
       arrivals: [
-        { at: t0, user: 'tenant-a', status: 200, key: 'k1' },
-        { at: t0 + 5, user: 'tenant-b', status: 200, key: 'k1' },
-        { at: t0 + 10, user: 'tenant-a', status: 429, key: 'k1' },
-        { at: t0 + 15, user: null, status: 401, key: '' },
-        { at: t0 + 20, user: 'tenant-c', status: 400, key: 'k2' },
-        { at: t0 + 25, user: 'u'.repeat(128), status: 200, key: 'k3' },
-        { at: t0 + 25, user: null, status: 200, key: 'k3' },
-        { at: t0 + 25, user: null, status: 200, key: 'k4' },
-        { at: t0 + 30, user: null, status: 200, key: 'bedrock-key' },
+        { at: t0, user: 'tenant-a', status: 200, key: 'k1', traceparent: null },
+        { at: t0 + 5, user: 'tenant-b', status: 200, key: 'k1', traceparent: null },
+        { at: t0 + 10, user: 'tenant-a', status: 429, key: 'k1', traceparent: null },
+        { at: t0 + 15, user: null, status: 401, key: '', traceparent: null },
+        { at: t0 + 20, user: 'tenant-c', status: 400, key: 'k2', traceparent: null },
+        { at: t0 + 25, user: 'u'.repeat(128), status: 200, key: 'k3', traceparent: null },
+        { at: t0 + 25, user: null, status: 200, key: 'k3', traceparent: TRACEPARENT },
+        { at: t0 + 25, user: null, status: 200, key: 'k4', traceparent: null },
+        { at: t0 + 30, user: null, status: 200, key: 'bedrock-key', traceparent: null },
       ],
       evicted: 0,
     });
