@@ -7,11 +7,12 @@
  * priority queue, a spread group's leases, or Redis in central mode). Refusals are rendered by
  * `refusals.ts`; an admitted request leaves with what the later stages need of it.
  */
+import { wallNow } from '../clock.ts';
 import { levelEnabled } from '../ops/logging.ts';
 import { TranslationError } from '../providers/translate/index.ts';
 import { firstCall } from './deployment-calls.ts';
 import { limitHeaders } from './limit-headers.ts';
-import { giveBackDeploymentQuota, takeDeploymentQuotaWaiting } from './quota-take.ts';
+import { giveBackDeploymentQuota, refusedOverShare, takeDeploymentQuota, waitForShare } from './quota-take.ts';
 import type { WaitedTake } from './quota-take.ts';
 import { sendQuotaRefusal, sendRefusal, sendShareRefusal, sendUnavailable, sendUntranslatable } from './refusals.ts';
 import type { Admission, Answered, RequestRun } from './request.ts';
@@ -53,22 +54,26 @@ export async function admit(run: RequestRun): Promise<Admission | Answered> {
   // A request over its tenant's fair share waits for it, bounded by its tier's max_wait.
   let shareWaitedMs = 0;
   if (quotas !== undefined && ctx.quotas !== undefined) {
-    const left = new AbortController();
-    const onClose = (): void => left.abort();
-    reply.raw.on('close', onClose);
-    let waited: WaitedTake;
-    try {
-      waited = await takeDeploymentQuotaWaiting(ctx.quotas, tenantId, ex.deployment.name, cost, ex.tier.maxWaitMs, left.signal);
-    } finally {
-      reply.raw.off('close', onClose);
-    }
-    const { taken } = waited;
-    shareWaitedMs = waited.waitedMs;
-    if (waited.gone) {
-      trail.result = 'gone';
-      trail.clientGone = true;
-      trail.waitMs = shareWaitedMs;
-      return { kind: 'answered', reply: reply.hijack() };
+    let taken = await takeDeploymentQuota(ctx.quotas, tenantId, ex.deployment.name, cost);
+    if (ex.tier.maxWaitMs > 0 && refusedOverShare(taken)) {
+      const since = wallNow(); // wall time: the share wait sleeps on real timers
+      const left = new AbortController();
+      const onClose = (): void => left.abort();
+      reply.raw.on('close', onClose);
+      let waited: WaitedTake;
+      try {
+        waited = await waitForShare(ctx.quotas, tenantId, ex.deployment.name, cost, taken, since, ex.tier.maxWaitMs, left.signal);
+      } finally {
+        reply.raw.off('close', onClose);
+      }
+      taken = waited.taken;
+      shareWaitedMs = waited.waitedMs;
+      if (waited.gone) {
+        trail.result = 'gone';
+        trail.clientGone = true;
+        trail.waitMs = shareWaitedMs;
+        return { kind: 'answered', reply: reply.hijack() };
+      }
     }
     if (taken === 'unavailable') return { kind: 'answered', reply: sendUnavailable(reply, ex) };
     if (!taken.ok) return { kind: 'answered', reply: taken.overShare === undefined ? sendQuotaRefusal(ctx, reply, ex, taken.waitMs, cost) : sendShareRefusal(reply, ex, taken.waitMs, taken.overShare.waitMs, shareWaitedMs) };

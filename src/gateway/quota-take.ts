@@ -64,43 +64,46 @@ export async function takeDeploymentQuota(quotas: ConfiguredQuotas, tenant: stri
   return verdict === undefined || verdict.within ? taken : { ok: false, waitMs: taken.waitMs, overShare: { waitMs: verdict.waitMs } };
 }
 
-/** How {@link takeDeploymentQuotaWaiting} ended: the last take, the ms waited, and whether the client left. */
+/** How {@link waitForShare} ended: the last take, the ms waited, and whether the client left. */
 export interface WaitedTake {
   readonly taken: QuotaTake;
   readonly waitedMs: number;
   readonly gone: boolean;
 }
 
+/** Whether `taken` refused a request over its tenant's fair share (one that may wait for it). */
+export function refusedOverShare(taken: QuotaTake): taken is { readonly ok: false; readonly waitMs: number; readonly overShare: { readonly waitMs: number } } {
+  return taken !== 'unavailable' && !taken.ok && taken.overShare !== undefined;
+}
+
 /**
- * {@link takeDeploymentQuota}, and for a request over its tenant's fair share whose tier may wait
- * (`max_wait` > 0, ms): tries again when its share or the quota above the reserve is due (the
- * sooner of the two waits the refusal named, at least 10 ms), until it is taken, its `maxWaitMs`
- * passed (the last refusal is returned: a 429 `share_exhausted`) or `signal` aborted (its client
- * left: `gone`, nothing held). A refusal of the quota itself (not of the share) is returned at once:
- * the tenant's queue and the quota's own wait are not this function's.
+ * After `first`, a {@link takeDeploymentQuota} refused over the tenant's fair share, for a tier
+ * that may wait (`maxWaitMs` > 0): tries again when its share or the quota above the reserve is
+ * due (the sooner of the two waits the refusal named, at least 10 ms), until it is taken, its
+ * `maxWaitMs` passed since `since` (ms, wall time; the last refusal is returned: a 429
+ * `share_exhausted`) or `signal` aborted (its client left: `gone`, nothing held). A refusal of the
+ * quota itself (not of the share) ends the wait at once: the tenant's queue and the quota's own
+ * wait are not this function's.
  */
-export async function takeDeploymentQuotaWaiting(quotas: ConfiguredQuotas, tenant: string, deployment: string, cost: number, maxWaitMs: number, signal: AbortSignal): Promise<WaitedTake> {
-  const since = wallNow(); // wall time: a real wait on real timers
-  let taken = await takeDeploymentQuota(quotas, tenant, deployment, cost);
-  let waited = false;
-  const waitedMs = (): number => (waited ? wallNow() - since : 0); // wall time: as above
-  while (taken !== 'unavailable' && !taken.ok && taken.overShare !== undefined) {
-    const left = since + maxWaitMs - wallNow(); // wall time: as above
+export async function waitForShare(quotas: ConfiguredQuotas, tenant: string, deployment: string, cost: number, first: QuotaTake, since: number, maxWaitMs: number, signal: AbortSignal): Promise<WaitedTake> {
+  let taken: QuotaTake = first;
+  while (refusedOverShare(taken)) {
+    const left = since + maxWaitMs - wallNow(); // wall time: a real wait on real timers
     if (left <= 0) break;
     const due = Math.min(taken.waitMs > 0 ? taken.waitMs : Infinity, taken.overShare.waitMs > 0 ? taken.overShare.waitMs : Infinity);
-    waited = true;
     try {
       await sleep(Math.min(left, Math.max(SHARE_RETRY_MIN_MS, Number.isFinite(due) ? due : SHARE_RETRY_MIN_MS)), undefined, { signal });
     } catch {
-      return { taken, waitedMs: waitedMs(), gone: true };
+      return { taken, waitedMs: wallNow() - since, gone: true }; // wall time: as above
     }
     taken = await takeDeploymentQuota(quotas, tenant, deployment, cost, true);
   }
+  const waitedMs = wallNow() - since; // wall time: as above
   if (signal.aborted && taken !== 'unavailable' && taken.ok) {
     giveBackDeploymentQuota(quotas, tenant, deployment, cost);
-    return { taken, waitedMs: waitedMs(), gone: true };
+    return { taken, waitedMs, gone: true };
   }
-  return { taken, waitedMs: waitedMs(), gone: false };
+  return { taken, waitedMs, gone: false };
 }
 
 /** Shortest pause (ms) between two tries of a request over its share that waits. */
